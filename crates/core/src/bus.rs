@@ -1,0 +1,420 @@
+//! The JetStream bus: one cloneable handle per process that connects (and reconnects), creates the
+//! topology idempotently, publishes typed protobuf messages with deterministic `Nats-Msg-Id`s and
+//! awaited acks, and consumes typed messages from durable pull consumers.
+//!
+//! A message that does not decode is terminated and copied to the DLQ stream with the reason, so a
+//! poison message is never retried forever and never stops a consumer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, kv, stream, AckKind};
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use tracing::{debug, warn};
+
+use crate::error::{Error, Result};
+use crate::topology::Topology;
+use crate::trace::{self, TraceContext};
+
+/// The oldest nats-server Hermes runs against: older servers lack per-message TTLs and
+/// `sync_interval`, and async-nats' defaults assume 2.10 or later.
+pub const MIN_SERVER_VERSION: (u64, u64) = (2, 10);
+
+/// Header naming why a message was dead-lettered.
+pub const DLQ_REASON: &str = "Hermes-Dlq-Reason";
+/// Header naming the subject the dead-lettered message was published on.
+pub const DLQ_SUBJECT: &str = "Hermes-Dlq-Subject";
+/// Header naming the stream and sequence the dead-lettered message came from.
+pub const DLQ_ORIGIN: &str = "Hermes-Dlq-Origin";
+
+/// How to reach NATS and how to lay out JetStream.
+#[derive(Debug, Clone)]
+pub struct BusConfig {
+    pub url: String,
+    pub topology: Topology,
+    /// Connection name shown in server monitoring.
+    pub name: String,
+    pub connect_timeout: Duration,
+    /// How long events stay replayable for WatchGoal.
+    pub events_max_age: Duration,
+    /// Stream replicas; 1 for a single server, 3 in production.
+    pub replicas: usize,
+}
+
+impl BusConfig {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            topology: Topology::default(),
+            name: "hermes".to_owned(),
+            connect_timeout: Duration::from_secs(5),
+            events_max_age: Duration::from_secs(7 * 24 * 3600),
+            replicas: 1,
+        }
+    }
+
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+}
+
+/// The process-wide handle. Cheap to clone.
+#[derive(Clone)]
+pub struct Bus {
+    inner: Arc<BusInner>,
+}
+
+struct BusInner {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    config: BusConfig,
+    goals: kv::Store,
+    agents: kv::Store,
+}
+
+/// What the server said about a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublishOutcome {
+    pub sequence: u64,
+    /// The server had already stored a message with the same `Nats-Msg-Id`.
+    pub duplicate: bool,
+}
+
+impl Bus {
+    /// Connects, checks the server version and makes sure every stream and bucket exists.
+    pub async fn connect(config: BusConfig) -> Result<Bus> {
+        let client = async_nats::ConnectOptions::new()
+            .name(&config.name)
+            .connection_timeout(config.connect_timeout)
+            // After the first connection succeeds, reconnect forever; services ride out a
+            // nats-server restart without being restarted themselves.
+            .max_reconnects(None)
+            .connect(&config.url)
+            .await
+            .map_err(|source| Error::Connect { url: config.url.clone(), source })?;
+        check_server_version(&client.server_info().version)?;
+        let js = jetstream::new(client.clone());
+        let (goals, agents) = ensure_topology(&js, &config).await?;
+        Ok(Bus { inner: Arc::new(BusInner { client, js, config, goals, agents }) })
+    }
+
+    pub fn client(&self) -> &async_nats::Client {
+        &self.inner.client
+    }
+
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.inner.js
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.inner.config.topology
+    }
+
+    pub fn config(&self) -> &BusConfig {
+        &self.inner.config
+    }
+
+    /// The `hermes_goals` bucket: goal id to `GoalState`.
+    pub fn goals(&self) -> &kv::Store {
+        &self.inner.goals
+    }
+
+    /// The `hermes_agents` bucket: agent id to last `AgentHeartbeat`.
+    pub fn agents(&self) -> &kv::Store {
+        &self.inner.agents
+    }
+
+    /// Publishes `message` to a JetStream subject and waits for the ack. `msg_id` must be
+    /// deterministic for the thing being published, so that a retry deduplicates.
+    pub async fn publish<M: prost::Message>(
+        &self,
+        subject: String,
+        message: &M,
+        msg_id: &str,
+        trace: Option<&TraceContext>,
+    ) -> Result<PublishOutcome> {
+        self.publish_bytes(subject, Bytes::from(message.encode_to_vec()), msg_id, trace).await
+    }
+
+    /// Publishes raw bytes; see [`Bus::publish`].
+    pub async fn publish_bytes(
+        &self,
+        subject: String,
+        payload: Bytes,
+        msg_id: &str,
+        trace: Option<&TraceContext>,
+    ) -> Result<PublishOutcome> {
+        let mut headers = HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
+        if let Some(trace) = trace {
+            headers.insert(trace::TRACEPARENT, trace.child().to_header().as_str());
+        }
+        let ack = self
+            .inner
+            .js
+            .publish_with_headers(subject.clone(), headers, payload)
+            .await
+            .map_err(|e| Error::Publish { subject: subject.clone(), reason: e.to_string() })?
+            .await
+            .map_err(|e| Error::Publish { subject: subject.clone(), reason: e.to_string() })?;
+        if ack.duplicate {
+            debug!(subject = %subject, msg_id, "publish deduplicated by jetstream");
+        }
+        Ok(PublishOutcome { sequence: ack.sequence, duplicate: ack.duplicate })
+    }
+
+    /// Creates (or binds to) a durable pull consumer.
+    pub async fn durable_consumer(&self, spec: ConsumerSpec) -> Result<consumer::PullConsumer> {
+        let stream = self
+            .inner
+            .js
+            .get_stream(&spec.stream)
+            .await
+            .map_err(|e| Error::jetstream("get stream", e))?;
+        stream
+            .get_or_create_consumer(
+                &spec.name,
+                consumer::pull::Config {
+                    durable_name: Some(spec.name.clone()),
+                    filter_subject: spec.filter_subject.clone(),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: spec.ack_wait,
+                    max_deliver: spec.max_deliver,
+                    max_ack_pending: spec.max_ack_pending,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| Error::jetstream("create consumer", e))
+    }
+
+    /// Copies a message that cannot be processed to `hermes.dlq.<kind>` with the reason, then
+    /// terminates the original so it is never redelivered.
+    pub async fn dead_letter(&self, kind: &str, msg: &jetstream::Message, reason: &str) {
+        let origin = msg
+            .info()
+            .map(|i| format!("{}:{}", i.stream, i.stream_sequence))
+            .unwrap_or_else(|_| "unknown".to_owned());
+        let mut headers = HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, format!("dlq:{origin}").as_str());
+        headers.insert(DLQ_REASON, crate::topology::truncate_for_message(reason).as_str());
+        headers.insert(DLQ_SUBJECT, msg.subject.as_str());
+        headers.insert(DLQ_ORIGIN, origin.as_str());
+        let subject = self.topology().dlq(kind);
+        let published = match self
+            .inner
+            .js
+            .publish_with_headers(subject.clone(), headers, msg.payload.clone())
+            .await
+        {
+            Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match published {
+            Ok(()) => {
+                warn!(kind, origin = %origin, reason, event = "dead_lettered", "message moved to dlq");
+                if let Err(e) = msg.ack_with(AckKind::Term).await {
+                    warn!(error = %e, "failed to terminate dead-lettered message");
+                }
+            }
+            // Leave the original unacked so it is redelivered and dead-lettered on a later try,
+            // rather than dropping it.
+            Err(e) => warn!(kind, origin = %origin, error = %e, "failed to publish to dlq"),
+        }
+    }
+
+    /// Decodes a consumed message, dead-lettering it when it is not a valid `M`.
+    pub async fn decode_or_dead_letter<M: prost::Message + Default>(
+        &self,
+        kind: &str,
+        msg: jetstream::Message,
+    ) -> Option<Delivery<M>> {
+        match M::decode(msg.payload.clone()) {
+            Ok(message) => {
+                let trace = trace::extract(msg.headers.as_ref());
+                Some(Delivery { message, trace, raw: msg })
+            }
+            Err(e) => {
+                let reason = format!("cannot decode {kind}: {e}");
+                self.dead_letter(kind, &msg, &reason).await;
+                None
+            }
+        }
+    }
+}
+
+/// A durable pull consumer to create or bind.
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec {
+    pub stream: String,
+    pub name: String,
+    pub filter_subject: String,
+    pub ack_wait: Duration,
+    pub max_deliver: i64,
+    pub max_ack_pending: i64,
+}
+
+/// A decoded message with its acknowledgement handle.
+pub struct Delivery<M> {
+    pub message: M,
+    pub trace: Option<TraceContext>,
+    raw: jetstream::Message,
+}
+
+impl<M> Delivery<M> {
+    /// How many times the server has delivered this message, starting at 1.
+    pub fn delivered(&self) -> i64 {
+        self.raw.info().map(|i| i.delivered).unwrap_or(1)
+    }
+
+    pub fn subject(&self) -> &str {
+        self.raw.subject.as_str()
+    }
+
+    pub fn raw(&self) -> &jetstream::Message {
+        &self.raw
+    }
+
+    /// Acknowledges and waits for the server to confirm, so the message is never redelivered.
+    pub async fn ack(&self) -> Result<()> {
+        self.raw.double_ack().await.map_err(|e| Error::jetstream("ack", e))
+    }
+
+    /// Asks for redelivery after `delay`.
+    pub async fn nak(&self, delay: Option<Duration>) -> Result<()> {
+        self.raw.ack_with(AckKind::Nak(delay)).await.map_err(|e| Error::jetstream("nak", e))
+    }
+
+    /// Tells the server work is ongoing, resetting AckWait.
+    pub async fn progress(&self) -> Result<()> {
+        self.raw.ack_with(AckKind::Progress).await.map_err(|e| Error::jetstream("progress", e))
+    }
+
+    /// Stops redelivery without acknowledging success.
+    pub async fn term(&self) -> Result<()> {
+        self.raw.ack_with(AckKind::Term).await.map_err(|e| Error::jetstream("term", e))
+    }
+}
+
+/// Refuses servers older than [`MIN_SERVER_VERSION`].
+pub fn check_server_version(version: &str) -> Result<()> {
+    let mut parts = version.trim_start_matches('v').split(['.', '-']);
+    let major = parts.next().and_then(|p| p.parse::<u64>().ok());
+    let minor = parts.next().and_then(|p| p.parse::<u64>().ok());
+    match (major, minor) {
+        (Some(major), Some(minor)) if (major, minor) >= MIN_SERVER_VERSION => Ok(()),
+        _ => Err(Error::ServerTooOld {
+            found: version.to_owned(),
+            required: format!("{}.{}", MIN_SERVER_VERSION.0, MIN_SERVER_VERSION.1),
+        }),
+    }
+}
+
+async fn ensure_topology(
+    js: &jetstream::Context,
+    config: &BusConfig,
+) -> Result<(kv::Store, kv::Store)> {
+    let t = &config.topology;
+    let dedupe = Duration::from_secs(120);
+    let streams = [
+        stream::Config {
+            name: t.tasks_stream(),
+            description: Some("Hermes tasks, one message per node attempt".into()),
+            subjects: vec![t.all_tasks()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            duplicate_window: dedupe,
+            num_replicas: config.replicas,
+            ..Default::default()
+        },
+        stream::Config {
+            name: t.results_stream(),
+            description: Some("Hermes task results, consumed by the dispatchers".into()),
+            subjects: vec![t.all_results()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            duplicate_window: dedupe,
+            num_replicas: config.replicas,
+            ..Default::default()
+        },
+        stream::Config {
+            name: t.events_stream(),
+            description: Some("Hermes goal events, replayed by WatchGoal".into()),
+            subjects: vec![t.all_events()],
+            retention: stream::RetentionPolicy::Limits,
+            max_age: config.events_max_age,
+            duplicate_window: dedupe,
+            num_replicas: config.replicas,
+            ..Default::default()
+        },
+        stream::Config {
+            name: t.dlq_stream(),
+            description: Some("Hermes dead letters: messages that could not be processed".into()),
+            subjects: vec![t.all_dlq()],
+            retention: stream::RetentionPolicy::Limits,
+            max_age: Duration::from_secs(30 * 24 * 3600),
+            duplicate_window: dedupe,
+            num_replicas: config.replicas,
+            ..Default::default()
+        },
+    ];
+    for cfg in streams {
+        let name = cfg.name.clone();
+        js.get_or_create_stream(cfg)
+            .await
+            .map_err(|e| Error::JetStream { operation: "create stream", reason: format!("{name}: {e}") })?;
+    }
+    let goals = ensure_bucket(
+        js,
+        kv::Config {
+            bucket: t.goals_bucket(),
+            description: "Hermes goal state, updated by compare-and-set".into(),
+            history: 1,
+            num_replicas: config.replicas,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let agents = ensure_bucket(
+        js,
+        kv::Config {
+            bucket: t.agents_bucket(),
+            description: "Hermes agents' last heartbeats".into(),
+            history: 1,
+            num_replicas: config.replicas,
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok((goals, agents))
+}
+
+async fn ensure_bucket(js: &jetstream::Context, config: kv::Config) -> Result<kv::Store> {
+    if let Ok(store) = js.get_key_value(&config.bucket).await {
+        return Ok(store);
+    }
+    let bucket = config.bucket.clone();
+    match js.create_key_value(config).await {
+        Ok(store) => Ok(store),
+        // Another process created it between our get and create.
+        Err(create_err) => js.get_key_value(&bucket).await.map_err(|_| Error::JetStream {
+            operation: "create kv bucket",
+            reason: format!("{bucket}: {create_err}"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn old_servers_are_refused() {
+        check_server_version("2.15.1").unwrap();
+        check_server_version("2.10.0").unwrap();
+        check_server_version("3.0.0").unwrap();
+        let err = check_server_version("2.9.10").unwrap_err();
+        assert!(err.to_string().contains("2.9.10 is too old"), "{err}");
+        assert!(check_server_version("garbage").is_err());
+    }
+}

@@ -1,0 +1,145 @@
+//! `$ref` inputs: a value `{"$ref": "node_id.path.to.value"}` in a node's inputs stands for that
+//! part of an earlier node's output. This module finds refs in a JSON value and resolves them.
+
+use serde_json::Value;
+
+/// The key that marks a reference object.
+pub const REF_KEY: &str = "$ref";
+
+/// A parsed reference: the node it points at and the path into that node's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefTarget {
+    pub node_id: String,
+    pub path: Vec<String>,
+}
+
+impl RefTarget {
+    /// Parses `node_id` or `node_id.a.b.0`.
+    pub fn parse(reference: &str) -> Option<RefTarget> {
+        let mut segments = reference.split('.');
+        let node_id = segments.next().filter(|s| !s.is_empty())?.to_owned();
+        let path: Vec<String> = segments.map(str::to_owned).collect();
+        if path.iter().any(String::is_empty) {
+            return None;
+        }
+        Some(RefTarget { node_id, path })
+    }
+}
+
+/// The reference string when `value` is exactly `{"$ref": "<string>"}`.
+pub fn as_ref(value: &Value) -> Option<&str> {
+    match value {
+        Value::Object(map) if map.len() == 1 => map.get(REF_KEY)?.as_str(),
+        _ => None,
+    }
+}
+
+/// Every reference in `value`, with the JSON pointer where it sits.
+pub fn collect_refs(value: &Value) -> Vec<(String, String)> {
+    fn walk(value: &Value, pointer: &mut String, out: &mut Vec<(String, String)>) {
+        if let Some(reference) = as_ref(value) {
+            out.push((pointer.clone(), reference.to_owned()));
+            return;
+        }
+        let len = pointer.len();
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    pointer.push('/');
+                    pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                    walk(child, pointer, out);
+                    pointer.truncate(len);
+                }
+            }
+            Value::Array(items) => {
+                for (index, child) in items.iter().enumerate() {
+                    pointer.push('/');
+                    pointer.push_str(&index.to_string());
+                    walk(child, pointer, out);
+                    pointer.truncate(len);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, &mut String::new(), &mut out);
+    out
+}
+
+/// Follows `path` into `value`: object keys by name, array elements by index.
+pub fn lookup<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(value, |current, segment| match current {
+        Value::Object(map) => map.get(segment),
+        Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i)),
+        _ => None,
+    })
+}
+
+/// Replaces every reference in `value` using `output_of(node_id)`. Fails with a description of the
+/// first reference that cannot be resolved.
+pub fn resolve(
+    value: &Value,
+    output_of: &dyn Fn(&str) -> Option<Value>,
+) -> Result<Value, String> {
+    if let Some(reference) = as_ref(value) {
+        let target =
+            RefTarget::parse(reference).ok_or_else(|| format!("malformed $ref `{reference}`"))?;
+        let output = output_of(&target.node_id)
+            .ok_or_else(|| format!("$ref `{reference}`: node `{}` has no output", target.node_id))?;
+        return lookup(&output, &target.path)
+            .cloned()
+            .ok_or_else(|| format!("$ref `{reference}`: path not found in the output of `{}`", target.node_id));
+    }
+    Ok(match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| Ok((k.clone(), resolve(v, output_of)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| resolve(v, output_of)).collect::<Result<_, _>>()?)
+        }
+        other => other.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn finds_refs_with_their_pointers() {
+        let v = json!({"a": {"$ref": "n1.total"}, "vars": {"x": {"$ref": "n2"}}, "list": [{"$ref": "n3.0"}]});
+        let mut refs = collect_refs(&v);
+        refs.sort();
+        assert_eq!(
+            refs,
+            vec![
+                ("/a".to_owned(), "n1.total".to_owned()),
+                ("/list/0".to_owned(), "n3.0".to_owned()),
+                ("/vars/x".to_owned(), "n2".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn resolves_paths_into_outputs() {
+        let outputs = json!({"n1": {"total": 42, "groups": [{"key": "toys"}]}});
+        let lookup_output = |id: &str| outputs.get(id).cloned();
+        let v = json!({"a": {"$ref": "n1.total"}, "b": {"$ref": "n1.groups.0.key"}, "c": [1, {"$ref": "n1"}]});
+        let resolved = resolve(&v, &lookup_output).unwrap();
+        assert_eq!(resolved, json!({"a": 42, "b": "toys", "c": [1, {"total": 42, "groups": [{"key": "toys"}]}]}));
+        let err = resolve(&json!({"$ref": "n1.missing"}), &lookup_output).unwrap_err();
+        assert!(err.contains("path not found"), "{err}");
+    }
+
+    #[test]
+    fn an_object_with_other_keys_is_not_a_ref() {
+        assert_eq!(as_ref(&json!({"$ref": "a", "x": 1})), None);
+        assert_eq!(as_ref(&json!({"$ref": 1})), None);
+        assert_eq!(RefTarget::parse("a..b"), None);
+        assert_eq!(RefTarget::parse(""), None);
+    }
+}

@@ -1,0 +1,26 @@
+//! Foundations shared by every Hermes service: the JetStream bus and its topology, identifiers,
+//! the error model, plan validation, trace-context propagation, telemetry set-up and shutdown.
+
+pub mod bus;
+pub mod error;
+pub mod ids;
+pub mod json_ref;
+pub mod plan;
+pub mod schema;
+pub mod shutdown;
+pub mod telemetry;
+pub mod topology;
+pub mod trace;
+
+pub use bus::{Bus, BusConfig, Delivery, PublishOutcome};
+pub use error::{Error, ErrorCode, Result};
+pub use ids::{AgentId, GoalId, NodeId, TaskId};
+pub use topology::Topology;
+
+/// Milliseconds since the Unix epoch, the unit every timestamp on the wire uses.
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,225 @@
+//! Names of every stream, subject, consumer and KV bucket, derived from one configurable prefix,
+//! and the validation of the user-supplied tokens (task types, agent ids) that go into them.
+//!
+//! Task subjects put the routing token before the task type so that dotted task types such as
+//! `table.aggregate` keep working with wildcards, and so that pool and directed consumers can never
+//! overlap on the work-queue stream:
+//!
+//! * `hermes.task.pool.<task_type>`: the shared pool of a task type;
+//! * `hermes.task.direct.<agent_id>.<task_type>`: work routed to one agent.
+
+use crate::error::{Error, Result};
+
+/// Upper bound for a task type name; it becomes part of subjects and consumer names.
+pub const MAX_TASK_TYPE_LEN: usize = 64;
+/// Upper bound for an agent id; it becomes part of subjects and consumer names.
+pub const MAX_AGENT_ID_LEN: usize = 64;
+
+/// The JetStream layout for one prefix (default `hermes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    prefix: String,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Self { prefix: "hermes".to_owned() }
+    }
+}
+
+impl Topology {
+    /// A layout for `prefix`, which must be a single lowercase subject token.
+    pub fn new(prefix: impl Into<String>) -> Result<Self> {
+        let prefix = prefix.into();
+        let valid = !prefix.is_empty()
+            && prefix.len() <= 32
+            && prefix.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !valid {
+            return Err(Error::InvalidArgument {
+                field: "prefix".into(),
+                reason: format!("`{prefix}` must be 1-32 characters of [a-z0-9-]"),
+            });
+        }
+        Ok(Self { prefix })
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn stream_name(&self, what: &str) -> String {
+        format!("{}_{what}", self.prefix.to_ascii_uppercase().replace('-', "_"))
+    }
+
+    fn bucket_name(&self, what: &str) -> String {
+        format!("{}_{what}", self.prefix.replace('-', "_"))
+    }
+
+    pub fn tasks_stream(&self) -> String {
+        self.stream_name("TASKS")
+    }
+    pub fn results_stream(&self) -> String {
+        self.stream_name("RESULTS")
+    }
+    pub fn events_stream(&self) -> String {
+        self.stream_name("EVENTS")
+    }
+    pub fn dlq_stream(&self) -> String {
+        self.stream_name("DLQ")
+    }
+    pub fn goals_bucket(&self) -> String {
+        self.bucket_name("goals")
+    }
+    pub fn agents_bucket(&self) -> String {
+        self.bucket_name("agents")
+    }
+
+    pub fn all_tasks(&self) -> String {
+        format!("{}.task.>", self.prefix)
+    }
+    pub fn pool_task(&self, task_type: &str) -> String {
+        format!("{}.task.pool.{task_type}", self.prefix)
+    }
+    pub fn direct_task(&self, agent_id: &str, task_type: &str) -> String {
+        format!("{}.task.direct.{agent_id}.{task_type}", self.prefix)
+    }
+    pub fn direct_tasks_of(&self, agent_id: &str) -> String {
+        format!("{}.task.direct.{agent_id}.>", self.prefix)
+    }
+    /// Durable consumer shared by every agent serving `task_type` from the pool.
+    pub fn pool_consumer(&self, task_type: &str) -> String {
+        format!("pool_{}", task_type.replace('.', "_"))
+    }
+    /// Durable consumer of one agent's directed work.
+    pub fn agent_consumer(&self, agent_id: &str) -> String {
+        format!("agent_{agent_id}")
+    }
+
+    pub fn all_results(&self) -> String {
+        format!("{}.result.>", self.prefix)
+    }
+    pub fn result(&self, goal_id: &str) -> String {
+        format!("{}.result.{goal_id}", self.prefix)
+    }
+    /// The one consumer every dispatcher replica shares, so any replica applies any result.
+    pub fn results_consumer(&self) -> &'static str {
+        "dispatcher"
+    }
+
+    pub fn all_events(&self) -> String {
+        format!("{}.event.>", self.prefix)
+    }
+    pub fn event(&self, goal_id: &str) -> String {
+        format!("{}.event.{goal_id}", self.prefix)
+    }
+
+    pub fn all_dlq(&self) -> String {
+        format!("{}.dlq.>", self.prefix)
+    }
+    pub fn dlq(&self, kind: &str) -> String {
+        format!("{}.dlq.{kind}", self.prefix)
+    }
+
+    pub fn heartbeat(&self, agent_id: &str) -> String {
+        format!("{}.registry.heartbeat.{agent_id}", self.prefix)
+    }
+    pub fn all_heartbeats(&self) -> String {
+        format!("{}.registry.heartbeat.*", self.prefix)
+    }
+    pub fn route(&self) -> String {
+        format!("{}.registry.route", self.prefix)
+    }
+    pub fn catalog(&self) -> String {
+        format!("{}.registry.catalog", self.prefix)
+    }
+    /// Queue group shared by registry replicas.
+    pub fn registry_queue(&self) -> String {
+        format!("{}-registry", self.prefix)
+    }
+}
+
+/// Checks a task type: dot-separated segments of `[a-z0-9-]`, each starting with a letter or digit.
+/// Underscores are excluded because `.` maps to `_` in consumer names, which must stay unique.
+pub fn validate_task_type(task_type: &str) -> Result<()> {
+    let reason = if task_type.is_empty() {
+        Some("is empty".to_owned())
+    } else if task_type.len() > MAX_TASK_TYPE_LEN {
+        Some(format!("is longer than {MAX_TASK_TYPE_LEN} characters"))
+    } else if !task_type.split('.').all(|seg| {
+        seg.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && seg.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    }) {
+        Some("must be dot-separated segments of [a-z0-9-]".to_owned())
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(Error::InvalidArgument {
+            field: "task_type".into(),
+            reason: format!("`{}` {reason}", truncate_for_message(task_type)),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Checks an agent id: 1-64 characters of `[A-Za-z0-9_-]`.
+pub fn validate_agent_id(agent_id: &str) -> Result<()> {
+    let valid = !agent_id.is_empty()
+        && agent_id.len() <= MAX_AGENT_ID_LEN
+        && agent_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if valid {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument {
+            field: "agent_id".into(),
+            reason: format!(
+                "`{}` must be 1-{MAX_AGENT_ID_LEN} characters of [A-Za-z0-9_-]",
+                truncate_for_message(agent_id)
+            ),
+        })
+    }
+}
+
+/// Keeps user-controlled text in error messages short.
+pub fn truncate_for_message(s: &str) -> String {
+    const MAX: usize = 80;
+    if s.chars().count() <= MAX {
+        s.to_owned()
+    } else {
+        format!("{}...", s.chars().take(MAX).collect::<String>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_types_that_are_safe_subject_tokens_pass() {
+        for ok in ["math.evaluate", "table.aggregate", "a", "web-search.v2"] {
+            validate_task_type(ok).unwrap();
+        }
+        for bad in ["", "Math.x", "a..b", "a.*", "a.>", "a b", "a_b", ".a", "a."] {
+            assert!(validate_task_type(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn pool_and_direct_subjects_never_overlap() {
+        let t = Topology::default();
+        assert_eq!(t.pool_task("math.evaluate"), "hermes.task.pool.math.evaluate");
+        assert_eq!(t.direct_task("a1", "math.evaluate"), "hermes.task.direct.a1.math.evaluate");
+        assert!(t.pool_task("x").starts_with("hermes.task.pool."));
+        assert_eq!(t.pool_consumer("math.evaluate"), "pool_math_evaluate");
+        assert_eq!(t.tasks_stream(), "HERMES_TASKS");
+        assert_eq!(t.goals_bucket(), "hermes_goals");
+    }
+
+    #[test]
+    fn agent_ids_are_checked() {
+        validate_agent_id("exec-1_a").unwrap();
+        assert!(validate_agent_id("").is_err());
+        assert!(validate_agent_id("a.b").is_err());
+        assert!(validate_agent_id(&"x".repeat(65)).is_err());
+    }
+}

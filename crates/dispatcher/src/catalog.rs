@@ -1,0 +1,88 @@
+//! A cached view of the registry's capability catalogue, used to validate plans. It is refreshed
+//! at most once per `ttl`, and once more on a miss, so a newly registered task type is accepted
+//! without waiting for the next refresh.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hermes_core::plan::TaskTypeCatalog;
+use hermes_core::schema::InputSchema;
+use hermes_core::{Bus, Error, Result};
+use hermes_proto::{CatalogReply, CatalogRequest};
+use prost::Message as _;
+use tokio::sync::Mutex;
+
+/// Task types with their compiled input schemas.
+#[derive(Default, Clone)]
+pub struct CatalogSnapshot {
+    schemas: HashMap<String, (String, Option<Arc<InputSchema>>)>,
+}
+
+impl TaskTypeCatalog for CatalogSnapshot {
+    fn input_schema(&self, task_type: &str) -> Option<Option<&InputSchema>> {
+        self.schemas.get(task_type).map(|(_, s)| s.as_deref())
+    }
+}
+
+impl CatalogSnapshot {
+    pub fn contains_all<'a>(&self, mut task_types: impl Iterator<Item = &'a str>) -> bool {
+        task_types.all(|t| self.schemas.contains_key(t))
+    }
+}
+
+pub struct Catalog {
+    bus: Bus,
+    ttl: Duration,
+    cached: Mutex<(Option<Instant>, CatalogSnapshot)>,
+}
+
+impl Catalog {
+    pub fn new(bus: Bus, ttl: Duration) -> Self {
+        Self { bus, ttl, cached: Mutex::new((None, CatalogSnapshot::default())) }
+    }
+
+    /// A snapshot fresh enough to validate a plan using `task_types`.
+    pub async fn snapshot<'a>(&self, task_types: impl Iterator<Item = &'a str> + Clone) -> Result<CatalogSnapshot> {
+        let mut cached = self.cached.lock().await;
+        let fresh = cached.0.is_some_and(|at| at.elapsed() < self.ttl);
+        if fresh && cached.1.contains_all(task_types) {
+            return Ok(cached.1.clone());
+        }
+        let reply = self.fetch().await?;
+        let mut next = CatalogSnapshot::default();
+        for entry in reply.entries {
+            let raw = entry.tool.map(|t| t.params_schema_json).unwrap_or_default();
+            // Reuse the compiled schema when it did not change; compiling is the costly part.
+            let compiled = match cached.1.schemas.get(&entry.task_type) {
+                Some((old_raw, old)) if *old_raw == raw => old.clone(),
+                _ => compile(&raw),
+            };
+            next.schemas.insert(entry.task_type, (raw, compiled));
+        }
+        *cached = (Some(Instant::now()), next.clone());
+        Ok(next)
+    }
+
+    async fn fetch(&self) -> Result<CatalogReply> {
+        let subject = self.bus.topology().catalog();
+        let request = CatalogRequest {}.encode_to_vec();
+        let reply = tokio::time::timeout(
+            Duration::from_secs(3),
+            self.bus.client().request(subject, request.into()),
+        )
+        .await
+        .map_err(|_| Error::Unavailable("the registry (catalogue request timed out)".into()))?
+        .map_err(|e| Error::Unavailable(format!("the registry ({e})")))?;
+        CatalogReply::decode(reply.payload)
+            .map_err(|e| Error::Decode { kind: "CatalogReply", reason: e.to_string() })
+    }
+}
+
+fn compile(raw: &str) -> Option<Arc<InputSchema>> {
+    if raw.trim().is_empty() {
+        return None;
+    }
+    let value = serde_json::from_str(raw).ok()?;
+    InputSchema::compile(value).ok().map(Arc::new)
+}

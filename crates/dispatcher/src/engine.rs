@@ -1,0 +1,473 @@
+//! Goal state transitions as pure functions over `GoalState`. Each returns the effects (tasks to
+//! publish, events to emit) that must follow once the new state is committed to KV by
+//! compare-and-set. Keeping this free of I/O makes every transition unit-testable and lets a
+//! retried CAS simply recompute the effects.
+
+use std::collections::HashMap;
+
+use hermes_core::error::wire_error;
+use hermes_core::{json_ref, ErrorCode, GoalId, TaskId};
+use hermes_proto::event::Kind;
+use hermes_proto::{
+    Event, GoalCancelled, GoalCompleted, GoalFailed, GoalState, GoalStatus, NodeState, NodeStatus,
+    TaskDispatched, TaskFailed, TaskMessage, TaskResult, TaskRetrying, TaskStatus, TaskSucceeded,
+};
+use serde_json::Value;
+
+/// Retries of a retryable failure when the node does not say.
+pub const DEFAULT_MAX_RETRIES: u32 = 2;
+
+/// What must happen after a committed transition, in order: events first, then tasks, so a
+/// `TaskDispatched` event is always stored before the task can produce a result.
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub events: Vec<Event>,
+    pub tasks: Vec<TaskMessage>,
+}
+
+impl Effects {
+    fn event(&mut self, goal_id: &str, now_ms: u64, kind: Kind) {
+        self.events.push(Event { goal_id: goal_id.to_owned(), at_unix_ms: now_ms, kind: Some(kind) });
+    }
+}
+
+/// Settings a transition needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub node_timeout_ms: u64,
+}
+
+pub fn is_terminal(status: i32) -> bool {
+    status == GoalStatus::Completed as i32
+        || status == GoalStatus::Failed as i32
+        || status == GoalStatus::Cancelled as i32
+}
+
+/// Dispatches every node that is ready: pending, with all dependencies succeeded.
+pub fn dispatch_ready(state: &mut GoalState, limits: Limits, now_ms: u64, effects: &mut Effects) {
+    if is_terminal(state.status) {
+        return;
+    }
+    let Some(plan) = state.plan.clone() else { return };
+    let status_of: HashMap<String, i32> =
+        state.nodes.iter().map(|n| (n.node_id.clone(), n.status)).collect();
+    for (i, node) in plan.nodes.iter().enumerate() {
+        if state.nodes[i].status != NodeStatus::Pending as i32 {
+            continue;
+        }
+        let ready = node
+            .depends_on
+            .iter()
+            .all(|d| status_of.get(d) == Some(&(NodeStatus::Succeeded as i32)));
+        if !ready {
+            continue;
+        }
+        match resolve_inputs(state, &node.inputs_json) {
+            Ok(inputs_json) => {
+                let attempt = 1;
+                publish_attempt(state, i, attempt, inputs_json, limits, now_ms, effects);
+            }
+            Err(reason) => {
+                let error = wire_error(ErrorCode::InvalidArgument, reason);
+                fail_node(state, i, error, now_ms, effects);
+                return;
+            }
+        }
+    }
+}
+
+fn publish_attempt(
+    state: &mut GoalState,
+    index: usize,
+    attempt: u32,
+    inputs_json: String,
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+) {
+    let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
+    let goal_id = GoalId::new(state.goal_id.clone());
+    let task_id = TaskId::for_attempt(&goal_id, &plan_node.id, attempt);
+    let node_timeout = if plan_node.timeout_ms > 0 { plan_node.timeout_ms } else { limits.node_timeout_ms };
+    let deadline = match state.deadline_unix_ms {
+        0 => now_ms + node_timeout,
+        goal_deadline => goal_deadline.min(now_ms + node_timeout),
+    };
+    let task = TaskMessage {
+        goal_id: state.goal_id.clone(),
+        node_id: plan_node.id.clone(),
+        task_id: task_id.to_string(),
+        attempt,
+        task_type: plan_node.task_type.clone(),
+        inputs_json,
+        deadline_unix_ms: deadline,
+        memory_refs: Vec::new(),
+        session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
+    };
+    let node = &mut state.nodes[index];
+    node.status = NodeStatus::Dispatched as i32;
+    node.attempt = attempt;
+    node.task_id = task.task_id.clone();
+    node.dispatched_unix_ms = now_ms;
+    node.error = None;
+    effects.event(
+        &state.goal_id,
+        now_ms,
+        Kind::TaskDispatched(TaskDispatched {
+            node_id: task.node_id.clone(),
+            task_id: task.task_id.clone(),
+            attempt,
+            task_type: task.task_type.clone(),
+            subject: String::new(),
+            ..Default::default()
+        }),
+    );
+    effects.tasks.push(task);
+}
+
+/// Replaces the `$ref`s in a node's inputs with its dependencies' outputs.
+fn resolve_inputs(state: &GoalState, inputs_json: &str) -> Result<String, String> {
+    if inputs_json.trim().is_empty() {
+        return Ok("{}".to_owned());
+    }
+    let inputs: Value = serde_json::from_str(inputs_json).map_err(|e| format!("inputs: {e}"))?;
+    if json_ref::collect_refs(&inputs).is_empty() {
+        return Ok(inputs_json.to_owned());
+    }
+    let output_of = |node_id: &str| {
+        state
+            .nodes
+            .iter()
+            .find(|n| n.node_id == node_id && n.status == NodeStatus::Succeeded as i32)
+            .and_then(|n| serde_json::from_str(&n.output_json).ok())
+    };
+    json_ref::resolve(&inputs, &output_of).map(|v| v.to_string())
+}
+
+/// What applying a result did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The result changed the goal.
+    Changed,
+    /// The result is for an attempt that is no longer current, or was already applied.
+    Stale,
+}
+
+/// Applies a task result: records it, retries or fails the node, dispatches newly ready nodes and
+/// completes the goal when every node is done.
+pub fn apply_result(
+    state: &mut GoalState,
+    result: &TaskResult,
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> Applied {
+    if is_terminal(state.status) {
+        return Applied::Stale;
+    }
+    let Some(index) = state.nodes.iter().position(|n| n.node_id == result.node_id) else {
+        return Applied::Stale;
+    };
+    let node = &state.nodes[index];
+    if node.status != NodeStatus::Dispatched as i32 || node.task_id != result.task_id {
+        return Applied::Stale;
+    }
+    let goal_id = state.goal_id.clone();
+    if result.status == TaskStatus::Succeeded as i32 {
+        let node = &mut state.nodes[index];
+        node.status = NodeStatus::Succeeded as i32;
+        node.output_json = result.output_json.clone();
+        node.memory_ref = result.memory_ref.clone();
+        node.agent_id = result.agent_id.clone();
+        node.elapsed_ms = result.elapsed_ms;
+        node.finished_unix_ms = now_ms;
+        effects.event(
+            &goal_id,
+            now_ms,
+            Kind::TaskSucceeded(TaskSucceeded {
+                node_id: result.node_id.clone(),
+                task_id: result.task_id.clone(),
+                attempt: result.attempt,
+                agent_id: result.agent_id.clone(),
+                elapsed_ms: result.elapsed_ms,
+                output_json: result.output_json.clone(),
+            }),
+        );
+        if let Some(tokens) = &result.tokens {
+            let total = state.tokens.get_or_insert_with(Default::default);
+            total.input_tokens += tokens.input_tokens;
+            total.output_tokens += tokens.output_tokens;
+        }
+        dispatch_ready(state, limits, now_ms, effects);
+        complete_if_done(state, now_ms, effects);
+        return Applied::Changed;
+    }
+
+    let mut error = result
+        .error
+        .clone()
+        .unwrap_or_else(|| wire_error(ErrorCode::Internal, "the agent reported a failure without an error"));
+    error.node_id = result.node_id.clone();
+    {
+        let node = &mut state.nodes[index];
+        node.agent_id = result.agent_id.clone();
+        node.elapsed_ms = result.elapsed_ms;
+    }
+    effects.event(
+        &goal_id,
+        now_ms,
+        Kind::TaskFailed(TaskFailed {
+            node_id: result.node_id.clone(),
+            task_id: result.task_id.clone(),
+            attempt: result.attempt,
+            agent_id: result.agent_id.clone(),
+            elapsed_ms: result.elapsed_ms,
+            error: Some(error.clone()),
+        }),
+    );
+    let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
+    let max_retries = if plan_node.max_retries > 0 { plan_node.max_retries } else { DEFAULT_MAX_RETRIES };
+    if error.retryable && result.attempt <= max_retries {
+        let next_attempt = result.attempt + 1;
+        effects.event(
+            &goal_id,
+            now_ms,
+            Kind::TaskRetrying(TaskRetrying {
+                node_id: result.node_id.clone(),
+                next_attempt,
+                error: Some(error),
+            }),
+        );
+        match resolve_inputs(state, &plan_node.inputs_json.clone()) {
+            Ok(inputs) => publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects),
+            Err(reason) => fail_node(state, index, wire_error(ErrorCode::InvalidArgument, reason), now_ms, effects),
+        }
+        return Applied::Changed;
+    }
+    fail_node(state, index, error, now_ms, effects);
+    Applied::Changed
+}
+
+/// Fails a node and with it the goal; nodes not yet started are skipped.
+fn fail_node(state: &mut GoalState, index: usize, error: hermes_proto::Error, now_ms: u64, effects: &mut Effects) {
+    let node = &mut state.nodes[index];
+    node.status = NodeStatus::Failed as i32;
+    node.error = Some(error.clone());
+    node.finished_unix_ms = now_ms;
+    skip_pending(state);
+    state.status = GoalStatus::Failed as i32;
+    state.error = Some(error.clone());
+    state.updated_unix_ms = now_ms;
+    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalFailed(GoalFailed { error: Some(error) }));
+}
+
+fn skip_pending(state: &mut GoalState) {
+    for node in &mut state.nodes {
+        if node.status == NodeStatus::Pending as i32 {
+            node.status = NodeStatus::Skipped as i32;
+        }
+    }
+}
+
+fn complete_if_done(state: &mut GoalState, now_ms: u64, effects: &mut Effects) {
+    if is_terminal(state.status)
+        || !state.nodes.iter().all(|n| n.status == NodeStatus::Succeeded as i32)
+    {
+        return;
+    }
+    let output = goal_output(state);
+    state.status = GoalStatus::Completed as i32;
+    state.output_json = output.clone();
+    state.updated_unix_ms = now_ms;
+    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalCompleted(GoalCompleted { output_json: output }));
+}
+
+/// The goal's answer: the output node's output, else the single sink's, else an object of all
+/// sinks' outputs keyed by node id.
+fn goal_output(state: &GoalState) -> String {
+    let plan = state.plan.as_ref().expect("plan present");
+    let output_of = |id: &str| {
+        state.nodes.iter().find(|n| n.node_id == id).map(|n| n.output_json.clone()).unwrap_or_default()
+    };
+    if !plan.output_node.is_empty() {
+        return output_of(&plan.output_node);
+    }
+    let sinks: Vec<&str> = plan
+        .nodes
+        .iter()
+        .filter(|n| !plan.nodes.iter().any(|other| other.depends_on.contains(&n.id)))
+        .map(|n| n.id.as_str())
+        .collect();
+    if let [only] = sinks.as_slice() {
+        return output_of(only);
+    }
+    let object: serde_json::Map<String, Value> = sinks
+        .iter()
+        .map(|id| (id.to_string(), serde_json::from_str(&output_of(id)).unwrap_or(Value::Null)))
+        .collect();
+    Value::Object(object).to_string()
+}
+
+/// Cancels a running goal. Returns false when the goal had already ended.
+pub fn cancel(state: &mut GoalState, reason: &str, now_ms: u64, effects: &mut Effects) -> bool {
+    if is_terminal(state.status) {
+        return false;
+    }
+    skip_pending(state);
+    state.status = GoalStatus::Cancelled as i32;
+    state.error = Some(wire_error(ErrorCode::Cancelled, reason));
+    state.updated_unix_ms = now_ms;
+    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalCancelled(GoalCancelled { reason: reason.to_owned() }));
+    true
+}
+
+/// A fresh node table for a plan.
+pub fn initial_nodes(plan: &hermes_proto::TaskPlan) -> Vec<NodeState> {
+    plan.nodes
+        .iter()
+        .map(|n| NodeState { node_id: n.id.clone(), status: NodeStatus::Pending as i32, ..Default::default() })
+        .collect()
+}
+
+/// A stable deduplication id for an event: the same transition recomputed after a CAS retry or a
+/// crash publishes with the same id, so JetStream stores it once.
+pub fn event_msg_id(event: &Event) -> String {
+    let goal = &event.goal_id;
+    match &event.kind {
+        Some(Kind::GoalAccepted(_)) => format!("{goal}:accepted"),
+        Some(Kind::PlanCreated(_)) => format!("{goal}:plan"),
+        Some(Kind::TaskDispatched(e)) => format!("{goal}:dispatched:{}:{}", e.node_id, e.attempt),
+        Some(Kind::TaskSucceeded(e)) => format!("{goal}:succeeded:{}:{}", e.node_id, e.attempt),
+        Some(Kind::TaskFailed(e)) => format!("{goal}:failed:{}:{}", e.node_id, e.attempt),
+        Some(Kind::TaskRetrying(e)) => format!("{goal}:retrying:{}:{}", e.node_id, e.next_attempt),
+        Some(Kind::GoalCompleted(_)) => format!("{goal}:completed"),
+        Some(Kind::GoalFailed(_)) => format!("{goal}:goal-failed"),
+        Some(Kind::GoalCancelled(_)) => format!("{goal}:cancelled"),
+        Some(Kind::ApprovalRequired(e)) => format!("{goal}:approval:{}", e.call_id),
+        Some(Kind::ApprovalDecided(e)) => format!("{goal}:decided:{}", e.call_id),
+        None => format!("{goal}:empty:{}", event.at_unix_ms),
+    }
+}
+
+/// Whether an event ends the goal's event stream.
+pub fn is_terminal_event(event: &Event) -> bool {
+    matches!(
+        event.kind,
+        Some(Kind::GoalCompleted(_)) | Some(Kind::GoalFailed(_)) | Some(Kind::GoalCancelled(_))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hermes_proto::{TaskNode, TaskPlan};
+    use serde_json::json;
+
+    const LIMITS: Limits = Limits { node_timeout_ms: 1000 };
+
+    fn state() -> GoalState {
+        let plan = TaskPlan {
+            nodes: vec![
+                TaskNode { id: "a".into(), task_type: "t".into(), inputs_json: "{}".into(), ..Default::default() },
+                TaskNode { id: "b".into(), task_type: "t".into(), inputs_json: "{}".into(), ..Default::default() },
+                TaskNode {
+                    id: "c".into(),
+                    task_type: "t".into(),
+                    inputs_json: json!({"x": {"$ref": "a.v"}, "y": {"$ref": "b.v"}}).to_string(),
+                    depends_on: vec!["a".into(), "b".into()],
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        GoalState {
+            goal_id: "g-1".into(),
+            status: GoalStatus::Running as i32,
+            nodes: initial_nodes(&plan),
+            plan: Some(plan),
+            ..Default::default()
+        }
+    }
+
+    fn ok(node: &str, attempt: u32, output: Value) -> TaskResult {
+        TaskResult {
+            goal_id: "g-1".into(),
+            node_id: node.into(),
+            task_id: format!("g-1.{node}.{attempt}"),
+            attempt,
+            status: TaskStatus::Succeeded as i32,
+            output_json: output.to_string(),
+            ..Default::default()
+        }
+    }
+
+    fn failed(node: &str, attempt: u32, code: ErrorCode) -> TaskResult {
+        TaskResult {
+            status: TaskStatus::Failed as i32,
+            output_json: String::new(),
+            error: Some(wire_error(code, "boom")),
+            ..ok(node, attempt, Value::Null)
+        }
+    }
+
+    #[test]
+    fn independent_nodes_dispatch_together_and_refs_resolve() {
+        let mut s = state();
+        let mut fx = Effects::default();
+        dispatch_ready(&mut s, LIMITS, 10, &mut fx);
+        let ids: Vec<&str> = fx.tasks.iter().map(|t| t.node_id.as_str()).collect();
+        assert_eq!(ids, vec!["a", "b"]);
+        assert_eq!(fx.tasks[0].task_id, "g-1.a.1");
+
+        let mut fx = Effects::default();
+        assert_eq!(apply_result(&mut s, &ok("a", 1, json!({"v": 2})), LIMITS, 11, &mut fx), Applied::Changed);
+        assert!(fx.tasks.is_empty());
+        let mut fx = Effects::default();
+        apply_result(&mut s, &ok("b", 1, json!({"v": 3})), LIMITS, 12, &mut fx);
+        assert_eq!(fx.tasks.len(), 1);
+        assert_eq!(serde_json::from_str::<Value>(&fx.tasks[0].inputs_json).unwrap(), json!({"x": 2, "y": 3}));
+
+        let mut fx = Effects::default();
+        apply_result(&mut s, &ok("c", 1, json!({"done": true})), LIMITS, 13, &mut fx);
+        assert_eq!(s.status, GoalStatus::Completed as i32);
+        assert_eq!(s.output_json, json!({"done": true}).to_string());
+        assert!(is_terminal_event(fx.events.last().unwrap()));
+    }
+
+    #[test]
+    fn duplicate_and_stale_results_are_ignored() {
+        let mut s = state();
+        dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
+        apply_result(&mut s, &ok("a", 1, json!({"v": 1})), LIMITS, 11, &mut Effects::default());
+        let mut fx = Effects::default();
+        assert_eq!(apply_result(&mut s, &ok("a", 1, json!({"v": 9})), LIMITS, 12, &mut fx), Applied::Stale);
+        assert!(fx.events.is_empty());
+        assert_eq!(apply_result(&mut s, &ok("b", 7, json!({})), LIMITS, 12, &mut fx), Applied::Stale);
+    }
+
+    #[test]
+    fn retryable_failures_retry_then_fail_the_goal() {
+        let mut s = state();
+        dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
+        let mut fx = Effects::default();
+        apply_result(&mut s, &failed("a", 1, ErrorCode::Timeout), LIMITS, 11, &mut fx);
+        assert_eq!(fx.tasks[0].task_id, "g-1.a.2");
+        apply_result(&mut s, &failed("a", 2, ErrorCode::Timeout), LIMITS, 12, &mut Effects::default());
+        let mut fx = Effects::default();
+        apply_result(&mut s, &failed("a", 3, ErrorCode::Timeout), LIMITS, 13, &mut fx);
+        assert!(fx.tasks.is_empty());
+        assert_eq!(s.status, GoalStatus::Failed as i32);
+        assert_eq!(s.nodes[2].status, NodeStatus::Skipped as i32);
+    }
+
+    #[test]
+    fn tool_errors_are_not_retried() {
+        let mut s = state();
+        dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
+        let mut fx = Effects::default();
+        apply_result(&mut s, &failed("b", 1, ErrorCode::ToolError), LIMITS, 11, &mut fx);
+        assert!(fx.tasks.is_empty());
+        assert_eq!(s.status, GoalStatus::Failed as i32);
+        assert_eq!(s.error.as_ref().unwrap().node_id, "b");
+    }
+}

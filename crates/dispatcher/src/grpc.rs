@@ -1,0 +1,158 @@
+//! The gRPC adapter: `hermes.v1.Dispatcher`, plus the standard health and reflection services.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_nats::jetstream::consumer::{pull, DeliverPolicy};
+use futures::{Stream, StreamExt};
+use hermes_core::Error;
+use hermes_proto::dispatcher_server::{Dispatcher as DispatcherApi, DispatcherServer};
+use hermes_proto::{
+    CancelGoalRequest, Event, GetGoalRequest, Goal, GoalState, ListGoalsRequest, ListGoalsResponse,
+    SubmitGoalRequest, SubmitGoalResponse, WatchGoalRequest,
+};
+use prost::Message as _;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use tracing::info;
+
+use crate::engine::is_terminal_event;
+use crate::GoalService;
+
+pub(crate) async fn serve(
+    service: Arc<GoalService>,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<DispatcherServer<Api>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(hermes_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(DispatcherServer::new(Api { service }))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown.cancelled_owned(),
+        )
+        .await?;
+    Ok(())
+}
+
+struct Api {
+    service: Arc<GoalService>,
+}
+
+fn goal_id_arg(goal_id: &str) -> Result<&str, Status> {
+    let valid = !goal_id.is_empty()
+        && goal_id.len() <= 128
+        && goal_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if valid {
+        Ok(goal_id)
+    } else {
+        Err(Error::InvalidArgument { field: "goal_id".into(), reason: "must be a goal id such as g-0193...".into() }.into())
+    }
+}
+
+/// The client's view of a goal.
+pub fn to_goal(state: GoalState) -> Goal {
+    Goal {
+        goal_id: state.goal_id,
+        status: state.status,
+        output_json: state.output_json,
+        error: state.error,
+        nodes: state.nodes,
+        created_unix_ms: state.created_unix_ms,
+        updated_unix_ms: state.updated_unix_ms,
+        session_id: state.spec.map(|s| s.session_id).unwrap_or_default(),
+        plan: state.plan,
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DispatcherApi for Api {
+    async fn submit_goal(&self, request: Request<SubmitGoalRequest>) -> Result<Response<SubmitGoalResponse>, Status> {
+        let spec = request
+            .into_inner()
+            .spec
+            .ok_or_else(|| Error::InvalidArgument { field: "spec".into(), reason: "is required".into() })?;
+        let submitted = self.service.submit(spec).await?;
+        Ok(Response::new(SubmitGoalResponse { goal_id: submitted.goal_id, duplicate: submitted.duplicate }))
+    }
+
+    async fn get_goal(&self, request: Request<GetGoalRequest>) -> Result<Response<Goal>, Status> {
+        let req = request.into_inner();
+        let state = self.service.get(goal_id_arg(&req.goal_id)?).await?;
+        Ok(Response::new(to_goal(state)))
+    }
+
+    type WatchGoalStream = EventStream;
+
+    async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
+        let req = request.into_inner();
+        let goal_id = goal_id_arg(&req.goal_id)?.to_owned();
+        // Fail with NOT_FOUND rather than wait forever on a goal that never existed.
+        self.service.get(&goal_id).await?;
+        let bus = &self.service.bus;
+        let stream = bus
+            .jetstream()
+            .get_stream(bus.topology().events_stream())
+            .await
+            .map_err(|e| Status::unavailable(format!("UNAVAILABLE: events stream: {e}")))?;
+        let consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: bus.topology().event(&goal_id),
+                deliver_policy: DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Status::unavailable(format!("UNAVAILABLE: events consumer: {e}")))?;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| Status::unavailable(format!("UNAVAILABLE: events: {e}")))?;
+        info!(goal_id = %goal_id, "watch started");
+        let events = futures::stream::unfold((messages, false), |(mut messages, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                match messages.next().await? {
+                    Ok(msg) => match Event::decode(msg.payload.clone()) {
+                        Ok(event) => {
+                            let terminal = is_terminal_event(&event);
+                            return Some((Ok(event), (messages, terminal)));
+                        }
+                        // Events are written only by dispatchers; skip anything else.
+                        Err(_) => continue,
+                    },
+                    Err(e) => {
+                        return Some((Err(Status::unavailable(format!("UNAVAILABLE: {e}"))), (messages, true)))
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(events)))
+    }
+
+    async fn cancel_goal(&self, request: Request<CancelGoalRequest>) -> Result<Response<Goal>, Status> {
+        let req = request.into_inner();
+        let state = self.service.cancel(goal_id_arg(&req.goal_id)?, &req.reason).await?;
+        Ok(Response::new(to_goal(state)))
+    }
+
+    async fn list_goals(&self, request: Request<ListGoalsRequest>) -> Result<Response<ListGoalsResponse>, Status> {
+        let limit = match request.into_inner().limit {
+            0 => 100,
+            n => n.min(1000) as usize,
+        };
+        let goals = self.service.list(limit).await?.into_iter().map(to_goal).collect();
+        Ok(Response::new(ListGoalsResponse { goals }))
+    }
+}

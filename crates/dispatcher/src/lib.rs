@@ -1,0 +1,384 @@
+//! The dispatcher: it owns the gRPC API and the goal lifecycle. A submitted plan is validated,
+//! stored in KV, and its ready nodes are published as tasks; results are consumed from the one
+//! shared results consumer and applied to the goal by compare-and-set, which dispatches the nodes
+//! that became ready and completes the goal. Every transition is also an event on
+//! `hermes.event.<goal_id>`, which WatchGoal replays.
+//!
+//! All state is in JetStream, so any dispatcher replica can apply any result.
+
+pub mod catalog;
+pub mod engine;
+mod grpc;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use futures::StreamExt;
+use hermes_core::bus::ConsumerSpec;
+use hermes_core::plan::validate_plan;
+use hermes_core::trace::TraceContext;
+use hermes_core::{now_unix_ms, Bus, Error, GoalId, Result};
+use hermes_proto::event::Kind;
+use hermes_proto::{
+    Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup, PlanCreated, TaskResult,
+};
+use tokio::net::TcpListener;
+use tokio::sync::{Mutex, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn, Instrument};
+
+use crate::catalog::Catalog;
+use crate::engine::{Applied, Effects, Limits};
+use crate::store::GoalStore;
+
+/// Dispatcher settings.
+#[derive(Debug, Clone)]
+pub struct DispatcherConfig {
+    /// Where the gRPC API listens.
+    pub grpc_listen: SocketAddr,
+    pub max_nodes: usize,
+    /// Whole-goal timeout when the goal does not set one.
+    pub goal_timeout: Duration,
+    /// Per-attempt deadline when the node does not set one.
+    pub node_timeout: Duration,
+    /// How long a catalogue snapshot is reused for plan validation.
+    pub catalog_ttl: Duration,
+    /// Results applied at once; results of one goal are applied one at a time.
+    pub result_concurrency: usize,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        Self {
+            grpc_listen: ([127, 0, 0, 1], 50051).into(),
+            max_nodes: hermes_core::plan::DEFAULT_MAX_NODES,
+            goal_timeout: Duration::from_secs(600),
+            node_timeout: Duration::from_secs(180),
+            catalog_ttl: Duration::from_secs(2),
+            result_concurrency: 256,
+        }
+    }
+}
+
+/// The goal lifecycle, shared by the gRPC handlers and the results loop.
+pub struct GoalService {
+    bus: Bus,
+    store: GoalStore,
+    catalog: Catalog,
+    config: DispatcherConfig,
+    /// Serialises result application per goal within this process, so a wide fan-out does not
+    /// turn into a storm of CAS conflicts. Across replicas, CAS alone keeps updates correct.
+    goal_locks: DashMap<String, Arc<Mutex<()>>>,
+}
+
+/// What SubmitGoal returns.
+pub struct Submitted {
+    pub goal_id: String,
+    pub duplicate: bool,
+}
+
+impl GoalService {
+    pub fn new(bus: Bus, config: DispatcherConfig) -> Self {
+        let max_value = bus.client().server_info().max_payload;
+        let store = GoalStore::new(bus.goals().clone(), max_value);
+        let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
+        Self { bus, store, catalog, config, goal_locks: DashMap::new() }
+    }
+
+    fn limits(&self) -> Limits {
+        Limits { node_timeout_ms: self.config.node_timeout.as_millis() as u64 }
+    }
+
+    /// Validates and stores a goal, then dispatches its first nodes.
+    pub async fn submit(&self, spec: GoalSpec) -> Result<Submitted> {
+        let plan = match (&spec.plan, spec.text.trim().is_empty()) {
+            (Some(_), false) => {
+                return Err(Error::InvalidArgument {
+                    field: "spec".into(),
+                    reason: "give either `text` or `plan`, not both".into(),
+                })
+            }
+            (Some(plan), true) => plan.clone(),
+            (None, false) => {
+                return Err(Error::FailedPrecondition("no planner configured: goals given as text need the planner service, which is not built yet; submit an explicit plan".into()))
+            }
+            (None, true) => {
+                return Err(Error::InvalidArgument {
+                    field: "spec".into(),
+                    reason: "the goal has neither `text` nor `plan`".into(),
+                })
+            }
+        };
+        if spec.idempotency_key.len() > 256 {
+            return Err(Error::InvalidArgument {
+                field: "idempotency_key".into(),
+                reason: "must be at most 256 bytes".into(),
+            });
+        }
+        let goal_id = if spec.idempotency_key.is_empty() {
+            GoalId::generate()
+        } else {
+            GoalId::from_idempotency_key(&spec.idempotency_key)
+        };
+        // A retried submit must not be validated against a catalogue that changed since.
+        if !spec.idempotency_key.is_empty() && self.store.load(goal_id.as_str()).await?.is_some() {
+            return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
+        }
+
+        let snapshot = self.catalog.snapshot(plan.nodes.iter().map(|n| n.task_type.as_str())).await?;
+        let validated = validate_plan(&plan, &snapshot, self.config.max_nodes)?;
+
+        let now = now_unix_ms();
+        let timeout_ms = if spec.timeout_ms > 0 { spec.timeout_ms } else { self.config.goal_timeout.as_millis() as u64 };
+        let trace = TraceContext::new_root();
+        let mut state = GoalState {
+            goal_id: goal_id.to_string(),
+            status: GoalStatus::Running as i32,
+            nodes: engine::initial_nodes(&validated.plan),
+            plan: Some(validated.plan.clone()),
+            created_unix_ms: now,
+            updated_unix_ms: now,
+            deadline_unix_ms: now + timeout_ms,
+            traceparent: trace.to_header(),
+            spec: Some(GoalSpec { plan: None, ..spec.clone() }),
+            ..Default::default()
+        };
+        let mut effects = Effects::default();
+        effects.events.push(Event {
+            goal_id: state.goal_id.clone(),
+            at_unix_ms: now,
+            kind: Some(Kind::GoalAccepted(GoalAccepted {
+                session_id: spec.session_id.clone(),
+                idempotency_key: spec.idempotency_key.clone(),
+            })),
+        });
+        effects.events.push(Event {
+            goal_id: state.goal_id.clone(),
+            at_unix_ms: now,
+            kind: Some(Kind::PlanCreated(PlanCreated {
+                plan: Some(validated.plan),
+                groups: validated.groups.into_iter().map(|node_ids| ParallelGroup { node_ids }).collect(),
+            })),
+        });
+        engine::dispatch_ready(&mut state, self.limits(), now, &mut effects);
+        if !self.store.create(&state).await? {
+            return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
+        }
+        info!(goal_id = %goal_id, nodes = state.nodes.len(), event = "goal_accepted", "goal accepted");
+        self.publish_effects(&state, effects).await?;
+        Ok(Submitted { goal_id: goal_id.to_string(), duplicate: false })
+    }
+
+    pub async fn get(&self, goal_id: &str) -> Result<GoalState> {
+        self.store
+            .load(goal_id)
+            .await?
+            .map(|(state, _)| state)
+            .ok_or_else(|| Error::NotFound { what: "goal", id: goal_id.to_owned() })
+    }
+
+    pub async fn cancel(&self, goal_id: &str, reason: &str) -> Result<GoalState> {
+        let reason = if reason.is_empty() { "cancelled by request" } else { reason };
+        let updated = self
+            .store
+            .update(goal_id, |state| {
+                let mut effects = Effects::default();
+                engine::cancel(state, reason, now_unix_ms(), &mut effects).then_some(effects)
+            })
+            .await?;
+        match updated {
+            Some(updated) => {
+                info!(goal_id, event = "goal_cancelled", "goal cancelled");
+                self.publish_effects(&updated.state, updated.value).await?;
+                Ok(updated.state)
+            }
+            None => self.get(goal_id).await,
+        }
+    }
+
+    /// The newest goals first.
+    pub async fn list(&self, limit: usize) -> Result<Vec<GoalState>> {
+        let keys = self.store.keys().await?;
+        let mut goals = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some((state, _)) = self.store.load(&key).await? {
+                goals.push(state);
+            }
+        }
+        goals.sort_by(|a, b| b.created_unix_ms.cmp(&a.created_unix_ms));
+        goals.truncate(limit);
+        Ok(goals)
+    }
+
+    /// Applies one result. Duplicates and results for superseded attempts are recognised and
+    /// ignored, which is what makes at-least-once delivery of results safe.
+    pub async fn apply_result(&self, result: &TaskResult) -> Result<Applied> {
+        let lock = self.goal_locks.entry(result.goal_id.clone()).or_default().clone();
+        let outcome = {
+            let _guard = lock.lock().await;
+            let limits = self.limits();
+            self.store
+                .update(&result.goal_id, |state| {
+                    let mut effects = Effects::default();
+                    match engine::apply_result(state, result, limits, now_unix_ms(), &mut effects) {
+                        Applied::Changed => {
+                            state.updated_unix_ms = now_unix_ms();
+                            Some(effects)
+                        }
+                        Applied::Stale => None,
+                    }
+                })
+                .await
+        };
+        // Drop the lock entry once nobody else holds it, so the map does not grow with goals.
+        self.goal_locks.remove_if(&result.goal_id, |_, l| Arc::strong_count(l) <= 2);
+        match outcome {
+            Ok(Some(updated)) => {
+                self.publish_effects(&updated.state, updated.value).await?;
+                Ok(Applied::Changed)
+            }
+            Ok(None) => Ok(Applied::Stale),
+            // A result for a goal that does not exist cannot be applied; drop it.
+            Err(Error::NotFound { .. }) => Ok(Applied::Stale),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Publishes a committed transition's events, then its tasks. Each publish is sent before any
+    /// ack is awaited, which keeps wide fan-outs fast while preserving order on the connection.
+    async fn publish_effects(&self, state: &GoalState, effects: Effects) -> Result<()> {
+        use prost::Message as _;
+        let topology = self.bus.topology();
+        let trace = TraceContext::parse(&state.traceparent);
+        let mut pending = Vec::with_capacity(effects.events.len() + effects.tasks.len());
+        for event in &effects.events {
+            pending.push((topology.event(&event.goal_id), event.encode_to_vec(), engine::event_msg_id(event)));
+        }
+        for task in &effects.tasks {
+            pending.push((topology.pool_task(&task.task_type), task.encode_to_vec(), task.task_id.clone()));
+        }
+        let sends = pending.into_iter().map(|(subject, body, msg_id)| {
+            let bus = self.bus.clone();
+            let trace = trace.clone();
+            async move { bus.publish_bytes(subject, body.into(), &msg_id, trace.as_ref()).await }
+        });
+        // `buffered` polls in order, so sends go out in order while acks overlap.
+        let mut acks = futures::stream::iter(sends).buffered(256);
+        while let Some(ack) = acks.next().await {
+            ack?;
+        }
+        Ok(())
+    }
+}
+
+/// A dispatcher bound to its gRPC port, ready to run.
+pub struct Dispatcher {
+    service: Arc<GoalService>,
+    listener: TcpListener,
+    results: async_nats::jetstream::consumer::PullConsumer,
+}
+
+impl Dispatcher {
+    /// Binds the gRPC port and the results consumer; fails fast with a clear error.
+    pub async fn build(bus: Bus, config: DispatcherConfig) -> anyhow::Result<Dispatcher> {
+        use anyhow::Context as _;
+        let listener = TcpListener::bind(config.grpc_listen)
+            .await
+            .with_context(|| format!("cannot listen for gRPC on {}", config.grpc_listen))?;
+        let topology = bus.topology().clone();
+        let results = bus
+            .durable_consumer(ConsumerSpec {
+                stream: topology.results_stream(),
+                name: topology.results_consumer().to_owned(),
+                filter_subject: topology.all_results(),
+                ack_wait: Duration::from_secs(30),
+                max_deliver: 10,
+                max_ack_pending: 20_000,
+            })
+            .await
+            .context("cannot bind the results consumer")?;
+        Ok(Dispatcher { service: Arc::new(GoalService::new(bus, config)), listener, results })
+    }
+
+    /// The address the gRPC API listens on.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn service(&self) -> Arc<GoalService> {
+        self.service.clone()
+    }
+
+    /// Serves gRPC and applies results until `shutdown` is cancelled.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let addr = self.listener.local_addr()?;
+        info!(%addr, "dispatcher serving grpc");
+        let results = tokio::spawn(
+            results_loop(self.service.clone(), self.results, shutdown.clone())
+                .instrument(tracing::info_span!("results")),
+        );
+        grpc::serve(self.service, self.listener, shutdown.clone()).await?;
+        shutdown.cancel();
+        let _ = results.await;
+        Ok(())
+    }
+}
+
+async fn results_loop(
+    service: Arc<GoalService>,
+    consumer: async_nats::jetstream::consumer::PullConsumer,
+    shutdown: CancellationToken,
+) {
+    let concurrency = service.config.result_concurrency;
+    let mut messages = match consumer.stream().max_messages_per_batch(concurrency).messages().await {
+        Ok(m) => m,
+        Err(e) => {
+            warn!(error = %e, "cannot pull results");
+            return;
+        }
+    };
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        };
+        let next = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            next = messages.next() => next,
+        };
+        match next {
+            Some(Ok(msg)) => {
+                let service = service.clone();
+                running.spawn(async move {
+                    let _permit = permit;
+                    let Some(delivery) = service.bus.decode_or_dead_letter::<TaskResult>("result", msg).await else {
+                        return;
+                    };
+                    match service.apply_result(&delivery.message).await {
+                        Ok(_) => {
+                            let _ = delivery.ack().await;
+                        }
+                        Err(e) => {
+                            warn!(goal_id = %delivery.message.goal_id, error = %e, "cannot apply result; will retry");
+                            let _ = delivery.nak(Some(Duration::from_millis(500))).await;
+                        }
+                    }
+                });
+            }
+            Some(Err(e)) => {
+                warn!(error = %e, "pulling results failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            None => break,
+        }
+        while running.try_join_next().is_some() {}
+    }
+    while running.join_next().await.is_some() {}
+}

@@ -1,0 +1,34 @@
+//! `hermes-dispatcher`: the dispatcher as its own process.
+
+use anyhow::Context;
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(name = "hermes-dispatcher", version, about = "Hermes dispatcher and gRPC API")]
+struct Args {
+    #[arg(long, env = "HERMES_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+    /// Address the gRPC API listens on.
+    #[arg(long, env = "HERMES_GRPC_LISTEN", default_value = "127.0.0.1:50051")]
+    grpc_listen: std::net::SocketAddr,
+    /// Most nodes a plan may have.
+    #[arg(long, env = "HERMES_MAX_NODES", default_value_t = hermes_core::plan::DEFAULT_MAX_NODES)]
+    max_nodes: usize,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    hermes_core::telemetry::init_logging();
+    let args = Args::parse();
+    let shutdown = hermes_core::shutdown::install_signal_handlers();
+    let bus = hermes_core::Bus::connect(hermes_core::BusConfig::new(&args.nats_url).with_name("hermes-dispatcher"))
+        .await
+        .context("failed to connect to NATS")?;
+    let config = hermes_dispatcher::DispatcherConfig {
+        grpc_listen: args.grpc_listen,
+        max_nodes: args.max_nodes,
+        ..Default::default()
+    };
+    let dispatcher = hermes_dispatcher::Dispatcher::build(bus, config).await?;
+    dispatcher.run(shutdown).await
+}

@@ -1,0 +1,106 @@
+//! Goal state in the `hermes_goals` KV bucket. Every change is a compare-and-set on the entry's
+//! revision, retried on conflict with the transition recomputed on fresh state, so several
+//! dispatcher replicas can work on the same goal without losing an update.
+
+use async_nats::jetstream::kv;
+use bytes::Bytes;
+use hermes_core::{Error, Result};
+use hermes_proto::GoalState;
+use prost::Message as _;
+
+/// Conflicting writers give up after this many attempts; each retry reloads the state.
+const MAX_CAS_ATTEMPTS: usize = 64;
+
+pub struct GoalStore {
+    kv: kv::Store,
+    /// Largest value the server accepts.
+    max_value_bytes: usize,
+}
+
+/// The outcome of [`GoalStore::update`].
+pub struct Updated<T> {
+    pub state: GoalState,
+    pub value: T,
+}
+
+impl GoalStore {
+    pub fn new(kv: kv::Store, max_value_bytes: usize) -> Self {
+        Self { kv, max_value_bytes }
+    }
+
+    pub async fn load(&self, goal_id: &str) -> Result<Option<(GoalState, u64)>> {
+        let entry = self
+            .kv
+            .entry(goal_id)
+            .await
+            .map_err(|e| Error::JetStream { operation: "load goal", reason: e.to_string() })?;
+        match entry {
+            Some(entry) if entry.operation == kv::Operation::Put => {
+                let state = GoalState::decode(entry.value)
+                    .map_err(|e| Error::Decode { kind: "GoalState", reason: e.to_string() })?;
+                Ok(Some((state, entry.revision)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Stores a new goal. Returns `false` when a goal with this id already exists.
+    pub async fn create(&self, state: &GoalState) -> Result<bool> {
+        let value = self.encode(state)?;
+        match self.kv.create(&state.goal_id, value).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(Error::JetStream { operation: "create goal", reason: e.to_string() }),
+        }
+    }
+
+    /// Loads the goal, applies `change` and writes it back with compare-and-set. `change` returns
+    /// `None` to leave the goal untouched. It may run several times, so it must be a pure function
+    /// of the state it is given.
+    pub async fn update<T>(
+        &self,
+        goal_id: &str,
+        mut change: impl FnMut(&mut GoalState) -> Option<T>,
+    ) -> Result<Option<Updated<T>>> {
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let Some((mut state, revision)) = self.load(goal_id).await? else {
+                return Err(Error::NotFound { what: "goal", id: goal_id.to_owned() });
+            };
+            let Some(value) = change(&mut state) else { return Ok(None) };
+            let bytes = self.encode(&state)?;
+            match self.kv.update(goal_id, bytes, revision).await {
+                Ok(_) => return Ok(Some(Updated { state, value })),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) => return Err(Error::JetStream { operation: "update goal", reason: e.to_string() }),
+            }
+        }
+        Err(Error::Unavailable(format!("goal {goal_id}: too many concurrent updates")))
+    }
+
+    pub async fn keys(&self) -> Result<Vec<String>> {
+        use futures::TryStreamExt;
+        let keys = self
+            .kv
+            .keys()
+            .await
+            .map_err(|e| Error::JetStream { operation: "list goals", reason: e.to_string() })?;
+        keys.try_collect()
+            .await
+            .map_err(|e| Error::JetStream { operation: "list goals", reason: e.to_string() })
+    }
+
+    fn encode(&self, state: &GoalState) -> Result<Bytes> {
+        let bytes = state.encode_to_vec();
+        if bytes.len() > self.max_value_bytes {
+            return Err(Error::InvalidArgument {
+                field: "goal".into(),
+                reason: format!(
+                    "goal state is {} bytes, over the server's limit of {}; node outputs are too large to keep inline",
+                    bytes.len(),
+                    self.max_value_bytes
+                ),
+            });
+        }
+        Ok(Bytes::from(bytes))
+    }
+}

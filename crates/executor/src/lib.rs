@@ -1,0 +1,373 @@
+//! The executor agent. It serves the task types it declares (for now, its tools): it pulls tasks
+//! from the pool consumer of each task type, validates and runs the tool, publishes the
+//! `TaskResult` and only then acks the task, so a crash between the two redelivers the task rather
+//! than losing it. It also heartbeats its capabilities to the registry.
+
+pub mod tool;
+pub mod tools;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use hermes_core::bus::ConsumerSpec;
+use hermes_core::{now_unix_ms, Bus, Delivery, ErrorCode};
+use hermes_proto::{AgentHeartbeat, TaskMessage, TaskResult, TaskStatus};
+use prost::Message as _;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn, Instrument};
+
+pub use tool::{Tool, ToolContext, ToolError, ToolRegistry};
+
+/// How one agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub agent_id: String,
+    pub pool: String,
+    /// Tools (task types) this agent serves; empty means every built-in tool.
+    pub tools: Vec<String>,
+    pub max_concurrency: u32,
+    /// The dir file-reading tools are confined to.
+    pub workspace: PathBuf,
+    pub heartbeat_interval: Duration,
+    /// How long the server waits for an ack before redelivering; progress acks extend it.
+    pub ack_wait: Duration,
+    /// Deliveries of one task before it is given up on.
+    pub max_deliver: i64,
+}
+
+impl AgentConfig {
+    pub fn new(agent_id: impl Into<String>, workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            pool: "default".to_owned(),
+            tools: Vec::new(),
+            max_concurrency: 16,
+            workspace: workspace.into(),
+            heartbeat_interval: Duration::from_secs(10),
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 5,
+        }
+    }
+}
+
+/// Errors that stop an agent from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid agent config: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Core(#[from] hermes_core::Error),
+}
+
+/// A built agent, connected and bound to its consumers, ready to [`Agent::run`].
+pub struct Agent {
+    bus: Bus,
+    config: AgentConfig,
+    registry: ToolRegistry,
+    consumers: Vec<(String, async_nats::jetstream::consumer::PullConsumer)>,
+    started_unix_ms: u64,
+}
+
+impl Agent {
+    /// Validates the config and binds one pool consumer per task type. Fails fast with a clear
+    /// message on a bad id, an unknown tool or a missing workspace.
+    pub async fn build(bus: Bus, config: AgentConfig) -> Result<Agent, Error> {
+        hermes_core::topology::validate_agent_id(&config.agent_id)
+            .map_err(|e| Error::Config(e.to_string()))?;
+        if config.max_concurrency == 0 {
+            return Err(Error::Config("max_concurrency must be at least 1".into()));
+        }
+        if !config.workspace.is_dir() {
+            return Err(Error::Config(format!(
+                "workspace {} is not a directory",
+                config.workspace.display()
+            )));
+        }
+        let registry = build_registry(&config.tools).map_err(Error::Config)?;
+        let topology = bus.topology().clone();
+        let mut consumers = Vec::new();
+        for task_type in registry.names() {
+            let consumer = bus
+                .durable_consumer(ConsumerSpec {
+                    stream: topology.tasks_stream(),
+                    name: topology.pool_consumer(task_type),
+                    filter_subject: topology.pool_task(task_type),
+                    ack_wait: config.ack_wait,
+                    max_deliver: config.max_deliver,
+                    max_ack_pending: 20_000,
+                })
+                .await?;
+            consumers.push((task_type.to_owned(), consumer));
+        }
+        Ok(Agent { bus, config, registry, consumers, started_unix_ms: now_unix_ms() })
+    }
+
+    pub fn tool_registry(&self) -> &ToolRegistry {
+        &self.registry
+    }
+
+    /// Serves tasks until `shutdown` is cancelled, then finishes in-flight tasks and deregisters.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let shared = Arc::new(Shared {
+            bus: self.bus.clone(),
+            registry: self.registry.clone(),
+            ctx: ToolContext { workspace: self.config.workspace.clone() },
+            agent_id: self.config.agent_id.clone(),
+            ack_wait: self.config.ack_wait,
+            in_flight: AtomicU32::new(0),
+        });
+        let permits = Arc::new(Semaphore::new(self.config.max_concurrency as usize));
+        let mut loops = JoinSet::new();
+        for (task_type, consumer) in self.consumers {
+            let span = tracing::info_span!("consume_tasks", agent = %self.config.agent_id, task_type = %task_type);
+            loops.spawn(
+                consume(shared.clone(), consumer, permits.clone(), self.config.max_concurrency, shutdown.clone())
+                    .instrument(span),
+            );
+        }
+        let heartbeat = heartbeat_loop(
+            shared.clone(),
+            self.config.clone(),
+            self.started_unix_ms,
+            shutdown.clone(),
+        );
+        let heartbeat = tokio::spawn(heartbeat.instrument(tracing::info_span!("heartbeat")));
+        info!(agent = %self.config.agent_id, tools = ?shared.registry.names().collect::<Vec<_>>(), "agent serving");
+        while let Some(done) = loops.join_next().await {
+            if let Ok(Err(e)) = done {
+                warn!(error = %e, "task consumer stopped");
+            }
+        }
+        // Consumers return only after their in-flight tasks finished.
+        let _ = heartbeat.await;
+        Ok(())
+    }
+}
+
+fn build_registry(wanted: &[String]) -> Result<ToolRegistry, String> {
+    let mut registry = ToolRegistry::default();
+    let builtins = tools::builtin_tools();
+    for tool in &builtins {
+        if wanted.is_empty() || wanted.iter().any(|w| w == tool.name()) {
+            registry.register(tool.clone())?;
+        }
+    }
+    if let Some(unknown) = wanted.iter().find(|w| !registry.contains(w)) {
+        let known: Vec<&str> = builtins.iter().map(|t| t.name()).collect();
+        return Err(format!("unknown tool `{unknown}`; available: {}", known.join(", ")));
+    }
+    Ok(registry)
+}
+
+struct Shared {
+    bus: Bus,
+    registry: ToolRegistry,
+    ctx: ToolContext,
+    agent_id: String,
+    ack_wait: Duration,
+    in_flight: AtomicU32,
+}
+
+async fn consume(
+    shared: Arc<Shared>,
+    consumer: async_nats::jetstream::consumer::PullConsumer,
+    permits: Arc<Semaphore>,
+    max_concurrency: u32,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    // Prefetch no more than we can run, so tasks we cannot start stay available to other agents.
+    let mut messages = consumer
+        .stream()
+        .max_messages_per_batch(max_concurrency as usize)
+        .messages()
+        .await
+        .map_err(|e| hermes_core::Error::JetStream { operation: "pull", reason: e.to_string() })?;
+    let mut running = JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let next = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            next = messages.next() => next,
+        };
+        match next {
+            Some(Ok(msg)) => {
+                let shared = shared.clone();
+                running.spawn(async move {
+                    let _permit = permit;
+                    handle_task(&shared, msg).await;
+                });
+            }
+            Some(Err(e)) => {
+                warn!(error = %e, "pull failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            None => break,
+        }
+        while running.try_join_next().is_some() {}
+    }
+    // Drain: stop pulling, finish what is running.
+    while running.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
+    let Some(delivery) = shared.bus.decode_or_dead_letter::<TaskMessage>("task", msg).await else {
+        return;
+    };
+    let task = &delivery.message;
+    let span = tracing::info_span!(
+        "agent_task",
+        goal_id = %task.goal_id,
+        node_id = %task.node_id,
+        task_id = %task.task_id,
+        agent = %shared.agent_id,
+    );
+    async {
+        info!(event = "task_received", task_type = %task.task_type, attempt = task.attempt, "task received");
+        shared.in_flight.fetch_add(1, Ordering::Relaxed);
+        let result = run_with_progress(shared, &delivery).await;
+        shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let msg_id = format!("result:{}", task.task_id);
+        let subject = shared.bus.topology().result(&task.goal_id);
+        match shared.bus.publish(subject, &result, &msg_id, delivery.trace.as_ref()).await {
+            Ok(_) => {
+                if let Err(e) = delivery.ack().await {
+                    // The result is stored; a redelivery will publish it again and the
+                    // dispatcher ignores the duplicate.
+                    warn!(error = %e, "ack failed after the result was published");
+                }
+                if result.status == TaskStatus::Succeeded as i32 {
+                    info!(event = "task_succeeded", elapsed_ms = result.elapsed_ms, "task succeeded");
+                } else {
+                    let code = result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("");
+                    info!(event = "task_failed", code, elapsed_ms = result.elapsed_ms, "task failed");
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot publish result; asking for redelivery");
+                let _ = delivery.nak(Some(Duration::from_secs(1))).await;
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+}
+
+/// Runs the task's tool while sending progress acks, so AckWait never expires under a live agent.
+async fn run_with_progress(shared: &Shared, delivery: &Delivery<TaskMessage>) -> TaskResult {
+    let task = &delivery.message;
+    let started = Instant::now();
+    let started_unix_ms = now_unix_ms();
+    let outcome = if task.deadline_unix_ms != 0 && started_unix_ms >= task.deadline_unix_ms {
+        Err(ToolError { code: ErrorCode::Timeout, message: "the task's deadline passed before it started".into() })
+    } else {
+        let work = run_tool(shared, task);
+        tokio::pin!(work);
+        let mut ticker = tokio::time::interval(shared.ack_wait / 3);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                result = &mut work => break result,
+                _ = ticker.tick() => {
+                    if let Err(e) = delivery.progress().await {
+                        warn!(error = %e, "progress ack failed");
+                    }
+                }
+            }
+        }
+    };
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let mut result = TaskResult {
+        goal_id: task.goal_id.clone(),
+        node_id: task.node_id.clone(),
+        task_id: task.task_id.clone(),
+        attempt: task.attempt,
+        elapsed_ms,
+        agent_id: shared.agent_id.clone(),
+        started_unix_ms,
+        ..Default::default()
+    };
+    match outcome {
+        Ok(output) => {
+            result.status = TaskStatus::Succeeded as i32;
+            result.output_json = output.to_string();
+        }
+        Err(e) => {
+            result.status = TaskStatus::Failed as i32;
+            let mut error = e.to_proto();
+            error.node_id = task.node_id.clone();
+            result.error = Some(error);
+        }
+    }
+    result
+}
+
+async fn run_tool(shared: &Shared, task: &TaskMessage) -> Result<serde_json::Value, ToolError> {
+    let args: serde_json::Value = if task.inputs_json.trim().is_empty() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        serde_json::from_str(&task.inputs_json)
+            .map_err(|e| ToolError::invalid_argument(format!("inputs are not valid JSON: {e}")))?
+    };
+    info!(event = "tool_called", tool = %task.task_type, "tool called");
+    let result = shared.registry.call(&task.task_type, args, &shared.ctx).await;
+    info!(event = "tool_result_received", tool = %task.task_type, ok = result.is_ok(), "tool returned");
+    result
+}
+
+async fn heartbeat_loop(
+    shared: Arc<Shared>,
+    config: AgentConfig,
+    started_unix_ms: u64,
+    shutdown: CancellationToken,
+) {
+    let topology = shared.bus.topology().clone();
+    let subject = topology.heartbeat(&config.agent_id);
+    let beat = |deregister: bool| AgentHeartbeat {
+        agent_id: config.agent_id.clone(),
+        pool: config.pool.clone(),
+        task_types: shared.registry.names().map(str::to_owned).collect(),
+        tools: shared.registry.specs(),
+        in_flight: shared.in_flight.load(Ordering::Relaxed),
+        max_concurrency: config.max_concurrency,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        started_unix_ms,
+        sent_unix_ms: now_unix_ms(),
+        deregister,
+        ..Default::default()
+    };
+    let mut ticker = tokio::time::interval(config.heartbeat_interval);
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            _ = ticker.tick() => {
+                let hb = beat(false).encode_to_vec();
+                if let Err(e) = shared.bus.client().publish(subject.clone(), hb.clone().into()).await {
+                    warn!(error = %e, "heartbeat publish failed");
+                }
+                if let Err(e) = shared.bus.agents().put(&config.agent_id, hb.into()).await {
+                    warn!(error = %e, "heartbeat mirror to kv failed");
+                }
+            }
+        }
+    }
+    let bye = beat(true).encode_to_vec();
+    let _ = shared.bus.client().publish(subject, bye.into()).await;
+    let _ = shared.bus.agents().delete(&config.agent_id).await;
+    let _ = shared.bus.client().flush().await;
+    info!(agent = %config.agent_id, event = "agent_deregistered", "agent deregistered");
+}

@@ -1,0 +1,26 @@
+//! Built-in tools. Every one is deterministic and works offline.
+
+mod math;
+mod table;
+mod text;
+mod time;
+
+use std::sync::Arc;
+
+pub use math::MathEvaluate;
+pub use table::TableAggregate;
+pub use text::TextTemplate;
+pub use time::{TimeAdd, TimeNow};
+
+use crate::tool::Tool;
+
+/// Every built-in tool.
+pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(MathEvaluate),
+        Arc::new(TimeNow),
+        Arc::new(TimeAdd),
+        Arc::new(TextTemplate),
+        Arc::new(TableAggregate),
+    ]
+}

@@ -1,0 +1,32 @@
+//! Compiles `proto/hermes/v1/*.proto` once for the whole workspace, with the vendored protoc so no
+//! system protoc is needed, and writes the descriptor set that gRPC reflection serves.
+
+use std::path::PathBuf;
+
+const PROTO_FILES: &[&str] = &[
+    "hermes/v1/common.proto",
+    "hermes/v1/plan.proto",
+    "hermes/v1/task.proto",
+    "hermes/v1/goal.proto",
+    "hermes/v1/event.proto",
+    "hermes/v1/agent.proto",
+    "hermes/v1/approval.proto",
+    "hermes/v1/memory.proto",
+    "hermes/v1/dispatcher.proto",
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let paths: Vec<PathBuf> = PROTO_FILES.iter().map(|f| root.join(f)).collect();
+    for path in &paths {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+
+    let mut config = prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(out_dir.join("hermes_descriptor.bin"))
+        .compile_with_config(config, &paths, &[root])?;
+    Ok(())
+}
