@@ -1,0 +1,345 @@
+//! `hermes`: `hermes up` runs the whole stack in one process for development; every other
+//! command is a gRPC client of a dispatcher (`--server`, env `HERMES_SERVER`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+use hermes_cli::stack::{Stack, StackConfig};
+use hermes_proto::dispatcher_client::DispatcherClient;
+use hermes_proto::event::Kind;
+use hermes_proto::{
+    CancelGoalRequest, GetGoalRequest, Goal, GoalSpec, GoalStatus, ListGoalsRequest, NodeStatus,
+    SubmitGoalRequest, WatchGoalRequest,
+};
+use tonic::transport::Channel;
+
+#[derive(Parser, Debug)]
+#[command(name = "hermes", version, about = "Hermes: a distributed orchestrator for AI agents")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct ServerArg {
+    /// Dispatcher gRPC address.
+    #[arg(long, env = "HERMES_SERVER", default_value = "127.0.0.1:50051", global = true)]
+    server: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run every service in this process (development mode).
+    Up {
+        /// gRPC listen address.
+        #[arg(long, env = "HERMES_GRPC_LISTEN", default_value = "127.0.0.1:50051")]
+        grpc_listen: SocketAddr,
+        /// Use this NATS server; when unset or unreachable a local nats-server is started.
+        #[arg(long, env = "HERMES_NATS_URL")]
+        nats_url: Option<String>,
+        /// Where the local nats-server keeps its store.
+        #[arg(long, env = "HERMES_DATA_DIR", default_value = ".hermes")]
+        data_dir: PathBuf,
+        /// Executor agents to run.
+        #[arg(long, env = "HERMES_AGENTS", default_value_t = 2)]
+        agents: u32,
+        /// Tasks each agent runs at once.
+        #[arg(long, env = "HERMES_AGENT_MAX_CONCURRENCY", default_value_t = 16)]
+        max_concurrency: u32,
+        /// Dir that the agents' file tools may read.
+        #[arg(long, env = "HERMES_AGENT_WORKSPACE", default_value = ".")]
+        workspace: PathBuf,
+    },
+    /// Submit a goal: text (needs a planner) or `--plan FILE`.
+    Submit {
+        /// The goal in plain language.
+        text: Option<String>,
+        /// A plan file (YAML or JSON).
+        #[arg(long)]
+        plan: Option<PathBuf>,
+        /// Print live progress and the final output; exit non-zero if the goal fails.
+        #[arg(long)]
+        watch: bool,
+        #[arg(long, default_value = "")]
+        idempotency_key: String,
+        #[arg(long, default_value = "")]
+        session: String,
+        /// Whole-goal timeout in seconds (0: the server default).
+        #[arg(long, default_value_t = 0)]
+        timeout_secs: u64,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Show a goal.
+    Get {
+        goal_id: String,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Follow a goal's events from the start until it ends.
+    Watch {
+        goal_id: String,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Cancel a goal.
+    Cancel {
+        goal_id: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// List recent goals.
+    List {
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+async fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Up { grpc_listen, nats_url, data_dir, agents, max_concurrency, workspace } => {
+            hermes_core::telemetry::init_logging();
+            up(grpc_listen, nats_url, data_dir, agents, max_concurrency, workspace).await?;
+            Ok(0)
+        }
+        Command::Submit { text, plan, watch, idempotency_key, session, timeout_secs, server } => {
+            let plan = match (&text, &plan) {
+                (Some(_), Some(_)) => bail!("give either goal text or --plan, not both"),
+                (None, None) => bail!("give goal text or --plan FILE"),
+                (_, Some(path)) => Some(hermes_cli::plan_file::load_plan(path)?),
+                (Some(_), None) => None,
+            };
+            let mut client = connect(&server.server).await?;
+            let spec = GoalSpec {
+                text: text.unwrap_or_default(),
+                plan,
+                session_id: session,
+                idempotency_key,
+                timeout_ms: timeout_secs * 1000,
+                ..Default::default()
+            };
+            let reply = client
+                .submit_goal(SubmitGoalRequest { spec: Some(spec) })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if reply.duplicate {
+                println!("goal {} (already submitted with this idempotency key)", reply.goal_id);
+            } else {
+                println!("goal {}", reply.goal_id);
+            }
+            if watch {
+                return watch_goal(&mut client, &reply.goal_id).await;
+            }
+            Ok(0)
+        }
+        Command::Get { goal_id, server } => {
+            let mut client = connect(&server.server).await?;
+            let goal = client.get_goal(GetGoalRequest { goal_id }).await.map_err(status_error)?.into_inner();
+            print_goal(&goal);
+            Ok(0)
+        }
+        Command::Watch { goal_id, server } => {
+            let mut client = connect(&server.server).await?;
+            watch_goal(&mut client, &goal_id).await
+        }
+        Command::Cancel { goal_id, reason, server } => {
+            let mut client = connect(&server.server).await?;
+            let goal = client
+                .cancel_goal(CancelGoalRequest { goal_id, reason })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_goal(&goal);
+            Ok(0)
+        }
+        Command::List { limit, server } => {
+            let mut client = connect(&server.server).await?;
+            let goals = client.list_goals(ListGoalsRequest { limit }).await.map_err(status_error)?.into_inner().goals;
+            println!("{:<36}  {:<10}  {:>5}  created", "GOAL", "STATUS", "NODES");
+            for goal in goals {
+                println!(
+                    "{:<36}  {:<10}  {:>5}  {}",
+                    goal.goal_id,
+                    status_name(goal.status),
+                    goal.nodes.len(),
+                    goal.created_unix_ms
+                );
+            }
+            Ok(0)
+        }
+    }
+}
+
+async fn up(
+    grpc_listen: SocketAddr,
+    nats_url: Option<String>,
+    data_dir: PathBuf,
+    agents: u32,
+    max_concurrency: u32,
+    workspace: PathBuf,
+) -> anyhow::Result<()> {
+    let shutdown = hermes_core::shutdown::install_signal_handlers();
+    let mut local_nats = None;
+    let nats_url = match nats_url {
+        Some(url) if hermes_cli::nats::reachable(&url).await => url,
+        other => {
+            if let Some(url) = other {
+                eprintln!("HERMES_NATS_URL {url} is not reachable; starting a local nats-server");
+            }
+            let nats = hermes_cli::nats::start_local(&data_dir.join("nats")).await?;
+            let url = nats.url.clone();
+            local_nats = Some(nats);
+            url
+        }
+    };
+    let workspace = workspace.canonicalize().with_context(|| format!("workspace {}", workspace.display()))?;
+    let agents = (1..=agents)
+        .map(|i| {
+            let mut config = hermes_executor::AgentConfig::new(format!("local-{i}"), workspace.clone());
+            config.max_concurrency = max_concurrency;
+            config
+        })
+        .collect();
+    let config = StackConfig {
+        nats_url: nats_url.clone(),
+        registry: Default::default(),
+        agents,
+        dispatcher: hermes_dispatcher::DispatcherConfig { grpc_listen, ..Default::default() },
+    };
+    let stack = Stack::start(config, shutdown).await?;
+    println!("hermes up: grpc {} nats {nats_url}", stack.grpc_addr());
+    let result = stack.wait(Duration::from_secs(30)).await;
+    drop(local_nats);
+    result
+}
+
+async fn connect(server: &str) -> anyhow::Result<DispatcherClient<Channel>> {
+    let url = if server.contains("://") { server.to_owned() } else { format!("http://{server}") };
+    let channel = Channel::from_shared(url.clone())
+        .with_context(|| format!("bad server address {server}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the dispatcher at {server}; is `hermes up` running?"))?;
+    Ok(DispatcherClient::new(channel))
+}
+
+fn status_error(status: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{}", status.message())
+}
+
+async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> anyhow::Result<i32> {
+    let mut events = client
+        .watch_goal(WatchGoalRequest { goal_id: goal_id.to_owned() })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let mut start = None;
+    while let Some(event) = events.next().await {
+        let event = event.map_err(status_error)?;
+        let t0 = *start.get_or_insert(event.at_unix_ms);
+        let at = format!("[+{:>7.3}s]", event.at_unix_ms.saturating_sub(t0) as f64 / 1000.0);
+        match event.kind {
+            Some(Kind::GoalAccepted(_)) => println!("{at} accepted"),
+            Some(Kind::PlanCreated(p)) => {
+                let groups: Vec<String> = p.groups.iter().map(|g| g.node_ids.join(", ")).collect();
+                println!("{at} plan: {} nodes in {} parallel groups: [{}]", p.plan.map(|p| p.nodes.len()).unwrap_or(0), groups.len(), groups.join("] -> ["));
+            }
+            Some(Kind::TaskDispatched(d)) => {
+                println!("{at} dispatched {} ({}) attempt {}", d.node_id, d.task_type, d.attempt)
+            }
+            Some(Kind::TaskSucceeded(s)) => {
+                println!("{at} succeeded  {} on {} in {} ms", s.node_id, s.agent_id, s.elapsed_ms)
+            }
+            Some(Kind::TaskFailed(f)) => {
+                let e = f.error.unwrap_or_default();
+                println!("{at} failed     {} on {}: {}: {}", f.node_id, f.agent_id, e.code, e.message)
+            }
+            Some(Kind::TaskRetrying(r)) => println!("{at} retrying   {} (attempt {})", r.node_id, r.next_attempt),
+            Some(Kind::GoalCompleted(c)) => {
+                println!("{at} completed");
+                print_output(&c.output_json);
+                return Ok(0);
+            }
+            Some(Kind::GoalFailed(f)) => {
+                let e = f.error.unwrap_or_default();
+                println!("{at} goal failed at node {}: {}: {}", e.node_id, e.code, e.message);
+                return Ok(1);
+            }
+            Some(Kind::GoalCancelled(c)) => {
+                println!("{at} cancelled: {}", c.reason);
+                return Ok(1);
+            }
+            Some(other) => println!("{at} {other:?}"),
+            None => {}
+        }
+    }
+    bail!("the event stream ended before the goal did")
+}
+
+/// Prints an output; a top-level `text` field is shown as text.
+fn print_output(output_json: &str) {
+    match serde_json::from_str::<serde_json::Value>(output_json) {
+        Ok(v) => match v.get("text").and_then(|t| t.as_str()) {
+            Some(text) => println!("\n{text}"),
+            None => println!("\n{}", serde_json::to_string_pretty(&v).unwrap_or_default()),
+        },
+        Err(_) => println!("\n{output_json}"),
+    }
+}
+
+fn status_name(status: i32) -> &'static str {
+    match GoalStatus::try_from(status).unwrap_or(GoalStatus::Unspecified) {
+        GoalStatus::Pending => "PENDING",
+        GoalStatus::Running => "RUNNING",
+        GoalStatus::Completed => "COMPLETED",
+        GoalStatus::Failed => "FAILED",
+        GoalStatus::Cancelled => "CANCELLED",
+        GoalStatus::Unspecified => "UNKNOWN",
+    }
+}
+
+fn print_goal(goal: &Goal) {
+    println!("goal    {}", goal.goal_id);
+    println!("status  {}", status_name(goal.status));
+    if let Some(e) = &goal.error {
+        println!("error   {}: {}", e.code, e.message);
+    }
+    println!("nodes:");
+    for node in &goal.nodes {
+        let status = NodeStatus::try_from(node.status).map(|s| s.as_str_name()).unwrap_or("?");
+        println!(
+            "  {:<20} {:<22} attempt {} agent {:<10} {} ms",
+            node.node_id,
+            status.trim_start_matches("NODE_STATUS_"),
+            node.attempt,
+            node.agent_id,
+            node.elapsed_ms
+        );
+    }
+    if !goal.output_json.is_empty() {
+        print_output(&goal.output_json);
+    }
+}
