@@ -1,1 +1,169 @@
-//! Shared helpers for the end-to-end tests.
+//! Shared helpers for the end-to-end tests: a [`TestStack`] runs a real nats-server and every
+//! service in-process, and hands out a real gRPC client.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use hermes_cli::stack::{Stack, StackConfig};
+use hermes_dispatcher::DispatcherConfig;
+use hermes_executor::AgentConfig;
+use hermes_proto::dispatcher_client::DispatcherClient;
+use hermes_proto::{Event, GoalSpec, SubmitGoalRequest, TaskPlan, WatchGoalRequest};
+use hermes_test_util::NatsServer;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// The repository root; agents use it as their workspace so example paths resolve.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("repo root")
+}
+
+/// Knobs for a test stack.
+#[derive(Clone)]
+pub struct StackOptions {
+    pub agents: u32,
+    pub max_concurrency: u32,
+    pub max_nodes: usize,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self {
+            agents: 2,
+            max_concurrency: 16,
+            max_nodes: hermes_core::plan::DEFAULT_MAX_NODES,
+        }
+    }
+}
+
+/// A nats-server plus the whole Hermes stack, stopped on drop of its token.
+pub struct TestStack {
+    pub nats: NatsServer,
+    pub stack: Option<Stack>,
+    pub client: DispatcherClient<Channel>,
+    pub bus: hermes_core::Bus,
+    shutdown: CancellationToken,
+}
+
+impl TestStack {
+    pub async fn start() -> TestStack {
+        Self::start_with(StackOptions::default()).await
+    }
+
+    pub async fn start_with(options: StackOptions) -> TestStack {
+        let nats = NatsServer::start();
+        let agents = (1..=options.agents)
+            .map(|i| {
+                let mut config = AgentConfig::new(format!("test-agent-{i}"), repo_root());
+                config.max_concurrency = options.max_concurrency;
+                config
+            })
+            .collect();
+        let config = StackConfig {
+            nats_url: nats.url(),
+            registry: Default::default(),
+            agents,
+            dispatcher: DispatcherConfig {
+                grpc_listen: "127.0.0.1:0".parse().unwrap(),
+                max_nodes: options.max_nodes,
+                ..Default::default()
+            },
+        };
+        let shutdown = CancellationToken::new();
+        let stack = Stack::start(config, shutdown.clone())
+            .await
+            .expect("stack starts");
+        let client = DispatcherClient::connect(stack.grpc_url())
+            .await
+            .expect("grpc connects");
+        let bus = stack.bus().clone();
+        TestStack {
+            nats,
+            stack: Some(stack),
+            client,
+            bus,
+            shutdown,
+        }
+    }
+
+    /// Submits a plan and returns the goal id.
+    pub async fn submit(&mut self, plan: TaskPlan) -> Result<String, tonic::Status> {
+        let spec = GoalSpec {
+            plan: Some(plan),
+            ..Default::default()
+        };
+        self.submit_spec(spec).await.map(|(id, _)| id)
+    }
+
+    pub async fn submit_spec(&mut self, spec: GoalSpec) -> Result<(String, bool), tonic::Status> {
+        let reply = self
+            .client
+            .submit_goal(SubmitGoalRequest { spec: Some(spec) })
+            .await?
+            .into_inner();
+        Ok((reply.goal_id, reply.duplicate))
+    }
+
+    /// Every event of a goal until it ends, within 30 s.
+    pub async fn events(&mut self, goal_id: &str) -> Vec<Event> {
+        let stream = self
+            .client
+            .watch_goal(WatchGoalRequest {
+                goal_id: goal_id.to_owned(),
+            })
+            .await
+            .expect("watch starts")
+            .into_inner();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            stream.map(|e| e.expect("event")).collect::<Vec<_>>(),
+        )
+        .await
+        .expect("goal ends within 30 s")
+    }
+
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(stack) = self.stack.take() {
+            stack.stop().await;
+        }
+    }
+}
+
+/// A short name for an event's kind, for order assertions.
+pub fn kind_name(event: &Event) -> String {
+    use hermes_proto::event::Kind;
+    match &event.kind {
+        Some(Kind::GoalAccepted(_)) => "accepted".into(),
+        Some(Kind::PlanCreated(_)) => "plan".into(),
+        Some(Kind::TaskDispatched(e)) => format!("dispatched:{}", e.node_id),
+        Some(Kind::TaskSucceeded(e)) => format!("succeeded:{}", e.node_id),
+        Some(Kind::TaskFailed(e)) => format!("failed:{}", e.node_id),
+        Some(Kind::TaskRetrying(e)) => format!("retrying:{}", e.node_id),
+        Some(Kind::GoalCompleted(_)) => "completed".into(),
+        Some(Kind::GoalFailed(_)) => "goal_failed".into(),
+        Some(Kind::GoalCancelled(_)) => "cancelled".into(),
+        Some(other) => format!("{other:?}"),
+        None => "none".into(),
+    }
+}
+
+/// A plan node from a JSON inputs literal.
+pub fn node(
+    id: &str,
+    task_type: &str,
+    inputs: serde_json::Value,
+    deps: &[&str],
+) -> hermes_proto::TaskNode {
+    hermes_proto::TaskNode {
+        id: id.into(),
+        task_type: task_type.into(),
+        inputs_json: inputs.to_string(),
+        depends_on: deps.iter().map(|d| d.to_string()).collect(),
+        ..Default::default()
+    }
+}

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use hermes_core::{Bus, BusConfig};
 use hermes_dispatcher::{Dispatcher, DispatcherConfig};
 use hermes_executor::{Agent, AgentConfig};
@@ -46,7 +46,10 @@ impl Stack {
         let registry_token = shutdown.clone();
         let registry_config = config.registry.clone();
         tasks.spawn(async move {
-            ("registry", hermes_registry::run(registry_bus, registry_config, registry_token).await)
+            (
+                "registry",
+                hermes_registry::run(registry_bus, registry_config, registry_token).await,
+            )
         });
 
         let mut expected_types = Vec::new();
@@ -57,7 +60,12 @@ impl Stack {
                 .with_context(|| format!("failed to start agent {id}"))?;
             expected_types.extend(agent.tool_registry().names().map(str::to_owned));
             let token = shutdown.clone();
-            tasks.spawn(async move { ("executor", agent.run(token).await.map_err(anyhow::Error::from)) });
+            tasks.spawn(async move {
+                (
+                    "executor",
+                    agent.run(token).await.map_err(anyhow::Error::from),
+                )
+            });
         }
 
         wait_for_catalog(&bus, &expected_types).await?;
@@ -68,7 +76,12 @@ impl Stack {
         tasks.spawn(async move { ("dispatcher", dispatcher.run(token).await) });
         wait_for_port(grpc_addr).await?;
         info!(%grpc_addr, nats = %config.nats_url, "hermes stack ready");
-        Ok(Stack { grpc_addr, bus, shutdown, tasks })
+        Ok(Stack {
+            grpc_addr,
+            bus,
+            shutdown,
+            tasks,
+        })
     }
 
     /// The dispatcher's gRPC address.
@@ -123,17 +136,19 @@ impl Stack {
 async fn wait_for_catalog(bus: &Bus, expected: &[String]) -> anyhow::Result<()> {
     let subject = bus.topology().catalog();
     for _ in 0..200 {
-        if let Ok(Ok(reply)) = tokio::time::timeout(
+        let reply = tokio::time::timeout(
             Duration::from_millis(500),
-            bus.client().request(subject.clone(), CatalogRequest {}.encode_to_vec().into()),
+            bus.client()
+                .request(subject.clone(), CatalogRequest {}.encode_to_vec().into()),
         )
-        .await
+        .await;
+        if let Ok(Ok(reply)) = reply
+            && let Ok(catalog) = CatalogReply::decode(reply.payload)
+            && expected
+                .iter()
+                .all(|t| catalog.entries.iter().any(|e| &e.task_type == t))
         {
-            if let Ok(catalog) = CatalogReply::decode(reply.payload) {
-                if expected.iter().all(|t| catalog.entries.iter().any(|e| &e.task_type == t)) {
-                    return Ok(());
-                }
-            }
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

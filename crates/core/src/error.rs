@@ -116,7 +116,10 @@ pub enum Error {
     #[error("nats-server {found} is too old: Hermes needs {required} or later")]
     ServerTooOld { found: String, required: String },
     #[error("JetStream {operation} failed: {reason}")]
-    JetStream { operation: &'static str, reason: String },
+    JetStream {
+        operation: &'static str,
+        reason: String,
+    },
     #[error("publish to {subject} failed: {reason}")]
     Publish { subject: String, reason: String },
     #[error("cannot decode {kind}: {reason}")]
@@ -165,7 +168,10 @@ impl Error {
     }
 
     pub(crate) fn jetstream(operation: &'static str, err: impl fmt::Display) -> Self {
-        Error::JetStream { operation, reason: err.to_string() }
+        Error::JetStream {
+            operation,
+            reason: err.to_string(),
+        }
     }
 }
 
@@ -208,8 +214,10 @@ mod tests {
 
     #[test]
     fn status_carries_code_and_reason() {
-        let status: tonic::Status =
-            Error::PlanInvalid { problems: vec!["cycle a -> b -> a".into()] }.into();
+        let status: tonic::Status = Error::PlanInvalid {
+            problems: vec!["cycle a -> b -> a".into()],
+        }
+        .into();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(status.message().starts_with("PLAN_INVALID"));
         assert!(status.message().contains("cycle a -> b -> a"));

@@ -12,7 +12,10 @@ pub fn install_signal_handlers() -> CancellationToken {
     let watched = token.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
-        info!(event = "shutdown_requested", "shutting down; send the signal again to exit at once");
+        info!(
+            event = "shutdown_requested",
+            "shutting down; send the signal again to exit at once"
+        );
         watched.cancel();
         wait_for_signal().await;
         warn!("second signal: exiting now");
@@ -24,7 +27,7 @@ pub fn install_signal_handlers() -> CancellationToken {
 async fn wait_for_signal() {
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{signal, SignalKind};
+        use tokio::signal::unix::{SignalKind, signal};
         match signal(SignalKind::terminate()) {
             Ok(mut term) => {
                 tokio::select! {

@@ -3,7 +3,7 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::{fmt, EnvFilter};
+use tracing_subscriber::{EnvFilter, fmt};
 
 /// Installs the global subscriber once; later calls are no-ops, so tests may call it freely.
 pub fn init_logging() {
@@ -13,7 +13,11 @@ pub fn init_logging() {
     let result = if std::io::stderr().is_terminal() {
         builder.compact().try_init()
     } else {
-        builder.json().flatten_event(true).with_current_span(true).try_init()
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init()
     };
     let _ = result;
 }

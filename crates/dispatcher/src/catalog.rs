@@ -39,11 +39,18 @@ pub struct Catalog {
 
 impl Catalog {
     pub fn new(bus: Bus, ttl: Duration) -> Self {
-        Self { bus, ttl, cached: Mutex::new((None, CatalogSnapshot::default())) }
+        Self {
+            bus,
+            ttl,
+            cached: Mutex::new((None, CatalogSnapshot::default())),
+        }
     }
 
     /// A snapshot fresh enough to validate a plan using `task_types`.
-    pub async fn snapshot<'a>(&self, task_types: impl Iterator<Item = &'a str> + Clone) -> Result<CatalogSnapshot> {
+    pub async fn snapshot<'a>(
+        &self,
+        task_types: impl Iterator<Item = &'a str> + Clone,
+    ) -> Result<CatalogSnapshot> {
         let mut cached = self.cached.lock().await;
         let fresh = cached.0.is_some_and(|at| at.elapsed() < self.ttl);
         if fresh && cached.1.contains_all(task_types) {
@@ -74,8 +81,10 @@ impl Catalog {
         .await
         .map_err(|_| Error::Unavailable("the registry (catalogue request timed out)".into()))?
         .map_err(|e| Error::Unavailable(format!("the registry ({e})")))?;
-        CatalogReply::decode(reply.payload)
-            .map_err(|e| Error::Decode { kind: "CatalogReply", reason: e.to_string() })
+        CatalogReply::decode(reply.payload).map_err(|e| Error::Decode {
+            kind: "CatalogReply",
+            reason: e.to_string(),
+        })
     }
 }
 

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use hermes_core::error::wire_error;
-use hermes_core::{json_ref, ErrorCode, GoalId, TaskId};
+use hermes_core::{ErrorCode, GoalId, TaskId, json_ref};
 use hermes_proto::event::Kind;
 use hermes_proto::{
     Event, GoalCancelled, GoalCompleted, GoalFailed, GoalState, GoalStatus, NodeState, NodeStatus,
@@ -27,7 +27,11 @@ pub struct Effects {
 
 impl Effects {
     fn event(&mut self, goal_id: &str, now_ms: u64, kind: Kind) {
-        self.events.push(Event { goal_id: goal_id.to_owned(), at_unix_ms: now_ms, kind: Some(kind) });
+        self.events.push(Event {
+            goal_id: goal_id.to_owned(),
+            at_unix_ms: now_ms,
+            kind: Some(kind),
+        });
     }
 }
 
@@ -48,9 +52,14 @@ pub fn dispatch_ready(state: &mut GoalState, limits: Limits, now_ms: u64, effect
     if is_terminal(state.status) {
         return;
     }
-    let Some(plan) = state.plan.clone() else { return };
-    let status_of: HashMap<String, i32> =
-        state.nodes.iter().map(|n| (n.node_id.clone(), n.status)).collect();
+    let Some(plan) = state.plan.clone() else {
+        return;
+    };
+    let status_of: HashMap<String, i32> = state
+        .nodes
+        .iter()
+        .map(|n| (n.node_id.clone(), n.status))
+        .collect();
     for (i, node) in plan.nodes.iter().enumerate() {
         if state.nodes[i].status != NodeStatus::Pending as i32 {
             continue;
@@ -88,7 +97,11 @@ fn publish_attempt(
     let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
     let goal_id = GoalId::new(state.goal_id.clone());
     let task_id = TaskId::for_attempt(&goal_id, &plan_node.id, attempt);
-    let node_timeout = if plan_node.timeout_ms > 0 { plan_node.timeout_ms } else { limits.node_timeout_ms };
+    let node_timeout = if plan_node.timeout_ms > 0 {
+        plan_node.timeout_ms
+    } else {
+        limits.node_timeout_ms
+    };
     let deadline = match state.deadline_unix_ms {
         0 => now_ms + node_timeout,
         goal_deadline => goal_deadline.min(now_ms + node_timeout),
@@ -102,7 +115,11 @@ fn publish_attempt(
         inputs_json,
         deadline_unix_ms: deadline,
         memory_refs: Vec::new(),
-        session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
+        session_id: state
+            .spec
+            .as_ref()
+            .map(|s| s.session_id.clone())
+            .unwrap_or_default(),
     };
     let node = &mut state.nodes[index];
     node.status = NodeStatus::Dispatched as i32;
@@ -203,10 +220,12 @@ pub fn apply_result(
         return Applied::Changed;
     }
 
-    let mut error = result
-        .error
-        .clone()
-        .unwrap_or_else(|| wire_error(ErrorCode::Internal, "the agent reported a failure without an error"));
+    let mut error = result.error.clone().unwrap_or_else(|| {
+        wire_error(
+            ErrorCode::Internal,
+            "the agent reported a failure without an error",
+        )
+    });
     error.node_id = result.node_id.clone();
     {
         let node = &mut state.nodes[index];
@@ -226,7 +245,11 @@ pub fn apply_result(
         }),
     );
     let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
-    let max_retries = if plan_node.max_retries > 0 { plan_node.max_retries } else { DEFAULT_MAX_RETRIES };
+    let max_retries = if plan_node.max_retries > 0 {
+        plan_node.max_retries
+    } else {
+        DEFAULT_MAX_RETRIES
+    };
     if error.retryable && result.attempt <= max_retries {
         let next_attempt = result.attempt + 1;
         effects.event(
@@ -239,8 +262,16 @@ pub fn apply_result(
             }),
         );
         match resolve_inputs(state, &plan_node.inputs_json.clone()) {
-            Ok(inputs) => publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects),
-            Err(reason) => fail_node(state, index, wire_error(ErrorCode::InvalidArgument, reason), now_ms, effects),
+            Ok(inputs) => {
+                publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects)
+            }
+            Err(reason) => fail_node(
+                state,
+                index,
+                wire_error(ErrorCode::InvalidArgument, reason),
+                now_ms,
+                effects,
+            ),
         }
         return Applied::Changed;
     }
@@ -249,7 +280,13 @@ pub fn apply_result(
 }
 
 /// Fails a node and with it the goal; nodes not yet started are skipped.
-fn fail_node(state: &mut GoalState, index: usize, error: hermes_proto::Error, now_ms: u64, effects: &mut Effects) {
+fn fail_node(
+    state: &mut GoalState,
+    index: usize,
+    error: hermes_proto::Error,
+    now_ms: u64,
+    effects: &mut Effects,
+) {
     let node = &mut state.nodes[index];
     node.status = NodeStatus::Failed as i32;
     node.error = Some(error.clone());
@@ -258,7 +295,11 @@ fn fail_node(state: &mut GoalState, index: usize, error: hermes_proto::Error, no
     state.status = GoalStatus::Failed as i32;
     state.error = Some(error.clone());
     state.updated_unix_ms = now_ms;
-    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalFailed(GoalFailed { error: Some(error) }));
+    effects.event(
+        &state.goal_id.clone(),
+        now_ms,
+        Kind::GoalFailed(GoalFailed { error: Some(error) }),
+    );
 }
 
 fn skip_pending(state: &mut GoalState) {
@@ -271,7 +312,10 @@ fn skip_pending(state: &mut GoalState) {
 
 fn complete_if_done(state: &mut GoalState, now_ms: u64, effects: &mut Effects) {
     if is_terminal(state.status)
-        || !state.nodes.iter().all(|n| n.status == NodeStatus::Succeeded as i32)
+        || !state
+            .nodes
+            .iter()
+            .all(|n| n.status == NodeStatus::Succeeded as i32)
     {
         return;
     }
@@ -279,7 +323,13 @@ fn complete_if_done(state: &mut GoalState, now_ms: u64, effects: &mut Effects) {
     state.status = GoalStatus::Completed as i32;
     state.output_json = output.clone();
     state.updated_unix_ms = now_ms;
-    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalCompleted(GoalCompleted { output_json: output }));
+    effects.event(
+        &state.goal_id.clone(),
+        now_ms,
+        Kind::GoalCompleted(GoalCompleted {
+            output_json: output,
+        }),
+    );
 }
 
 /// The goal's answer: the output node's output, else the single sink's, else an object of all
@@ -287,7 +337,12 @@ fn complete_if_done(state: &mut GoalState, now_ms: u64, effects: &mut Effects) {
 fn goal_output(state: &GoalState) -> String {
     let plan = state.plan.as_ref().expect("plan present");
     let output_of = |id: &str| {
-        state.nodes.iter().find(|n| n.node_id == id).map(|n| n.output_json.clone()).unwrap_or_default()
+        state
+            .nodes
+            .iter()
+            .find(|n| n.node_id == id)
+            .map(|n| n.output_json.clone())
+            .unwrap_or_default()
     };
     if !plan.output_node.is_empty() {
         return output_of(&plan.output_node);
@@ -295,7 +350,12 @@ fn goal_output(state: &GoalState) -> String {
     let sinks: Vec<&str> = plan
         .nodes
         .iter()
-        .filter(|n| !plan.nodes.iter().any(|other| other.depends_on.contains(&n.id)))
+        .filter(|n| {
+            !plan
+                .nodes
+                .iter()
+                .any(|other| other.depends_on.contains(&n.id))
+        })
         .map(|n| n.id.as_str())
         .collect();
     if let [only] = sinks.as_slice() {
@@ -303,7 +363,12 @@ fn goal_output(state: &GoalState) -> String {
     }
     let object: serde_json::Map<String, Value> = sinks
         .iter()
-        .map(|id| (id.to_string(), serde_json::from_str(&output_of(id)).unwrap_or(Value::Null)))
+        .map(|id| {
+            (
+                id.to_string(),
+                serde_json::from_str(&output_of(id)).unwrap_or(Value::Null),
+            )
+        })
         .collect();
     Value::Object(object).to_string()
 }
@@ -317,7 +382,13 @@ pub fn cancel(state: &mut GoalState, reason: &str, now_ms: u64, effects: &mut Ef
     state.status = GoalStatus::Cancelled as i32;
     state.error = Some(wire_error(ErrorCode::Cancelled, reason));
     state.updated_unix_ms = now_ms;
-    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalCancelled(GoalCancelled { reason: reason.to_owned() }));
+    effects.event(
+        &state.goal_id.clone(),
+        now_ms,
+        Kind::GoalCancelled(GoalCancelled {
+            reason: reason.to_owned(),
+        }),
+    );
     true
 }
 
@@ -325,7 +396,11 @@ pub fn cancel(state: &mut GoalState, reason: &str, now_ms: u64, effects: &mut Ef
 pub fn initial_nodes(plan: &hermes_proto::TaskPlan) -> Vec<NodeState> {
     plan.nodes
         .iter()
-        .map(|n| NodeState { node_id: n.id.clone(), status: NodeStatus::Pending as i32, ..Default::default() })
+        .map(|n| NodeState {
+            node_id: n.id.clone(),
+            status: NodeStatus::Pending as i32,
+            ..Default::default()
+        })
         .collect()
 }
 
@@ -363,13 +438,25 @@ mod tests {
     use hermes_proto::{TaskNode, TaskPlan};
     use serde_json::json;
 
-    const LIMITS: Limits = Limits { node_timeout_ms: 1000 };
+    const LIMITS: Limits = Limits {
+        node_timeout_ms: 1000,
+    };
 
     fn state() -> GoalState {
         let plan = TaskPlan {
             nodes: vec![
-                TaskNode { id: "a".into(), task_type: "t".into(), inputs_json: "{}".into(), ..Default::default() },
-                TaskNode { id: "b".into(), task_type: "t".into(), inputs_json: "{}".into(), ..Default::default() },
+                TaskNode {
+                    id: "a".into(),
+                    task_type: "t".into(),
+                    inputs_json: "{}".into(),
+                    ..Default::default()
+                },
+                TaskNode {
+                    id: "b".into(),
+                    task_type: "t".into(),
+                    inputs_json: "{}".into(),
+                    ..Default::default()
+                },
                 TaskNode {
                     id: "c".into(),
                     task_type: "t".into(),
@@ -420,15 +507,27 @@ mod tests {
         assert_eq!(fx.tasks[0].task_id, "g-1.a.1");
 
         let mut fx = Effects::default();
-        assert_eq!(apply_result(&mut s, &ok("a", 1, json!({"v": 2})), LIMITS, 11, &mut fx), Applied::Changed);
+        assert_eq!(
+            apply_result(&mut s, &ok("a", 1, json!({"v": 2})), LIMITS, 11, &mut fx),
+            Applied::Changed
+        );
         assert!(fx.tasks.is_empty());
         let mut fx = Effects::default();
         apply_result(&mut s, &ok("b", 1, json!({"v": 3})), LIMITS, 12, &mut fx);
         assert_eq!(fx.tasks.len(), 1);
-        assert_eq!(serde_json::from_str::<Value>(&fx.tasks[0].inputs_json).unwrap(), json!({"x": 2, "y": 3}));
+        assert_eq!(
+            serde_json::from_str::<Value>(&fx.tasks[0].inputs_json).unwrap(),
+            json!({"x": 2, "y": 3})
+        );
 
         let mut fx = Effects::default();
-        apply_result(&mut s, &ok("c", 1, json!({"done": true})), LIMITS, 13, &mut fx);
+        apply_result(
+            &mut s,
+            &ok("c", 1, json!({"done": true})),
+            LIMITS,
+            13,
+            &mut fx,
+        );
         assert_eq!(s.status, GoalStatus::Completed as i32);
         assert_eq!(s.output_json, json!({"done": true}).to_string());
         assert!(is_terminal_event(fx.events.last().unwrap()));
@@ -438,11 +537,23 @@ mod tests {
     fn duplicate_and_stale_results_are_ignored() {
         let mut s = state();
         dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
-        apply_result(&mut s, &ok("a", 1, json!({"v": 1})), LIMITS, 11, &mut Effects::default());
+        apply_result(
+            &mut s,
+            &ok("a", 1, json!({"v": 1})),
+            LIMITS,
+            11,
+            &mut Effects::default(),
+        );
         let mut fx = Effects::default();
-        assert_eq!(apply_result(&mut s, &ok("a", 1, json!({"v": 9})), LIMITS, 12, &mut fx), Applied::Stale);
+        assert_eq!(
+            apply_result(&mut s, &ok("a", 1, json!({"v": 9})), LIMITS, 12, &mut fx),
+            Applied::Stale
+        );
         assert!(fx.events.is_empty());
-        assert_eq!(apply_result(&mut s, &ok("b", 7, json!({})), LIMITS, 12, &mut fx), Applied::Stale);
+        assert_eq!(
+            apply_result(&mut s, &ok("b", 7, json!({})), LIMITS, 12, &mut fx),
+            Applied::Stale
+        );
     }
 
     #[test]
@@ -450,11 +561,29 @@ mod tests {
         let mut s = state();
         dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
         let mut fx = Effects::default();
-        apply_result(&mut s, &failed("a", 1, ErrorCode::Timeout), LIMITS, 11, &mut fx);
+        apply_result(
+            &mut s,
+            &failed("a", 1, ErrorCode::Timeout),
+            LIMITS,
+            11,
+            &mut fx,
+        );
         assert_eq!(fx.tasks[0].task_id, "g-1.a.2");
-        apply_result(&mut s, &failed("a", 2, ErrorCode::Timeout), LIMITS, 12, &mut Effects::default());
+        apply_result(
+            &mut s,
+            &failed("a", 2, ErrorCode::Timeout),
+            LIMITS,
+            12,
+            &mut Effects::default(),
+        );
         let mut fx = Effects::default();
-        apply_result(&mut s, &failed("a", 3, ErrorCode::Timeout), LIMITS, 13, &mut fx);
+        apply_result(
+            &mut s,
+            &failed("a", 3, ErrorCode::Timeout),
+            LIMITS,
+            13,
+            &mut fx,
+        );
         assert!(fx.tasks.is_empty());
         assert_eq!(s.status, GoalStatus::Failed as i32);
         assert_eq!(s.nodes[2].status, NodeStatus::Skipped as i32);
@@ -465,9 +594,83 @@ mod tests {
         let mut s = state();
         dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
         let mut fx = Effects::default();
-        apply_result(&mut s, &failed("b", 1, ErrorCode::ToolError), LIMITS, 11, &mut fx);
+        apply_result(
+            &mut s,
+            &failed("b", 1, ErrorCode::ToolError),
+            LIMITS,
+            11,
+            &mut fx,
+        );
         assert!(fx.tasks.is_empty());
         assert_eq!(s.status, GoalStatus::Failed as i32);
         assert_eq!(s.error.as_ref().unwrap().node_id, "b");
+    }
+}
+
+#[cfg(test)]
+mod cancel_tests {
+    use super::*;
+    use hermes_proto::{TaskNode, TaskPlan};
+
+    #[test]
+    fn cancel_skips_pending_nodes_once() {
+        let plan = TaskPlan {
+            nodes: vec![
+                TaskNode {
+                    id: "a".into(),
+                    task_type: "t".into(),
+                    ..Default::default()
+                },
+                TaskNode {
+                    id: "b".into(),
+                    task_type: "t".into(),
+                    depends_on: vec!["a".into()],
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let mut s = GoalState {
+            goal_id: "g-1".into(),
+            status: GoalStatus::Running as i32,
+            nodes: initial_nodes(&plan),
+            plan: Some(plan),
+            ..Default::default()
+        };
+        dispatch_ready(
+            &mut s,
+            Limits {
+                node_timeout_ms: 1000,
+            },
+            1,
+            &mut Effects::default(),
+        );
+        let mut fx = Effects::default();
+        assert!(cancel(&mut s, "user asked", 2, &mut fx));
+        assert_eq!(s.status, GoalStatus::Cancelled as i32);
+        assert_eq!(s.nodes[1].status, NodeStatus::Skipped as i32);
+        assert!(is_terminal_event(&fx.events[0]));
+        assert!(!cancel(&mut s, "again", 3, &mut Effects::default()));
+        // A late result for the running node is ignored.
+        let late = TaskResult {
+            node_id: "a".into(),
+            task_id: "g-1.a.1".into(),
+            attempt: 1,
+            status: TaskStatus::Succeeded as i32,
+            output_json: "{}".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            apply_result(
+                &mut s,
+                &late,
+                Limits {
+                    node_timeout_ms: 1000
+                },
+                4,
+                &mut Effects::default()
+            ),
+            Applied::Stale
+        );
     }
 }

@@ -3,7 +3,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use async_nats::jetstream::consumer::{pull, DeliverPolicy};
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::{Stream, StreamExt};
 use hermes_core::Error;
 use hermes_proto::dispatcher_server::{Dispatcher as DispatcherApi, DispatcherServer};
@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::info;
 
-use crate::engine::is_terminal_event;
 use crate::GoalService;
+use crate::engine::is_terminal_event;
 
 pub(crate) async fn serve(
     service: Arc<GoalService>,
@@ -50,11 +50,17 @@ struct Api {
 fn goal_id_arg(goal_id: &str) -> Result<&str, Status> {
     let valid = !goal_id.is_empty()
         && goal_id.len() <= 128
-        && goal_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        && goal_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if valid {
         Ok(goal_id)
     } else {
-        Err(Error::InvalidArgument { field: "goal_id".into(), reason: "must be a goal id such as g-0193...".into() }.into())
+        Err(Error::InvalidArgument {
+            field: "goal_id".into(),
+            reason: "must be a goal id such as g-0193...".into(),
+        }
+        .into())
     }
 }
 
@@ -77,13 +83,22 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl DispatcherApi for Api {
-    async fn submit_goal(&self, request: Request<SubmitGoalRequest>) -> Result<Response<SubmitGoalResponse>, Status> {
+    async fn submit_goal(
+        &self,
+        request: Request<SubmitGoalRequest>,
+    ) -> Result<Response<SubmitGoalResponse>, Status> {
         let spec = request
             .into_inner()
             .spec
-            .ok_or_else(|| Error::InvalidArgument { field: "spec".into(), reason: "is required".into() })?;
+            .ok_or_else(|| Error::InvalidArgument {
+                field: "spec".into(),
+                reason: "is required".into(),
+            })?;
         let submitted = self.service.submit(spec).await?;
-        Ok(Response::new(SubmitGoalResponse { goal_id: submitted.goal_id, duplicate: submitted.duplicate }))
+        Ok(Response::new(SubmitGoalResponse {
+            goal_id: submitted.goal_id,
+            duplicate: submitted.duplicate,
+        }))
     }
 
     async fn get_goal(&self, request: Request<GetGoalRequest>) -> Result<Response<Goal>, Status> {
@@ -94,7 +109,10 @@ impl DispatcherApi for Api {
 
     type WatchGoalStream = EventStream;
 
-    async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
+    async fn watch_goal(
+        &self,
+        request: Request<WatchGoalRequest>,
+    ) -> Result<Response<EventStream>, Status> {
         let req = request.into_inner();
         let goal_id = goal_id_arg(&req.goal_id)?.to_owned();
         // Fail with NOT_FOUND rather than wait forever on a goal that never existed.
@@ -118,41 +136,60 @@ impl DispatcherApi for Api {
             .await
             .map_err(|e| Status::unavailable(format!("UNAVAILABLE: events: {e}")))?;
         info!(goal_id = %goal_id, "watch started");
-        let events = futures::stream::unfold((messages, false), |(mut messages, done)| async move {
-            if done {
-                return None;
-            }
-            loop {
-                match messages.next().await? {
-                    Ok(msg) => match Event::decode(msg.payload.clone()) {
-                        Ok(event) => {
-                            let terminal = is_terminal_event(&event);
-                            return Some((Ok(event), (messages, terminal)));
+        let events =
+            futures::stream::unfold((messages, false), |(mut messages, done)| async move {
+                if done {
+                    return None;
+                }
+                loop {
+                    match messages.next().await? {
+                        Ok(msg) => match Event::decode(msg.payload.clone()) {
+                            Ok(event) => {
+                                let terminal = is_terminal_event(&event);
+                                return Some((Ok(event), (messages, terminal)));
+                            }
+                            // Events are written only by dispatchers; skip anything else.
+                            Err(_) => continue,
+                        },
+                        Err(e) => {
+                            return Some((
+                                Err(Status::unavailable(format!("UNAVAILABLE: {e}"))),
+                                (messages, true),
+                            ));
                         }
-                        // Events are written only by dispatchers; skip anything else.
-                        Err(_) => continue,
-                    },
-                    Err(e) => {
-                        return Some((Err(Status::unavailable(format!("UNAVAILABLE: {e}"))), (messages, true)))
                     }
                 }
-            }
-        });
+            });
         Ok(Response::new(Box::pin(events)))
     }
 
-    async fn cancel_goal(&self, request: Request<CancelGoalRequest>) -> Result<Response<Goal>, Status> {
+    async fn cancel_goal(
+        &self,
+        request: Request<CancelGoalRequest>,
+    ) -> Result<Response<Goal>, Status> {
         let req = request.into_inner();
-        let state = self.service.cancel(goal_id_arg(&req.goal_id)?, &req.reason).await?;
+        let state = self
+            .service
+            .cancel(goal_id_arg(&req.goal_id)?, &req.reason)
+            .await?;
         Ok(Response::new(to_goal(state)))
     }
 
-    async fn list_goals(&self, request: Request<ListGoalsRequest>) -> Result<Response<ListGoalsResponse>, Status> {
+    async fn list_goals(
+        &self,
+        request: Request<ListGoalsRequest>,
+    ) -> Result<Response<ListGoalsResponse>, Status> {
         let limit = match request.into_inner().limit {
             0 => 100,
             n => n.min(1000) as usize,
         };
-        let goals = self.service.list(limit).await?.into_iter().map(to_goal).collect();
+        let goals = self
+            .service
+            .list(limit)
+            .await?
+            .into_iter()
+            .map(to_goal)
+            .collect();
         Ok(Response::new(ListGoalsResponse { goals }))
     }
 }

@@ -20,7 +20,7 @@ use futures::StreamExt;
 use hermes_core::bus::ConsumerSpec;
 use hermes_core::plan::validate_plan;
 use hermes_core::trace::TraceContext;
-use hermes_core::{now_unix_ms, Bus, Error, GoalId, Result};
+use hermes_core::{Bus, Error, GoalId, Result, now_unix_ms};
 use hermes_proto::event::Kind;
 use hermes_proto::{
     Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup, PlanCreated, TaskResult,
@@ -28,7 +28,7 @@ use hermes_proto::{
 use tokio::net::TcpListener;
 use tokio::sync::{Mutex, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn, Instrument};
+use tracing::{Instrument, info, warn};
 
 use crate::catalog::Catalog;
 use crate::engine::{Applied, Effects, Limits};
@@ -85,11 +85,19 @@ impl GoalService {
         let max_value = bus.client().server_info().max_payload;
         let store = GoalStore::new(bus.goals().clone(), max_value);
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
-        Self { bus, store, catalog, config, goal_locks: DashMap::new() }
+        Self {
+            bus,
+            store,
+            catalog,
+            config,
+            goal_locks: DashMap::new(),
+        }
     }
 
     fn limits(&self) -> Limits {
-        Limits { node_timeout_ms: self.config.node_timeout.as_millis() as u64 }
+        Limits {
+            node_timeout_ms: self.config.node_timeout.as_millis() as u64,
+        }
     }
 
     /// Validates and stores a goal, then dispatches its first nodes.
@@ -125,14 +133,24 @@ impl GoalService {
         };
         // A retried submit must not be validated against a catalogue that changed since.
         if !spec.idempotency_key.is_empty() && self.store.load(goal_id.as_str()).await?.is_some() {
-            return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
+            return Ok(Submitted {
+                goal_id: goal_id.to_string(),
+                duplicate: true,
+            });
         }
 
-        let snapshot = self.catalog.snapshot(plan.nodes.iter().map(|n| n.task_type.as_str())).await?;
+        let snapshot = self
+            .catalog
+            .snapshot(plan.nodes.iter().map(|n| n.task_type.as_str()))
+            .await?;
         let validated = validate_plan(&plan, &snapshot, self.config.max_nodes)?;
 
         let now = now_unix_ms();
-        let timeout_ms = if spec.timeout_ms > 0 { spec.timeout_ms } else { self.config.goal_timeout.as_millis() as u64 };
+        let timeout_ms = if spec.timeout_ms > 0 {
+            spec.timeout_ms
+        } else {
+            self.config.goal_timeout.as_millis() as u64
+        };
         let trace = TraceContext::new_root();
         let mut state = GoalState {
             goal_id: goal_id.to_string(),
@@ -143,7 +161,10 @@ impl GoalService {
             updated_unix_ms: now,
             deadline_unix_ms: now + timeout_ms,
             traceparent: trace.to_header(),
-            spec: Some(GoalSpec { plan: None, ..spec.clone() }),
+            spec: Some(GoalSpec {
+                plan: None,
+                ..spec.clone()
+            }),
             ..Default::default()
         };
         let mut effects = Effects::default();
@@ -160,16 +181,26 @@ impl GoalService {
             at_unix_ms: now,
             kind: Some(Kind::PlanCreated(PlanCreated {
                 plan: Some(validated.plan),
-                groups: validated.groups.into_iter().map(|node_ids| ParallelGroup { node_ids }).collect(),
+                groups: validated
+                    .groups
+                    .into_iter()
+                    .map(|node_ids| ParallelGroup { node_ids })
+                    .collect(),
             })),
         });
         engine::dispatch_ready(&mut state, self.limits(), now, &mut effects);
         if !self.store.create(&state).await? {
-            return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
+            return Ok(Submitted {
+                goal_id: goal_id.to_string(),
+                duplicate: true,
+            });
         }
         info!(goal_id = %goal_id, nodes = state.nodes.len(), event = "goal_accepted", "goal accepted");
         self.publish_effects(&state, effects).await?;
-        Ok(Submitted { goal_id: goal_id.to_string(), duplicate: false })
+        Ok(Submitted {
+            goal_id: goal_id.to_string(),
+            duplicate: false,
+        })
     }
 
     pub async fn get(&self, goal_id: &str) -> Result<GoalState> {
@@ -177,11 +208,18 @@ impl GoalService {
             .load(goal_id)
             .await?
             .map(|(state, _)| state)
-            .ok_or_else(|| Error::NotFound { what: "goal", id: goal_id.to_owned() })
+            .ok_or_else(|| Error::NotFound {
+                what: "goal",
+                id: goal_id.to_owned(),
+            })
     }
 
     pub async fn cancel(&self, goal_id: &str, reason: &str) -> Result<GoalState> {
-        let reason = if reason.is_empty() { "cancelled by request" } else { reason };
+        let reason = if reason.is_empty() {
+            "cancelled by request"
+        } else {
+            reason
+        };
         let updated = self
             .store
             .update(goal_id, |state| {
@@ -208,7 +246,7 @@ impl GoalService {
                 goals.push(state);
             }
         }
-        goals.sort_by(|a, b| b.created_unix_ms.cmp(&a.created_unix_ms));
+        goals.sort_by_key(|g| std::cmp::Reverse(g.created_unix_ms));
         goals.truncate(limit);
         Ok(goals)
     }
@@ -216,7 +254,11 @@ impl GoalService {
     /// Applies one result. Duplicates and results for superseded attempts are recognised and
     /// ignored, which is what makes at-least-once delivery of results safe.
     pub async fn apply_result(&self, result: &TaskResult) -> Result<Applied> {
-        let lock = self.goal_locks.entry(result.goal_id.clone()).or_default().clone();
+        let lock = self
+            .goal_locks
+            .entry(result.goal_id.clone())
+            .or_default()
+            .clone();
         let outcome = {
             let _guard = lock.lock().await;
             let limits = self.limits();
@@ -234,7 +276,8 @@ impl GoalService {
                 .await
         };
         // Drop the lock entry once nobody else holds it, so the map does not grow with goals.
-        self.goal_locks.remove_if(&result.goal_id, |_, l| Arc::strong_count(l) <= 2);
+        self.goal_locks
+            .remove_if(&result.goal_id, |_, l| Arc::strong_count(l) <= 2);
         match outcome {
             Ok(Some(updated)) => {
                 self.publish_effects(&updated.state, updated.value).await?;
@@ -255,15 +298,26 @@ impl GoalService {
         let trace = TraceContext::parse(&state.traceparent);
         let mut pending = Vec::with_capacity(effects.events.len() + effects.tasks.len());
         for event in &effects.events {
-            pending.push((topology.event(&event.goal_id), event.encode_to_vec(), engine::event_msg_id(event)));
+            pending.push((
+                topology.event(&event.goal_id),
+                event.encode_to_vec(),
+                engine::event_msg_id(event),
+            ));
         }
         for task in &effects.tasks {
-            pending.push((topology.pool_task(&task.task_type), task.encode_to_vec(), task.task_id.clone()));
+            pending.push((
+                topology.pool_task(&task.task_type),
+                task.encode_to_vec(),
+                task.task_id.clone(),
+            ));
         }
         let sends = pending.into_iter().map(|(subject, body, msg_id)| {
             let bus = self.bus.clone();
             let trace = trace.clone();
-            async move { bus.publish_bytes(subject, body.into(), &msg_id, trace.as_ref()).await }
+            async move {
+                bus.publish_bytes(subject, body.into(), &msg_id, trace.as_ref())
+                    .await
+            }
         });
         // `buffered` polls in order, so sends go out in order while acks overlap.
         let mut acks = futures::stream::iter(sends).buffered(256);
@@ -300,7 +354,11 @@ impl Dispatcher {
             })
             .await
             .context("cannot bind the results consumer")?;
-        Ok(Dispatcher { service: Arc::new(GoalService::new(bus, config)), listener, results })
+        Ok(Dispatcher {
+            service: Arc::new(GoalService::new(bus, config)),
+            listener,
+            results,
+        })
     }
 
     /// The address the gRPC API listens on.
@@ -333,7 +391,12 @@ async fn results_loop(
     shutdown: CancellationToken,
 ) {
     let concurrency = service.config.result_concurrency;
-    let mut messages = match consumer.stream().max_messages_per_batch(concurrency).messages().await {
+    let mut messages = match consumer
+        .stream()
+        .max_messages_per_batch(concurrency)
+        .messages()
+        .await
+    {
         Ok(m) => m,
         Err(e) => {
             warn!(error = %e, "cannot pull results");

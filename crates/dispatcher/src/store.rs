@@ -25,19 +25,23 @@ pub struct Updated<T> {
 
 impl GoalStore {
     pub fn new(kv: kv::Store, max_value_bytes: usize) -> Self {
-        Self { kv, max_value_bytes }
+        Self {
+            kv,
+            max_value_bytes,
+        }
     }
 
     pub async fn load(&self, goal_id: &str) -> Result<Option<(GoalState, u64)>> {
-        let entry = self
-            .kv
-            .entry(goal_id)
-            .await
-            .map_err(|e| Error::JetStream { operation: "load goal", reason: e.to_string() })?;
+        let entry = self.kv.entry(goal_id).await.map_err(|e| Error::JetStream {
+            operation: "load goal",
+            reason: e.to_string(),
+        })?;
         match entry {
             Some(entry) if entry.operation == kv::Operation::Put => {
-                let state = GoalState::decode(entry.value)
-                    .map_err(|e| Error::Decode { kind: "GoalState", reason: e.to_string() })?;
+                let state = GoalState::decode(entry.value).map_err(|e| Error::Decode {
+                    kind: "GoalState",
+                    reason: e.to_string(),
+                })?;
                 Ok(Some((state, entry.revision)))
             }
             _ => Ok(None),
@@ -50,7 +54,10 @@ impl GoalStore {
         match self.kv.create(&state.goal_id, value).await {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(Error::JetStream { operation: "create goal", reason: e.to_string() }),
+            Err(e) => Err(Error::JetStream {
+                operation: "create goal",
+                reason: e.to_string(),
+            }),
         }
     }
 
@@ -64,29 +71,41 @@ impl GoalStore {
     ) -> Result<Option<Updated<T>>> {
         for _ in 0..MAX_CAS_ATTEMPTS {
             let Some((mut state, revision)) = self.load(goal_id).await? else {
-                return Err(Error::NotFound { what: "goal", id: goal_id.to_owned() });
+                return Err(Error::NotFound {
+                    what: "goal",
+                    id: goal_id.to_owned(),
+                });
             };
-            let Some(value) = change(&mut state) else { return Ok(None) };
+            let Some(value) = change(&mut state) else {
+                return Ok(None);
+            };
             let bytes = self.encode(&state)?;
             match self.kv.update(goal_id, bytes, revision).await {
                 Ok(_) => return Ok(Some(Updated { state, value })),
                 Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
-                Err(e) => return Err(Error::JetStream { operation: "update goal", reason: e.to_string() }),
+                Err(e) => {
+                    return Err(Error::JetStream {
+                        operation: "update goal",
+                        reason: e.to_string(),
+                    });
+                }
             }
         }
-        Err(Error::Unavailable(format!("goal {goal_id}: too many concurrent updates")))
+        Err(Error::Unavailable(format!(
+            "goal {goal_id}: too many concurrent updates"
+        )))
     }
 
     pub async fn keys(&self) -> Result<Vec<String>> {
         use futures::TryStreamExt;
-        let keys = self
-            .kv
-            .keys()
-            .await
-            .map_err(|e| Error::JetStream { operation: "list goals", reason: e.to_string() })?;
-        keys.try_collect()
-            .await
-            .map_err(|e| Error::JetStream { operation: "list goals", reason: e.to_string() })
+        let keys = self.kv.keys().await.map_err(|e| Error::JetStream {
+            operation: "list goals",
+            reason: e.to_string(),
+        })?;
+        keys.try_collect().await.map_err(|e| Error::JetStream {
+            operation: "list goals",
+            reason: e.to_string(),
+        })
     }
 
     fn encode(&self, state: &GoalState) -> Result<Bytes> {

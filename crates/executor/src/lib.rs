@@ -7,19 +7,19 @@ pub mod tool;
 pub mod tools;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use hermes_core::bus::ConsumerSpec;
-use hermes_core::{now_unix_ms, Bus, Delivery, ErrorCode};
+use hermes_core::{Bus, Delivery, ErrorCode, now_unix_ms};
 use hermes_proto::{AgentHeartbeat, TaskMessage, TaskResult, TaskStatus};
 use prost::Message as _;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn, Instrument};
+use tracing::{Instrument, info, warn};
 
 pub use tool::{Tool, ToolContext, ToolError, ToolRegistry};
 
@@ -104,7 +104,13 @@ impl Agent {
                 .await?;
             consumers.push((task_type.to_owned(), consumer));
         }
-        Ok(Agent { bus, config, registry, consumers, started_unix_ms: now_unix_ms() })
+        Ok(Agent {
+            bus,
+            config,
+            registry,
+            consumers,
+            started_unix_ms: now_unix_ms(),
+        })
     }
 
     pub fn tool_registry(&self) -> &ToolRegistry {
@@ -116,7 +122,9 @@ impl Agent {
         let shared = Arc::new(Shared {
             bus: self.bus.clone(),
             registry: self.registry.clone(),
-            ctx: ToolContext { workspace: self.config.workspace.clone() },
+            ctx: ToolContext {
+                workspace: self.config.workspace.clone(),
+            },
             agent_id: self.config.agent_id.clone(),
             ack_wait: self.config.ack_wait,
             in_flight: AtomicU32::new(0),
@@ -126,8 +134,14 @@ impl Agent {
         for (task_type, consumer) in self.consumers {
             let span = tracing::info_span!("consume_tasks", agent = %self.config.agent_id, task_type = %task_type);
             loops.spawn(
-                consume(shared.clone(), consumer, permits.clone(), self.config.max_concurrency, shutdown.clone())
-                    .instrument(span),
+                consume(
+                    shared.clone(),
+                    consumer,
+                    permits.clone(),
+                    self.config.max_concurrency,
+                    shutdown.clone(),
+                )
+                .instrument(span),
             );
         }
         let heartbeat = heartbeat_loop(
@@ -159,7 +173,10 @@ fn build_registry(wanted: &[String]) -> Result<ToolRegistry, String> {
     }
     if let Some(unknown) = wanted.iter().find(|w| !registry.contains(w)) {
         let known: Vec<&str> = builtins.iter().map(|t| t.name()).collect();
-        return Err(format!("unknown tool `{unknown}`; available: {}", known.join(", ")));
+        return Err(format!(
+            "unknown tool `{unknown}`; available: {}",
+            known.join(", ")
+        ));
     }
     Ok(registry)
 }
@@ -186,7 +203,10 @@ async fn consume(
         .max_messages_per_batch(max_concurrency as usize)
         .messages()
         .await
-        .map_err(|e| hermes_core::Error::JetStream { operation: "pull", reason: e.to_string() })?;
+        .map_err(|e| hermes_core::Error::JetStream {
+            operation: "pull",
+            reason: e.to_string(),
+        })?;
     let mut running = JoinSet::new();
     loop {
         let permit = tokio::select! {
@@ -224,7 +244,11 @@ async fn consume(
 }
 
 async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
-    let Some(delivery) = shared.bus.decode_or_dead_letter::<TaskMessage>("task", msg).await else {
+    let Some(delivery) = shared
+        .bus
+        .decode_or_dead_letter::<TaskMessage>("task", msg)
+        .await
+    else {
         return;
     };
     let task = &delivery.message;
@@ -272,7 +296,10 @@ async fn run_with_progress(shared: &Shared, delivery: &Delivery<TaskMessage>) ->
     let started = Instant::now();
     let started_unix_ms = now_unix_ms();
     let outcome = if task.deadline_unix_ms != 0 && started_unix_ms >= task.deadline_unix_ms {
-        Err(ToolError { code: ErrorCode::Timeout, message: "the task's deadline passed before it started".into() })
+        Err(ToolError {
+            code: ErrorCode::Timeout,
+            message: "the task's deadline passed before it started".into(),
+        })
     } else {
         let work = run_tool(shared, task);
         tokio::pin!(work);
@@ -323,7 +350,10 @@ async fn run_tool(shared: &Shared, task: &TaskMessage) -> Result<serde_json::Val
             .map_err(|e| ToolError::invalid_argument(format!("inputs are not valid JSON: {e}")))?
     };
     info!(event = "tool_called", tool = %task.task_type, "tool called");
-    let result = shared.registry.call(&task.task_type, args, &shared.ctx).await;
+    let result = shared
+        .registry
+        .call(&task.task_type, args, &shared.ctx)
+        .await;
     info!(event = "tool_result_received", tool = %task.task_type, ok = result.is_ok(), "tool returned");
     result
 }

@@ -6,9 +6,9 @@ use evalexpr::{ContextWithMutableVariables, HashMapContext, Value as ExprValue};
 use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use crate::tool::{parse_args, schema_of, Tool, ToolContext, ToolError};
+use crate::tool::{Tool, ToolContext, ToolError, parse_args, schema_of};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -36,7 +36,11 @@ impl Tool for MathEvaluate {
         schema_of::<Args>()
     }
 
-    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
             evaluate(&args.expression, &args.variables).map(|value| json!({ "value": value }))
@@ -59,13 +63,15 @@ fn evaluate(expression: &str, variables: &BTreeMap<String, f64>) -> Result<f64, 
         other => {
             return Err(ToolError::invalid_argument(format!(
                 "`{expression}` is not numeric: it evaluates to {other}"
-            )))
+            )));
         }
     };
     if value.is_finite() {
         Ok(value)
     } else {
-        Err(ToolError::failed(format!("`{expression}` evaluates to {value}")))
+        Err(ToolError::failed(format!(
+            "`{expression}` evaluates to {value}"
+        )))
     }
 }
 
@@ -84,6 +90,9 @@ mod tests {
     fn rejects_non_numeric_and_unknown_variables() {
         assert!(evaluate("x + 1", &BTreeMap::new()).is_err());
         assert!(evaluate("\"s\"", &BTreeMap::new()).is_err());
-        assert_eq!(evaluate("1 / 0.0", &BTreeMap::new()).unwrap_err().code, hermes_core::ErrorCode::ToolError);
+        assert_eq!(
+            evaluate("1 / 0.0", &BTreeMap::new()).unwrap_err().code,
+            hermes_core::ErrorCode::ToolError
+        );
     }
 }

@@ -4,9 +4,9 @@
 use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
-use crate::tool::{parse_args, schema_of, Tool, ToolContext, ToolError};
+use crate::tool::{Tool, ToolContext, ToolError, parse_args, schema_of};
 
 /// Upper bound on the rendered text.
 const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
@@ -36,7 +36,11 @@ impl Tool for TextTemplate {
         schema_of::<Args>()
     }
 
-    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
             render(&args.template, &args.values).map(|text| json!({ "text": text }))
@@ -69,7 +73,8 @@ mod tests {
 
     #[test]
     fn renders_values_and_filters() {
-        let values = json!({"name": "toys", "change": 12.3456, "rows": [{"key": "a"}, {"key": "b"}]});
+        let values =
+            json!({"name": "toys", "change": 12.3456, "rows": [{"key": "a"}, {"key": "b"}]});
         let text = render(
             "{{ name }}: {{ change | round(1) }}%{% for r in rows %} {{ r.key }}{% endfor %}",
             values.as_object().unwrap(),

@@ -4,9 +4,9 @@ use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
 use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use crate::tool::{parse_args, schema_of, Tool, ToolContext, ToolError};
+use crate::tool::{Tool, ToolContext, ToolError, parse_args, schema_of};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -27,7 +27,11 @@ impl Tool for TimeNow {
         schema_of::<NowArgs>()
     }
 
-    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let _: NowArgs = parse_args(args)?;
             Ok(describe(Utc::now()))
@@ -65,7 +69,11 @@ impl Tool for TimeAdd {
         schema_of::<AddArgs>()
     }
 
-    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: AddArgs = parse_args(args)?;
             add(&args).map(describe)
@@ -75,7 +83,9 @@ impl Tool for TimeAdd {
 
 fn add(args: &AddArgs) -> Result<DateTime<Utc>, ToolError> {
     let start = DateTime::parse_from_rfc3339(&args.time)
-        .map_err(|e| ToolError::invalid_argument(format!("time `{}` is not RFC 3339: {e}", args.time)))?
+        .map_err(|e| {
+            ToolError::invalid_argument(format!("time `{}` is not RFC 3339: {e}", args.time))
+        })?
         .with_timezone(&Utc);
     let overflow = || ToolError::invalid_argument("the offset is out of range");
     let offset = [
@@ -103,16 +113,34 @@ mod tests {
 
     #[test]
     fn adds_mixed_offsets() {
-        let args = AddArgs { time: "2026-04-30T12:00:00Z".into(), days: 1, hours: -2, minutes: 30, seconds: 0 };
+        let args = AddArgs {
+            time: "2026-04-30T12:00:00Z".into(),
+            days: 1,
+            hours: -2,
+            minutes: 30,
+            seconds: 0,
+        };
         let out = describe(add(&args).unwrap());
         assert_eq!(out["rfc3339"], "2026-05-01T10:30:00.000Z");
     }
 
     #[test]
     fn rejects_bad_times_and_overflow() {
-        let bad = AddArgs { time: "yesterday".into(), days: 0, hours: 0, minutes: 0, seconds: 0 };
+        let bad = AddArgs {
+            time: "yesterday".into(),
+            days: 0,
+            hours: 0,
+            minutes: 0,
+            seconds: 0,
+        };
         assert!(add(&bad).is_err());
-        let huge = AddArgs { time: "2026-04-30T12:00:00Z".into(), days: i64::MAX, hours: 0, minutes: 0, seconds: 0 };
+        let huge = AddArgs {
+            time: "2026-04-30T12:00:00Z".into(),
+            days: i64::MAX,
+            hours: 0,
+            minutes: 0,
+            seconds: 0,
+        };
         assert!(add(&huge).is_err());
     }
 }
