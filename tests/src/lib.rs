@@ -16,10 +16,7 @@ use tonic::transport::Channel;
 
 /// The repository root; agents use it as their workspace so example paths resolve.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .expect("repo root")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().expect("repo root")
 }
 
 /// Knobs for a test stack.
@@ -32,11 +29,7 @@ pub struct StackOptions {
 
 impl Default for StackOptions {
     fn default() -> Self {
-        Self {
-            agents: 2,
-            max_concurrency: 16,
-            max_nodes: hermes_core::plan::DEFAULT_MAX_NODES,
-        }
+        Self { agents: 2, max_concurrency: 16, max_nodes: hermes_core::plan::DEFAULT_MAX_NODES }
     }
 }
 
@@ -74,37 +67,20 @@ impl TestStack {
             },
         };
         let shutdown = CancellationToken::new();
-        let stack = Stack::start(config, shutdown.clone())
-            .await
-            .expect("stack starts");
-        let client = DispatcherClient::connect(stack.grpc_url())
-            .await
-            .expect("grpc connects");
+        let stack = Stack::start(config, shutdown.clone()).await.expect("stack starts");
+        let client = DispatcherClient::connect(stack.grpc_url()).await.expect("grpc connects");
         let bus = stack.bus().clone();
-        TestStack {
-            nats,
-            stack: Some(stack),
-            client,
-            bus,
-            shutdown,
-        }
+        TestStack { nats, stack: Some(stack), client, bus, shutdown }
     }
 
     /// Submits a plan and returns the goal id.
     pub async fn submit(&mut self, plan: TaskPlan) -> Result<String, tonic::Status> {
-        let spec = GoalSpec {
-            plan: Some(plan),
-            ..Default::default()
-        };
+        let spec = GoalSpec { plan: Some(plan), ..Default::default() };
         self.submit_spec(spec).await.map(|(id, _)| id)
     }
 
     pub async fn submit_spec(&mut self, spec: GoalSpec) -> Result<(String, bool), tonic::Status> {
-        let reply = self
-            .client
-            .submit_goal(SubmitGoalRequest { spec: Some(spec) })
-            .await?
-            .into_inner();
+        let reply = self.client.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await?.into_inner();
         Ok((reply.goal_id, reply.duplicate))
     }
 
@@ -112,18 +88,13 @@ impl TestStack {
     pub async fn events(&mut self, goal_id: &str) -> Vec<Event> {
         let stream = self
             .client
-            .watch_goal(WatchGoalRequest {
-                goal_id: goal_id.to_owned(),
-            })
+            .watch_goal(WatchGoalRequest { goal_id: goal_id.to_owned() })
             .await
             .expect("watch starts")
             .into_inner();
-        tokio::time::timeout(
-            Duration::from_secs(30),
-            stream.map(|e| e.expect("event")).collect::<Vec<_>>(),
-        )
-        .await
-        .expect("goal ends within 30 s")
+        tokio::time::timeout(Duration::from_secs(30), stream.map(|e| e.expect("event")).collect::<Vec<_>>())
+            .await
+            .expect("goal ends within 30 s")
     }
 
     pub async fn stop(mut self) {
@@ -153,12 +124,7 @@ pub fn kind_name(event: &Event) -> String {
 }
 
 /// A plan node from a JSON inputs literal.
-pub fn node(
-    id: &str,
-    task_type: &str,
-    inputs: serde_json::Value,
-    deps: &[&str],
-) -> hermes_proto::TaskNode {
+pub fn node(id: &str, task_type: &str, inputs: serde_json::Value, deps: &[&str]) -> hermes_proto::TaskNode {
     hermes_proto::TaskNode {
         id: id.into(),
         task_type: task_type.into(),

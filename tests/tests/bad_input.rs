@@ -10,10 +10,7 @@ use hermes_tests::{StackOptions, TestStack, node};
 use serde_json::json;
 
 fn plan(nodes: Vec<hermes_proto::TaskNode>) -> TaskPlan {
-    TaskPlan {
-        nodes,
-        ..Default::default()
-    }
+    TaskPlan { nodes, ..Default::default() }
 }
 
 async fn rejected(t: &mut TestStack, plan: TaskPlan) -> tonic::Status {
@@ -22,11 +19,7 @@ async fn rejected(t: &mut TestStack, plan: TaskPlan) -> tonic::Status {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn invalid_plans_are_rejected_with_the_reason() {
-    let mut t = TestStack::start_with(StackOptions {
-        max_nodes: 20,
-        ..Default::default()
-    })
-    .await;
+    let mut t = TestStack::start_with(StackOptions { max_nodes: 20, ..Default::default() }).await;
     let calc = |expr: &str| json!({"expression": expr});
 
     let cyclic = plan(vec![
@@ -36,20 +29,12 @@ async fn invalid_plans_are_rejected_with_the_reason() {
     ]);
     let err = rejected(&mut t, cyclic).await;
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(
-        err.message().contains("PLAN_INVALID") && err.message().contains("cycle"),
-        "{}",
-        err.message()
-    );
+    assert!(err.message().contains("PLAN_INVALID") && err.message().contains("cycle"), "{}", err.message());
 
     let unknown = plan(vec![node("a", "web.search", json!({}), &[])]);
     let err = rejected(&mut t, unknown).await;
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(
-        err.message().contains("unknown task type `web.search`"),
-        "{}",
-        err.message()
-    );
+    assert!(err.message().contains("unknown task type `web.search`"), "{}", err.message());
 
     let dangling = plan(vec![node(
         "a",
@@ -58,39 +43,16 @@ async fn invalid_plans_are_rejected_with_the_reason() {
         &[],
     )]);
     let err = rejected(&mut t, dangling).await;
-    assert!(
-        err.message()
-            .contains("$ref `ghost.value` names node `ghost`"),
-        "{}",
-        err.message()
-    );
+    assert!(err.message().contains("$ref `ghost.value` names node `ghost`"), "{}", err.message());
 
-    let too_big = plan(
-        (0..21)
-            .map(|i| node(&format!("n{i}"), "math.evaluate", calc("1"), &[]))
-            .collect(),
-    );
+    let too_big = plan((0..21).map(|i| node(&format!("n{i}"), "math.evaluate", calc("1"), &[])).collect());
     let err = rejected(&mut t, too_big).await;
-    assert!(
-        err.message().contains("21 nodes, over the limit of 20"),
-        "{}",
-        err.message()
-    );
+    assert!(err.message().contains("21 nodes, over the limit of 20"), "{}", err.message());
 
-    let bad_args = plan(vec![node(
-        "a",
-        "math.evaluate",
-        json!({"expression": 5, "bogus": true}),
-        &[],
-    )]);
+    let bad_args = plan(vec![node("a", "math.evaluate", json!({"expression": 5, "bogus": true}), &[])]);
     let err = rejected(&mut t, bad_args).await;
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(
-        err.message()
-            .contains("node `a` (math.evaluate): input /expression"),
-        "{}",
-        err.message()
-    );
+    assert!(err.message().contains("node `a` (math.evaluate): input /expression"), "{}", err.message());
     assert!(err.message().contains("bogus"), "{}", err.message());
 
     let bad_json = plan(vec![hermes_proto::TaskNode {
@@ -100,34 +62,19 @@ async fn invalid_plans_are_rejected_with_the_reason() {
         ..Default::default()
     }]);
     let err = rejected(&mut t, bad_json).await;
-    assert!(
-        err.message().contains("inputs are not valid JSON"),
-        "{}",
-        err.message()
-    );
+    assert!(err.message().contains("inputs are not valid JSON"), "{}", err.message());
 
-    let text = GoalSpec {
-        text: "compare April sales".into(),
-        ..Default::default()
-    };
+    let text = GoalSpec { text: "compare April sales".into(), ..Default::default() };
     let err = t.submit_spec(text).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
-    assert!(
-        err.message().contains("no planner configured"),
-        "{}",
-        err.message()
-    );
+    assert!(err.message().contains("no planner configured"), "{}", err.message());
 
     let empty = t.submit_spec(GoalSpec::default()).await.unwrap_err();
     assert_eq!(empty.code(), tonic::Code::InvalidArgument);
 
     // Nothing was stored for any rejected goal.
-    let goals = t
-        .client
-        .list_goals(hermes_proto::ListGoalsRequest { limit: 100 })
-        .await
-        .unwrap()
-        .into_inner();
+    let goals =
+        t.client.list_goals(hermes_proto::ListGoalsRequest { limit: 100 }).await.unwrap().into_inner();
     assert!(goals.goals.is_empty());
     t.stop().await;
 }
@@ -138,26 +85,14 @@ async fn a_malformed_task_lands_in_the_dlq_and_the_agent_keeps_serving() {
     let topology = t.bus.topology().clone();
     let garbage = bytes::Bytes::from_static(b"\xff\xff\xff this is not a TaskMessage");
     t.bus
-        .publish_bytes(
-            topology.pool_task("math.evaluate"),
-            garbage.clone(),
-            "poison-1",
-            None,
-        )
+        .publish_bytes(topology.pool_task("math.evaluate"), garbage.clone(), "poison-1", None)
         .await
         .unwrap();
 
     // The DLQ receives it with the reason.
-    let dlq = t
-        .bus
-        .jetstream()
-        .get_stream(topology.dlq_stream())
-        .await
-        .unwrap();
-    let consumer = dlq
-        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
-        .await
-        .unwrap();
+    let dlq = t.bus.jetstream().get_stream(topology.dlq_stream()).await.unwrap();
+    let consumer =
+        dlq.create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default()).await.unwrap();
     let mut messages = consumer.messages().await.unwrap();
     let dead = tokio::time::timeout(Duration::from_secs(10), messages.next())
         .await
@@ -190,15 +125,8 @@ async fn a_malformed_task_lands_in_the_dlq_and_the_agent_keeps_serving() {
     assert_eq!(info, 1);
 
     // The agents still serve the same task type.
-    let goal_id = t
-        .submit(plan(vec![node(
-            "a",
-            "math.evaluate",
-            json!({"expression": "2 ^ 10"}),
-            &[],
-        )]))
-        .await
-        .unwrap();
+    let goal_id =
+        t.submit(plan(vec![node("a", "math.evaluate", json!({"expression": "2 ^ 10"}), &[])])).await.unwrap();
     let events = t.events(&goal_id).await;
     let Some(Kind::GoalCompleted(done)) = &events.last().unwrap().kind else {
         panic!("goal did not complete")
@@ -224,9 +152,7 @@ async fn arguments_that_fail_the_schema_after_ref_resolution_fail_the_node() {
         .await
         .unwrap();
     let events = t.events(&goal_id).await;
-    let Some(Kind::GoalFailed(failed)) = &events.last().unwrap().kind else {
-        panic!("goal should fail")
-    };
+    let Some(Kind::GoalFailed(failed)) = &events.last().unwrap().kind else { panic!("goal should fail") };
     let error = failed.error.clone().unwrap();
     assert_eq!(error.code, "INVALID_ARGUMENT");
     assert_eq!(error.node_id, "calc");

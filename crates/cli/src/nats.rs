@@ -43,23 +43,14 @@ pub async fn check_binary_version(binary: &Path) -> anyhow::Result<String> {
         .output()
         .await
         .with_context(|| format!("cannot run {}", binary.display()))?;
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     let version = text
         .split_whitespace()
         .find(|w| w.starts_with('v') && w[1..].starts_with(|c: char| c.is_ascii_digit()))
         .map(|w| w.trim_start_matches('v').to_owned())
-        .with_context(|| {
-            format!(
-                "cannot read a version from `{} --version`: {text}",
-                binary.display()
-            )
-        })?;
+        .with_context(|| format!("cannot read a version from `{} --version`: {text}", binary.display()))?;
     check_server_version(&version).with_context(|| {
-        format!(
-            "{} is too old; run `make tools` for the pinned 2.15 server",
-            binary.display()
-        )
+        format!("{} is too old; run `make tools` for the pinned 2.15 server", binary.display())
     })?;
     Ok(version)
 }
@@ -68,11 +59,8 @@ pub async fn check_binary_version(binary: &Path) -> anyhow::Result<String> {
 pub async fn start_local(data_dir: &Path) -> anyhow::Result<LocalNats> {
     let binary = find_server_binary()?;
     check_binary_version(&binary).await?;
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("cannot create {}", data_dir.display()))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    std::fs::create_dir_all(data_dir).with_context(|| format!("cannot create {}", data_dir.display()))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let child = Command::new(&binary)
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
         .arg(data_dir)
@@ -83,10 +71,7 @@ pub async fn start_local(data_dir: &Path) -> anyhow::Result<LocalNats> {
         .with_context(|| format!("cannot start {}", binary.display()))?;
     let url = format!("nats://127.0.0.1:{port}");
     for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
             return Ok(LocalNats { child, url });
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -97,18 +82,10 @@ pub async fn start_local(data_dir: &Path) -> anyhow::Result<LocalNats> {
 /// Whether a NATS server answers at `url`.
 pub async fn reachable(url: &str) -> bool {
     let connect = async_connect(url);
-    matches!(
-        tokio::time::timeout(Duration::from_secs(2), connect).await,
-        Ok(true)
-    )
+    matches!(tokio::time::timeout(Duration::from_secs(2), connect).await, Ok(true))
 }
 
 async fn async_connect(url: &str) -> bool {
-    let hostport = url
-        .trim_start_matches("nats://")
-        .split(',')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
+    let hostport = url.trim_start_matches("nats://").split(',').next().unwrap_or_default().to_owned();
     tokio::net::TcpStream::connect(hostport).await.is_ok()
 }

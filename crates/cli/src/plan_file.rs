@@ -34,8 +34,7 @@ struct NodeFile {
 
 /// Parses plan text; YAML is a superset of JSON, so both work.
 pub fn parse_plan(text: &str) -> anyhow::Result<TaskPlan> {
-    let file: PlanFile =
-        serde_norway::from_str(text).context("the plan file is not a valid plan")?;
+    let file: PlanFile = serde_norway::from_str(text).context("the plan file is not a valid plan")?;
     Ok(TaskPlan {
         nodes: file
             .nodes
@@ -43,11 +42,7 @@ pub fn parse_plan(text: &str) -> anyhow::Result<TaskPlan> {
             .map(|n| TaskNode {
                 id: n.id,
                 task_type: n.task_type,
-                inputs_json: if n.inputs.is_null() {
-                    "{}".to_owned()
-                } else {
-                    n.inputs.to_string()
-                },
+                inputs_json: if n.inputs.is_null() { "{}".to_owned() } else { n.inputs.to_string() },
                 depends_on: n.depends_on,
                 max_retries: n.max_retries,
                 timeout_ms: n.timeout_ms,
@@ -59,8 +54,7 @@ pub fn parse_plan(text: &str) -> anyhow::Result<TaskPlan> {
 }
 
 pub fn load_plan(path: &Path) -> anyhow::Result<TaskPlan> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     parse_plan(&text).with_context(|| format!("in {}", path.display()))
 }
 

@@ -46,10 +46,7 @@ impl Stack {
         let registry_token = shutdown.clone();
         let registry_config = config.registry.clone();
         tasks.spawn(async move {
-            (
-                "registry",
-                hermes_registry::run(registry_bus, registry_config, registry_token).await,
-            )
+            ("registry", hermes_registry::run(registry_bus, registry_config, registry_token).await)
         });
 
         let mut expected_types = Vec::new();
@@ -60,12 +57,7 @@ impl Stack {
                 .with_context(|| format!("failed to start agent {id}"))?;
             expected_types.extend(agent.tool_registry().names().map(str::to_owned));
             let token = shutdown.clone();
-            tasks.spawn(async move {
-                (
-                    "executor",
-                    agent.run(token).await.map_err(anyhow::Error::from),
-                )
-            });
+            tasks.spawn(async move { ("executor", agent.run(token).await.map_err(anyhow::Error::from)) });
         }
 
         wait_for_catalog(&bus, &expected_types).await?;
@@ -76,12 +68,7 @@ impl Stack {
         tasks.spawn(async move { ("dispatcher", dispatcher.run(token).await) });
         wait_for_port(grpc_addr).await?;
         info!(%grpc_addr, nats = %config.nats_url, "hermes stack ready");
-        Ok(Stack {
-            grpc_addr,
-            bus,
-            shutdown,
-            tasks,
-        })
+        Ok(Stack { grpc_addr, bus, shutdown, tasks })
     }
 
     /// The dispatcher's gRPC address.
@@ -138,15 +125,12 @@ async fn wait_for_catalog(bus: &Bus, expected: &[String]) -> anyhow::Result<()> 
     for _ in 0..200 {
         let reply = tokio::time::timeout(
             Duration::from_millis(500),
-            bus.client()
-                .request(subject.clone(), CatalogRequest {}.encode_to_vec().into()),
+            bus.client().request(subject.clone(), CatalogRequest {}.encode_to_vec().into()),
         )
         .await;
         if let Ok(Ok(reply)) = reply
             && let Ok(catalog) = CatalogReply::decode(reply.payload)
-            && expected
-                .iter()
-                .all(|t| catalog.entries.iter().any(|e| &e.task_type == t))
+            && expected.iter().all(|t| catalog.entries.iter().any(|e| &e.task_type == t))
         {
             return Ok(());
         }

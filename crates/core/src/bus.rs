@@ -93,22 +93,11 @@ impl Bus {
             .max_reconnects(None)
             .connect(&config.url)
             .await
-            .map_err(|source| Error::Connect {
-                url: config.url.clone(),
-                source,
-            })?;
+            .map_err(|source| Error::Connect { url: config.url.clone(), source })?;
         check_server_version(&client.server_info().version)?;
         let js = jetstream::new(client.clone());
         let (goals, agents) = ensure_topology(&js, &config).await?;
-        Ok(Bus {
-            inner: Arc::new(BusInner {
-                client,
-                js,
-                config,
-                goals,
-                agents,
-            }),
-        })
+        Ok(Bus { inner: Arc::new(BusInner { client, js, config, goals, agents }) })
     }
 
     pub fn client(&self) -> &async_nats::Client {
@@ -146,8 +135,7 @@ impl Bus {
         msg_id: &str,
         trace: Option<&TraceContext>,
     ) -> Result<PublishOutcome> {
-        self.publish_bytes(subject, Bytes::from(message.encode_to_vec()), msg_id, trace)
-            .await
+        self.publish_bytes(subject, Bytes::from(message.encode_to_vec()), msg_id, trace).await
     }
 
     /// Publishes raw bytes; see [`Bus::publish`].
@@ -168,32 +156,19 @@ impl Bus {
             .js
             .publish_with_headers(subject.clone(), headers, payload)
             .await
-            .map_err(|e| Error::Publish {
-                subject: subject.clone(),
-                reason: e.to_string(),
-            })?
+            .map_err(|e| Error::Publish { subject: subject.clone(), reason: e.to_string() })?
             .await
-            .map_err(|e| Error::Publish {
-                subject: subject.clone(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| Error::Publish { subject: subject.clone(), reason: e.to_string() })?;
         if ack.duplicate {
             debug!(subject = %subject, msg_id, "publish deduplicated by jetstream");
         }
-        Ok(PublishOutcome {
-            sequence: ack.sequence,
-            duplicate: ack.duplicate,
-        })
+        Ok(PublishOutcome { sequence: ack.sequence, duplicate: ack.duplicate })
     }
 
     /// Creates (or binds to) a durable pull consumer.
     pub async fn durable_consumer(&self, spec: ConsumerSpec) -> Result<consumer::PullConsumer> {
-        let stream = self
-            .inner
-            .js
-            .get_stream(&spec.stream)
-            .await
-            .map_err(|e| Error::jetstream("get stream", e))?;
+        let stream =
+            self.inner.js.get_stream(&spec.stream).await.map_err(|e| Error::jetstream("get stream", e))?;
         stream
             .get_or_create_consumer(
                 &spec.name,
@@ -219,26 +194,16 @@ impl Bus {
             .map(|i| format!("{}:{}", i.stream, i.stream_sequence))
             .unwrap_or_else(|_| "unknown".to_owned());
         let mut headers = HeaderMap::new();
-        headers.insert(
-            async_nats::header::NATS_MESSAGE_ID,
-            format!("dlq:{origin}").as_str(),
-        );
-        headers.insert(
-            DLQ_REASON,
-            crate::topology::truncate_for_message(reason).as_str(),
-        );
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, format!("dlq:{origin}").as_str());
+        headers.insert(DLQ_REASON, crate::topology::truncate_for_message(reason).as_str());
         headers.insert(DLQ_SUBJECT, msg.subject.as_str());
         headers.insert(DLQ_ORIGIN, origin.as_str());
         let subject = self.topology().dlq(kind);
-        let published = match self
-            .inner
-            .js
-            .publish_with_headers(subject.clone(), headers, msg.payload.clone())
-            .await
-        {
-            Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
+        let published =
+            match self.inner.js.publish_with_headers(subject.clone(), headers, msg.payload.clone()).await {
+                Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
         match published {
             Ok(()) => {
                 warn!(kind, origin = %origin, reason, event = "dead_lettered", "message moved to dlq");
@@ -261,11 +226,7 @@ impl Bus {
         match M::decode(msg.payload.clone()) {
             Ok(message) => {
                 let trace = trace::extract(msg.headers.as_ref());
-                Some(Delivery {
-                    message,
-                    trace,
-                    raw: msg,
-                })
+                Some(Delivery { message, trace, raw: msg })
             }
             Err(e) => {
                 let reason = format!("cannot decode {kind}: {e}");
@@ -310,34 +271,28 @@ impl<M> Delivery<M> {
 
     /// Acknowledges and waits for the server to confirm, so the message is never redelivered.
     pub async fn ack(&self) -> Result<()> {
-        self.raw
-            .double_ack()
-            .await
-            .map_err(|e| Error::jetstream("ack", e))
+        self.raw.double_ack().await.map_err(|e| Error::jetstream("ack", e))
+    }
+
+    /// Acknowledges without waiting for the server's confirmation. Only for consumers whose
+    /// processing is idempotent, since a lost ack means a redelivery.
+    pub async fn ack_unconfirmed(&self) -> Result<()> {
+        self.raw.ack().await.map_err(|e| Error::jetstream("ack", e))
     }
 
     /// Asks for redelivery after `delay`.
     pub async fn nak(&self, delay: Option<Duration>) -> Result<()> {
-        self.raw
-            .ack_with(AckKind::Nak(delay))
-            .await
-            .map_err(|e| Error::jetstream("nak", e))
+        self.raw.ack_with(AckKind::Nak(delay)).await.map_err(|e| Error::jetstream("nak", e))
     }
 
     /// Tells the server work is ongoing, resetting AckWait.
     pub async fn progress(&self) -> Result<()> {
-        self.raw
-            .ack_with(AckKind::Progress)
-            .await
-            .map_err(|e| Error::jetstream("progress", e))
+        self.raw.ack_with(AckKind::Progress).await.map_err(|e| Error::jetstream("progress", e))
     }
 
     /// Stops redelivery without acknowledging success.
     pub async fn term(&self) -> Result<()> {
-        self.raw
-            .ack_with(AckKind::Term)
-            .await
-            .map_err(|e| Error::jetstream("term", e))
+        self.raw.ack_with(AckKind::Term).await.map_err(|e| Error::jetstream("term", e))
     }
 }
 
@@ -355,10 +310,7 @@ pub fn check_server_version(version: &str) -> Result<()> {
     }
 }
 
-async fn ensure_topology(
-    js: &jetstream::Context,
-    config: &BusConfig,
-) -> Result<(kv::Store, kv::Store)> {
+async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<(kv::Store, kv::Store)> {
     let t = &config.topology;
     let dedupe = Duration::from_secs(120);
     let streams = [
@@ -405,10 +357,7 @@ async fn ensure_topology(
         let name = cfg.name.clone();
         js.get_or_create_stream(cfg)
             .await
-            .map_err(|e| Error::JetStream {
-                operation: "create stream",
-                reason: format!("{name}: {e}"),
-            })?;
+            .map_err(|e| Error::JetStream { operation: "create stream", reason: format!("{name}: {e}") })?;
     }
     let goals = ensure_bucket(
         js,
@@ -443,13 +392,10 @@ async fn ensure_bucket(js: &jetstream::Context, config: kv::Config) -> Result<kv
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
         // Another process created it between our get and create.
-        Err(create_err) => js
-            .get_key_value(&bucket)
-            .await
-            .map_err(|_| Error::JetStream {
-                operation: "create kv bucket",
-                reason: format!("{bucket}: {create_err}"),
-            }),
+        Err(create_err) => js.get_key_value(&bucket).await.map_err(|_| Error::JetStream {
+            operation: "create kv bucket",
+            reason: format!("{bucket}: {create_err}"),
+        }),
     }
 }
 

@@ -70,10 +70,7 @@ impl ErrorCode {
     /// Whether a failure with this code is worth another attempt. Only transient failures are:
     /// a tool error is deterministic and would fail the same way again.
     pub fn retryable(self) -> bool {
-        matches!(
-            self,
-            ErrorCode::Timeout | ErrorCode::LlmParseError | ErrorCode::Unavailable
-        )
+        matches!(self, ErrorCode::Timeout | ErrorCode::LlmParseError | ErrorCode::Unavailable)
     }
 
     /// The gRPC status code a client sees for this error.
@@ -81,9 +78,7 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidArgument | ErrorCode::PlanInvalid => tonic::Code::InvalidArgument,
             ErrorCode::NotFound => tonic::Code::NotFound,
-            ErrorCode::FailedPrecondition | ErrorCode::NoCapableAgent => {
-                tonic::Code::FailedPrecondition
-            }
+            ErrorCode::FailedPrecondition | ErrorCode::NoCapableAgent => tonic::Code::FailedPrecondition,
             ErrorCode::Unavailable => tonic::Code::Unavailable,
             ErrorCode::Timeout => tonic::Code::DeadlineExceeded,
             ErrorCode::Denied => tonic::Code::PermissionDenied,
@@ -116,10 +111,7 @@ pub enum Error {
     #[error("nats-server {found} is too old: Hermes needs {required} or later")]
     ServerTooOld { found: String, required: String },
     #[error("JetStream {operation} failed: {reason}")]
-    JetStream {
-        operation: &'static str,
-        reason: String,
-    },
+    JetStream { operation: &'static str, reason: String },
     #[error("publish to {subject} failed: {reason}")]
     Publish { subject: String, reason: String },
     #[error("cannot decode {kind}: {reason}")]
@@ -146,9 +138,7 @@ impl Error {
     pub fn code(&self) -> ErrorCode {
         match self {
             Error::Connect { .. } | Error::Unavailable(_) => ErrorCode::Unavailable,
-            Error::ServerTooOld { .. } | Error::FailedPrecondition(_) => {
-                ErrorCode::FailedPrecondition
-            }
+            Error::ServerTooOld { .. } | Error::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
             Error::JetStream { .. } | Error::Publish { .. } => ErrorCode::Unavailable,
             Error::Decode { .. } => ErrorCode::InvalidArgument,
             Error::PlanInvalid { .. } => ErrorCode::PlanInvalid,
@@ -168,10 +158,7 @@ impl Error {
     }
 
     pub(crate) fn jetstream(operation: &'static str, err: impl fmt::Display) -> Self {
-        Error::JetStream {
-            operation,
-            reason: err.to_string(),
-        }
+        Error::JetStream { operation, reason: err.to_string() }
     }
 }
 
@@ -214,10 +201,7 @@ mod tests {
 
     #[test]
     fn status_carries_code_and_reason() {
-        let status: tonic::Status = Error::PlanInvalid {
-            problems: vec!["cycle a -> b -> a".into()],
-        }
-        .into();
+        let status: tonic::Status = Error::PlanInvalid { problems: vec!["cycle a -> b -> a".into()] }.into();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(status.message().starts_with("PLAN_INVALID"));
         assert!(status.message().contains("cycle a -> b -> a"));

@@ -60,10 +60,7 @@ impl GoalId {
 
     /// The goal id for an idempotency key: the same key always names the same goal.
     pub fn from_idempotency_key(key: &str) -> Self {
-        Self(format!(
-            "g-{}",
-            uuid::Uuid::new_v5(&GOAL_NAMESPACE, key.as_bytes()).simple()
-        ))
+        Self(format!("g-{}", uuid::Uuid::new_v5(&GOAL_NAMESPACE, key.as_bytes()).simple()))
     }
 }
 
@@ -81,24 +78,14 @@ mod tests {
 
     #[test]
     fn idempotency_key_gives_a_stable_goal_id() {
-        assert_eq!(
-            GoalId::from_idempotency_key("k1"),
-            GoalId::from_idempotency_key("k1")
-        );
-        assert_ne!(
-            GoalId::from_idempotency_key("k1"),
-            GoalId::from_idempotency_key("k2")
-        );
+        assert_eq!(GoalId::from_idempotency_key("k1"), GoalId::from_idempotency_key("k1"));
+        assert_ne!(GoalId::from_idempotency_key("k1"), GoalId::from_idempotency_key("k2"));
         assert_ne!(GoalId::generate(), GoalId::generate());
     }
 
     #[test]
     fn goal_ids_are_valid_kv_keys_and_subject_tokens() {
         let id = GoalId::generate();
-        assert!(
-            id.as_str()
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-')
-        );
+        assert!(id.as_str().chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
     }
 }

@@ -69,31 +69,22 @@ pub fn collect_refs(value: &Value) -> Vec<(String, String)> {
 
 /// Follows `path` into `value`: object keys by name, array elements by index.
 pub fn lookup<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
-    path.iter()
-        .try_fold(value, |current, segment| match current {
-            Value::Object(map) => map.get(segment),
-            Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i)),
-            _ => None,
-        })
+    path.iter().try_fold(value, |current, segment| match current {
+        Value::Object(map) => map.get(segment),
+        Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i)),
+        _ => None,
+    })
 }
 
 /// Replaces every reference in `value` using `output_of(node_id)`. Fails with a description of the
 /// first reference that cannot be resolved.
 pub fn resolve(value: &Value, output_of: &dyn Fn(&str) -> Option<Value>) -> Result<Value, String> {
     if let Some(reference) = as_ref(value) {
-        let target =
-            RefTarget::parse(reference).ok_or_else(|| format!("malformed $ref `{reference}`"))?;
-        let output = output_of(&target.node_id).ok_or_else(|| {
-            format!(
-                "$ref `{reference}`: node `{}` has no output",
-                target.node_id
-            )
-        })?;
+        let target = RefTarget::parse(reference).ok_or_else(|| format!("malformed $ref `{reference}`"))?;
+        let output = output_of(&target.node_id)
+            .ok_or_else(|| format!("$ref `{reference}`: node `{}` has no output", target.node_id))?;
         return lookup(&output, &target.path).cloned().ok_or_else(|| {
-            format!(
-                "$ref `{reference}`: path not found in the output of `{}`",
-                target.node_id
-            )
+            format!("$ref `{reference}`: path not found in the output of `{}`", target.node_id)
         });
     }
     Ok(match value {
@@ -102,12 +93,9 @@ pub fn resolve(value: &Value, output_of: &dyn Fn(&str) -> Option<Value>) -> Resu
                 .map(|(k, v)| Ok((k.clone(), resolve(v, output_of)?)))
                 .collect::<Result<_, String>>()?,
         ),
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .map(|v| resolve(v, output_of))
-                .collect::<Result<_, _>>()?,
-        ),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| resolve(v, output_of)).collect::<Result<_, _>>()?)
+        }
         other => other.clone(),
     })
 }
@@ -136,7 +124,8 @@ mod tests {
     fn resolves_paths_into_outputs() {
         let outputs = json!({"n1": {"total": 42, "groups": [{"key": "toys"}]}});
         let lookup_output = |id: &str| outputs.get(id).cloned();
-        let v = json!({"a": {"$ref": "n1.total"}, "b": {"$ref": "n1.groups.0.key"}, "c": [1, {"$ref": "n1"}]});
+        let v =
+            json!({"a": {"$ref": "n1.total"}, "b": {"$ref": "n1.groups.0.key"}, "c": [1, {"$ref": "n1"}]});
         let resolved = resolve(&v, &lookup_output).unwrap();
         assert_eq!(
             resolved,

@@ -75,37 +75,22 @@ pub fn validate_plan(
         nodes.push(check_node(node, &index, catalog, &mut problems));
     }
     if !plan.output_node.is_empty() && !index.contains_key(plan.output_node.as_str()) {
-        problems.push(format!(
-            "output_node `{}` is not a node of the plan",
-            plan.output_node
-        ));
+        problems.push(format!("output_node `{}` is not a node of the plan", plan.output_node));
     }
     if !problems.is_empty() {
         return Err(invalid(problems));
     }
 
-    let groups = parallel_groups(&nodes).map_err(|cycle| {
-        invalid(vec![format!(
-            "the plan has a cycle: {}",
-            cycle.join(" -> ")
-        )])
-    })?;
+    let groups = parallel_groups(&nodes)
+        .map_err(|cycle| invalid(vec![format!("the plan has a cycle: {}", cycle.join(" -> "))]))?;
     Ok(ValidatedPlan {
-        plan: TaskPlan {
-            nodes,
-            reasoning: plan.reasoning.clone(),
-            output_node: plan.output_node.clone(),
-        },
+        plan: TaskPlan { nodes, reasoning: plan.reasoning.clone(), output_node: plan.output_node.clone() },
         groups,
     })
 }
 
 fn valid_node_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// Checks one node and returns it with its dependencies made explicit.
@@ -121,9 +106,7 @@ fn check_node(
         if dep == id {
             problems.push(format!("node `{id}` depends on itself"));
         } else if !index.contains_key(dep.as_str()) {
-            problems.push(format!(
-                "node `{id}` depends on `{dep}`, which is not in the plan"
-            ));
+            problems.push(format!("node `{id}` depends on `{dep}`, which is not in the plan"));
         } else {
             deps.insert(dep.clone());
         }
@@ -161,10 +144,7 @@ fn check_node(
             Some(Some(schema)) => {
                 if let Some(inputs) = &inputs {
                     for violation in schema.check_with_refs(inputs) {
-                        problems.push(format!(
-                            "node `{id}` ({}): input {violation}",
-                            node.task_type
-                        ));
+                        problems.push(format!("node `{id}` ({}): input {violation}", node.task_type));
                     }
                 }
             }
@@ -172,10 +152,7 @@ fn check_node(
         },
     }
 
-    TaskNode {
-        depends_on: deps.into_iter().collect(),
-        ..node.clone()
-    }
+    TaskNode { depends_on: deps.into_iter().collect(), ..node.clone() }
 }
 
 fn parse_inputs(node: &TaskNode, problems: &mut Vec<String>) -> Option<Value> {
@@ -197,10 +174,7 @@ fn parse_inputs(node: &TaskNode, problems: &mut Vec<String>) -> Option<Value> {
             None
         }
         Err(e) => {
-            problems.push(format!(
-                "node `{}`: inputs are not valid JSON: {e}",
-                node.id
-            ));
+            problems.push(format!("node `{}`: inputs are not valid JSON: {e}", node.id));
             None
         }
     }
@@ -208,11 +182,7 @@ fn parse_inputs(node: &TaskNode, problems: &mut Vec<String>) -> Option<Value> {
 
 /// Kahn's algorithm, level by level. On a cycle, returns one cycle as a path of node ids.
 fn parallel_groups(nodes: &[TaskNode]) -> Result<Vec<Vec<String>>, Vec<String>> {
-    let position: HashMap<&str, usize> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.id.as_str(), i))
-        .collect();
+    let position: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.id.as_str(), i)).collect();
     let mut indegree: Vec<usize> = nodes.iter().map(|n| n.depends_on.len()).collect();
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     for (i, node) in nodes.iter().enumerate() {
@@ -246,11 +216,7 @@ fn parallel_groups(nodes: &[TaskNode]) -> Result<Vec<Vec<String>>, Vec<String>> 
     let mut at = (0..nodes.len()).find(|&i| indegree[i] > 0).unwrap_or(0);
     loop {
         if let Some(start) = path.iter().position(|&p| p == at) {
-            let mut cycle: Vec<String> = path[start..]
-                .iter()
-                .rev()
-                .map(|&i| nodes[i].id.clone())
-                .collect();
+            let mut cycle: Vec<String> = path[start..].iter().rev().map(|&i| nodes[i].id.clone()).collect();
             cycle.push(cycle[0].clone());
             return Err(cycle);
         }
@@ -284,10 +250,7 @@ mod tests {
             "type": "object", "properties": {"x": {"type": "number"}}, "additionalProperties": false
         }))
         .unwrap();
-        HashMap::from([
-            ("t.a".to_owned(), Some(schema)),
-            ("t.free".to_owned(), None),
-        ])
+        HashMap::from([("t.a".to_owned(), Some(schema)), ("t.free".to_owned(), None)])
     }
 
     fn problems(plan: TaskPlan) -> Vec<String> {
@@ -309,10 +272,7 @@ mod tests {
         };
         let v = validate_plan(&plan, &catalog(), 10).unwrap();
         assert_eq!(v.plan.nodes[2].depends_on, vec!["a", "b"]);
-        assert_eq!(
-            v.groups,
-            vec![vec!["a".to_owned(), "b".to_owned()], vec!["c".to_owned()]]
-        );
+        assert_eq!(v.groups, vec![vec!["a".to_owned(), "b".to_owned()], vec!["c".to_owned()]]);
     }
 
     #[test]
@@ -356,13 +316,8 @@ mod tests {
 
     #[test]
     fn the_node_limit_holds() {
-        let nodes = (0..11)
-            .map(|i| node(&format!("n{i}"), "t.free", json!({}), &[]))
-            .collect();
-        let p = problems(TaskPlan {
-            nodes,
-            ..Default::default()
-        });
+        let nodes = (0..11).map(|i| node(&format!("n{i}"), "t.free", json!({}), &[])).collect();
+        let p = problems(TaskPlan { nodes, ..Default::default() });
         assert!(p[0].contains("11 nodes, over the limit of 10"), "{p:?}");
     }
 }

@@ -13,9 +13,7 @@ pub struct InputSchema {
 
 impl std::fmt::Debug for InputSchema {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InputSchema")
-            .field("raw", &self.raw)
-            .finish()
+        f.debug_struct("InputSchema").field("raw", &self.raw).finish()
     }
 }
 
@@ -60,10 +58,7 @@ impl InputSchema {
 
     fn violations(&self, instance: &Value, tolerate_refs: bool) -> Vec<SchemaViolation> {
         let ref_pointers: Vec<String> = if tolerate_refs {
-            json_ref::collect_refs(instance)
-                .into_iter()
-                .map(|(p, _)| p)
-                .collect()
+            json_ref::collect_refs(instance).into_iter().map(|(p, _)| p).collect()
         } else {
             Vec::new()
         };
@@ -71,13 +66,9 @@ impl InputSchema {
             .iter_errors(instance)
             .filter_map(|error| {
                 let pointer = error.instance_path().as_str().to_owned();
-                let inside_ref = ref_pointers
-                    .iter()
-                    .any(|r| pointer == *r || pointer.starts_with(&format!("{r}/")));
-                (!inside_ref).then(|| SchemaViolation {
-                    pointer,
-                    message: error.to_string(),
-                })
+                let inside_ref =
+                    ref_pointers.iter().any(|r| pointer == *r || pointer.starts_with(&format!("{r}/")));
+                (!inside_ref).then(|| SchemaViolation { pointer, message: error.to_string() })
             })
             .collect()
     }
@@ -103,12 +94,7 @@ mod tests {
         let v = schema().check(&json!({"expression": 5}));
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].pointer, "/expression");
-        assert!(
-            schema()
-                .check(&json!({}))
-                .iter()
-                .any(|v| v.message.contains("expression"))
-        );
+        assert!(schema().check(&json!({})).iter().any(|v| v.message.contains("expression")));
     }
 
     #[test]

@@ -12,10 +12,7 @@ pub fn install_signal_handlers() -> CancellationToken {
     let watched = token.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
-        info!(
-            event = "shutdown_requested",
-            "shutting down; send the signal again to exit at once"
-        );
+        info!(event = "shutdown_requested", "shutting down; send the signal again to exit at once");
         watched.cancel();
         wait_for_signal().await;
         warn!("second signal: exiting now");

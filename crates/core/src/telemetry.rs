@@ -13,11 +13,7 @@ pub fn init_logging() {
     let result = if std::io::stderr().is_terminal() {
         builder.compact().try_init()
     } else {
-        builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .try_init()
+        builder.json().flatten_event(true).with_current_span(true).try_init()
     };
     let _ = result;
 }

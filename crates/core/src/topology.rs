@@ -23,9 +23,7 @@ pub struct Topology {
 
 impl Default for Topology {
     fn default() -> Self {
-        Self {
-            prefix: "hermes".to_owned(),
-        }
+        Self { prefix: "hermes".to_owned() }
     }
 }
 
@@ -35,9 +33,7 @@ impl Topology {
         let prefix = prefix.into();
         let valid = !prefix.is_empty()
             && prefix.len() <= 32
-            && prefix
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            && prefix.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
         if !valid {
             return Err(Error::InvalidArgument {
                 field: "prefix".into(),
@@ -52,10 +48,7 @@ impl Topology {
     }
 
     fn stream_name(&self, what: &str) -> String {
-        format!(
-            "{}_{what}",
-            self.prefix.to_ascii_uppercase().replace('-', "_")
-        )
+        format!("{}_{what}", self.prefix.to_ascii_uppercase().replace('-', "_"))
     }
 
     fn bucket_name(&self, what: &str) -> String {
@@ -153,12 +146,8 @@ pub fn validate_task_type(task_type: &str) -> Result<()> {
     } else if task_type.len() > MAX_TASK_TYPE_LEN {
         Some(format!("is longer than {MAX_TASK_TYPE_LEN} characters"))
     } else if !task_type.split('.').all(|seg| {
-        seg.chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && seg
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        seg.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && seg.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
     }) {
         Some("must be dot-separated segments of [a-z0-9-]".to_owned())
     } else {
@@ -177,9 +166,7 @@ pub fn validate_task_type(task_type: &str) -> Result<()> {
 pub fn validate_agent_id(agent_id: &str) -> Result<()> {
     let valid = !agent_id.is_empty()
         && agent_id.len() <= MAX_AGENT_ID_LEN
-        && agent_id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        && agent_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if valid {
         Ok(())
     } else {
@@ -220,14 +207,8 @@ mod tests {
     #[test]
     fn pool_and_direct_subjects_never_overlap() {
         let t = Topology::default();
-        assert_eq!(
-            t.pool_task("math.evaluate"),
-            "hermes.task.pool.math.evaluate"
-        );
-        assert_eq!(
-            t.direct_task("a1", "math.evaluate"),
-            "hermes.task.direct.a1.math.evaluate"
-        );
+        assert_eq!(t.pool_task("math.evaluate"), "hermes.task.pool.math.evaluate");
+        assert_eq!(t.direct_task("a1", "math.evaluate"), "hermes.task.direct.a1.math.evaluate");
         assert!(t.pool_task("x").starts_with("hermes.task.pool."));
         assert_eq!(t.pool_consumer("math.evaluate"), "pool_math_evaluate");
         assert_eq!(t.tasks_stream(), "HERMES_TASKS");

@@ -56,20 +56,13 @@ impl TraceContext {
     }
 
     pub fn to_header(&self) -> String {
-        format!(
-            "00-{}-{}-{:02x}",
-            self.trace_id,
-            self.span_id,
-            u8::from(self.sampled)
-        )
+        format!("00-{}-{}-{:02x}", self.trace_id, self.span_id, u8::from(self.sampled))
     }
 }
 
 /// Reads the trace context from NATS headers.
 pub fn extract(headers: Option<&async_nats::HeaderMap>) -> Option<TraceContext> {
-    headers?
-        .get(TRACEPARENT)
-        .and_then(|v| TraceContext::parse(v.as_str()))
+    headers?.get(TRACEPARENT).and_then(|v| TraceContext::parse(v.as_str()))
 }
 
 #[cfg(test)]

@@ -39,11 +39,7 @@ pub struct Catalog {
 
 impl Catalog {
     pub fn new(bus: Bus, ttl: Duration) -> Self {
-        Self {
-            bus,
-            ttl,
-            cached: Mutex::new((None, CatalogSnapshot::default())),
-        }
+        Self { bus, ttl, cached: Mutex::new((None, CatalogSnapshot::default())) }
     }
 
     /// A snapshot fresh enough to validate a plan using `task_types`.
@@ -74,17 +70,13 @@ impl Catalog {
     async fn fetch(&self) -> Result<CatalogReply> {
         let subject = self.bus.topology().catalog();
         let request = CatalogRequest {}.encode_to_vec();
-        let reply = tokio::time::timeout(
-            Duration::from_secs(3),
-            self.bus.client().request(subject, request.into()),
-        )
-        .await
-        .map_err(|_| Error::Unavailable("the registry (catalogue request timed out)".into()))?
-        .map_err(|e| Error::Unavailable(format!("the registry ({e})")))?;
-        CatalogReply::decode(reply.payload).map_err(|e| Error::Decode {
-            kind: "CatalogReply",
-            reason: e.to_string(),
-        })
+        let reply =
+            tokio::time::timeout(Duration::from_secs(3), self.bus.client().request(subject, request.into()))
+                .await
+                .map_err(|_| Error::Unavailable("the registry (catalogue request timed out)".into()))?
+                .map_err(|e| Error::Unavailable(format!("the registry ({e})")))?;
+        CatalogReply::decode(reply.payload)
+            .map_err(|e| Error::Decode { kind: "CatalogReply", reason: e.to_string() })
     }
 }
 

@@ -27,11 +27,7 @@ pub struct Effects {
 
 impl Effects {
     fn event(&mut self, goal_id: &str, now_ms: u64, kind: Kind) {
-        self.events.push(Event {
-            goal_id: goal_id.to_owned(),
-            at_unix_ms: now_ms,
-            kind: Some(kind),
-        });
+        self.events.push(Event { goal_id: goal_id.to_owned(), at_unix_ms: now_ms, kind: Some(kind) });
     }
 }
 
@@ -55,19 +51,12 @@ pub fn dispatch_ready(state: &mut GoalState, limits: Limits, now_ms: u64, effect
     let Some(plan) = state.plan.clone() else {
         return;
     };
-    let status_of: HashMap<String, i32> = state
-        .nodes
-        .iter()
-        .map(|n| (n.node_id.clone(), n.status))
-        .collect();
+    let status_of: HashMap<String, i32> = state.nodes.iter().map(|n| (n.node_id.clone(), n.status)).collect();
     for (i, node) in plan.nodes.iter().enumerate() {
         if state.nodes[i].status != NodeStatus::Pending as i32 {
             continue;
         }
-        let ready = node
-            .depends_on
-            .iter()
-            .all(|d| status_of.get(d) == Some(&(NodeStatus::Succeeded as i32)));
+        let ready = node.depends_on.iter().all(|d| status_of.get(d) == Some(&(NodeStatus::Succeeded as i32)));
         if !ready {
             continue;
         }
@@ -97,11 +86,7 @@ fn publish_attempt(
     let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
     let goal_id = GoalId::new(state.goal_id.clone());
     let task_id = TaskId::for_attempt(&goal_id, &plan_node.id, attempt);
-    let node_timeout = if plan_node.timeout_ms > 0 {
-        plan_node.timeout_ms
-    } else {
-        limits.node_timeout_ms
-    };
+    let node_timeout = if plan_node.timeout_ms > 0 { plan_node.timeout_ms } else { limits.node_timeout_ms };
     let deadline = match state.deadline_unix_ms {
         0 => now_ms + node_timeout,
         goal_deadline => goal_deadline.min(now_ms + node_timeout),
@@ -115,11 +100,7 @@ fn publish_attempt(
         inputs_json,
         deadline_unix_ms: deadline,
         memory_refs: Vec::new(),
-        session_id: state
-            .spec
-            .as_ref()
-            .map(|s| s.session_id.clone())
-            .unwrap_or_default(),
+        session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
     };
     let node = &mut state.nodes[index];
     node.status = NodeStatus::Dispatched as i32;
@@ -220,12 +201,10 @@ pub fn apply_result(
         return Applied::Changed;
     }
 
-    let mut error = result.error.clone().unwrap_or_else(|| {
-        wire_error(
-            ErrorCode::Internal,
-            "the agent reported a failure without an error",
-        )
-    });
+    let mut error = result
+        .error
+        .clone()
+        .unwrap_or_else(|| wire_error(ErrorCode::Internal, "the agent reported a failure without an error"));
     error.node_id = result.node_id.clone();
     {
         let node = &mut state.nodes[index];
@@ -245,11 +224,7 @@ pub fn apply_result(
         }),
     );
     let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
-    let max_retries = if plan_node.max_retries > 0 {
-        plan_node.max_retries
-    } else {
-        DEFAULT_MAX_RETRIES
-    };
+    let max_retries = if plan_node.max_retries > 0 { plan_node.max_retries } else { DEFAULT_MAX_RETRIES };
     if error.retryable && result.attempt <= max_retries {
         let next_attempt = result.attempt + 1;
         effects.event(
@@ -262,16 +237,10 @@ pub fn apply_result(
             }),
         );
         match resolve_inputs(state, &plan_node.inputs_json.clone()) {
-            Ok(inputs) => {
-                publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects)
+            Ok(inputs) => publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects),
+            Err(reason) => {
+                fail_node(state, index, wire_error(ErrorCode::InvalidArgument, reason), now_ms, effects)
             }
-            Err(reason) => fail_node(
-                state,
-                index,
-                wire_error(ErrorCode::InvalidArgument, reason),
-                now_ms,
-                effects,
-            ),
         }
         return Applied::Changed;
     }
@@ -295,11 +264,7 @@ fn fail_node(
     state.status = GoalStatus::Failed as i32;
     state.error = Some(error.clone());
     state.updated_unix_ms = now_ms;
-    effects.event(
-        &state.goal_id.clone(),
-        now_ms,
-        Kind::GoalFailed(GoalFailed { error: Some(error) }),
-    );
+    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalFailed(GoalFailed { error: Some(error) }));
 }
 
 fn skip_pending(state: &mut GoalState) {
@@ -311,25 +276,14 @@ fn skip_pending(state: &mut GoalState) {
 }
 
 fn complete_if_done(state: &mut GoalState, now_ms: u64, effects: &mut Effects) {
-    if is_terminal(state.status)
-        || !state
-            .nodes
-            .iter()
-            .all(|n| n.status == NodeStatus::Succeeded as i32)
-    {
+    if is_terminal(state.status) || !state.nodes.iter().all(|n| n.status == NodeStatus::Succeeded as i32) {
         return;
     }
     let output = goal_output(state);
     state.status = GoalStatus::Completed as i32;
     state.output_json = output.clone();
     state.updated_unix_ms = now_ms;
-    effects.event(
-        &state.goal_id.clone(),
-        now_ms,
-        Kind::GoalCompleted(GoalCompleted {
-            output_json: output,
-        }),
-    );
+    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalCompleted(GoalCompleted { output_json: output }));
 }
 
 /// The goal's answer: the output node's output, else the single sink's, else an object of all
@@ -337,12 +291,7 @@ fn complete_if_done(state: &mut GoalState, now_ms: u64, effects: &mut Effects) {
 fn goal_output(state: &GoalState) -> String {
     let plan = state.plan.as_ref().expect("plan present");
     let output_of = |id: &str| {
-        state
-            .nodes
-            .iter()
-            .find(|n| n.node_id == id)
-            .map(|n| n.output_json.clone())
-            .unwrap_or_default()
+        state.nodes.iter().find(|n| n.node_id == id).map(|n| n.output_json.clone()).unwrap_or_default()
     };
     if !plan.output_node.is_empty() {
         return output_of(&plan.output_node);
@@ -350,12 +299,7 @@ fn goal_output(state: &GoalState) -> String {
     let sinks: Vec<&str> = plan
         .nodes
         .iter()
-        .filter(|n| {
-            !plan
-                .nodes
-                .iter()
-                .any(|other| other.depends_on.contains(&n.id))
-        })
+        .filter(|n| !plan.nodes.iter().any(|other| other.depends_on.contains(&n.id)))
         .map(|n| n.id.as_str())
         .collect();
     if let [only] = sinks.as_slice() {
@@ -363,12 +307,7 @@ fn goal_output(state: &GoalState) -> String {
     }
     let object: serde_json::Map<String, Value> = sinks
         .iter()
-        .map(|id| {
-            (
-                id.to_string(),
-                serde_json::from_str(&output_of(id)).unwrap_or(Value::Null),
-            )
-        })
+        .map(|id| (id.to_string(), serde_json::from_str(&output_of(id)).unwrap_or(Value::Null)))
         .collect();
     Value::Object(object).to_string()
 }
@@ -385,9 +324,7 @@ pub fn cancel(state: &mut GoalState, reason: &str, now_ms: u64, effects: &mut Ef
     effects.event(
         &state.goal_id.clone(),
         now_ms,
-        Kind::GoalCancelled(GoalCancelled {
-            reason: reason.to_owned(),
-        }),
+        Kind::GoalCancelled(GoalCancelled { reason: reason.to_owned() }),
     );
     true
 }
@@ -438,9 +375,7 @@ mod tests {
     use hermes_proto::{TaskNode, TaskPlan};
     use serde_json::json;
 
-    const LIMITS: Limits = Limits {
-        node_timeout_ms: 1000,
-    };
+    const LIMITS: Limits = Limits { node_timeout_ms: 1000 };
 
     fn state() -> GoalState {
         let plan = TaskPlan {
@@ -507,27 +442,15 @@ mod tests {
         assert_eq!(fx.tasks[0].task_id, "g-1.a.1");
 
         let mut fx = Effects::default();
-        assert_eq!(
-            apply_result(&mut s, &ok("a", 1, json!({"v": 2})), LIMITS, 11, &mut fx),
-            Applied::Changed
-        );
+        assert_eq!(apply_result(&mut s, &ok("a", 1, json!({"v": 2})), LIMITS, 11, &mut fx), Applied::Changed);
         assert!(fx.tasks.is_empty());
         let mut fx = Effects::default();
         apply_result(&mut s, &ok("b", 1, json!({"v": 3})), LIMITS, 12, &mut fx);
         assert_eq!(fx.tasks.len(), 1);
-        assert_eq!(
-            serde_json::from_str::<Value>(&fx.tasks[0].inputs_json).unwrap(),
-            json!({"x": 2, "y": 3})
-        );
+        assert_eq!(serde_json::from_str::<Value>(&fx.tasks[0].inputs_json).unwrap(), json!({"x": 2, "y": 3}));
 
         let mut fx = Effects::default();
-        apply_result(
-            &mut s,
-            &ok("c", 1, json!({"done": true})),
-            LIMITS,
-            13,
-            &mut fx,
-        );
+        apply_result(&mut s, &ok("c", 1, json!({"done": true})), LIMITS, 13, &mut fx);
         assert_eq!(s.status, GoalStatus::Completed as i32);
         assert_eq!(s.output_json, json!({"done": true}).to_string());
         assert!(is_terminal_event(fx.events.last().unwrap()));
@@ -537,23 +460,11 @@ mod tests {
     fn duplicate_and_stale_results_are_ignored() {
         let mut s = state();
         dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
-        apply_result(
-            &mut s,
-            &ok("a", 1, json!({"v": 1})),
-            LIMITS,
-            11,
-            &mut Effects::default(),
-        );
+        apply_result(&mut s, &ok("a", 1, json!({"v": 1})), LIMITS, 11, &mut Effects::default());
         let mut fx = Effects::default();
-        assert_eq!(
-            apply_result(&mut s, &ok("a", 1, json!({"v": 9})), LIMITS, 12, &mut fx),
-            Applied::Stale
-        );
+        assert_eq!(apply_result(&mut s, &ok("a", 1, json!({"v": 9})), LIMITS, 12, &mut fx), Applied::Stale);
         assert!(fx.events.is_empty());
-        assert_eq!(
-            apply_result(&mut s, &ok("b", 7, json!({})), LIMITS, 12, &mut fx),
-            Applied::Stale
-        );
+        assert_eq!(apply_result(&mut s, &ok("b", 7, json!({})), LIMITS, 12, &mut fx), Applied::Stale);
     }
 
     #[test]
@@ -561,29 +472,11 @@ mod tests {
         let mut s = state();
         dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
         let mut fx = Effects::default();
-        apply_result(
-            &mut s,
-            &failed("a", 1, ErrorCode::Timeout),
-            LIMITS,
-            11,
-            &mut fx,
-        );
+        apply_result(&mut s, &failed("a", 1, ErrorCode::Timeout), LIMITS, 11, &mut fx);
         assert_eq!(fx.tasks[0].task_id, "g-1.a.2");
-        apply_result(
-            &mut s,
-            &failed("a", 2, ErrorCode::Timeout),
-            LIMITS,
-            12,
-            &mut Effects::default(),
-        );
+        apply_result(&mut s, &failed("a", 2, ErrorCode::Timeout), LIMITS, 12, &mut Effects::default());
         let mut fx = Effects::default();
-        apply_result(
-            &mut s,
-            &failed("a", 3, ErrorCode::Timeout),
-            LIMITS,
-            13,
-            &mut fx,
-        );
+        apply_result(&mut s, &failed("a", 3, ErrorCode::Timeout), LIMITS, 13, &mut fx);
         assert!(fx.tasks.is_empty());
         assert_eq!(s.status, GoalStatus::Failed as i32);
         assert_eq!(s.nodes[2].status, NodeStatus::Skipped as i32);
@@ -594,13 +487,7 @@ mod tests {
         let mut s = state();
         dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
         let mut fx = Effects::default();
-        apply_result(
-            &mut s,
-            &failed("b", 1, ErrorCode::ToolError),
-            LIMITS,
-            11,
-            &mut fx,
-        );
+        apply_result(&mut s, &failed("b", 1, ErrorCode::ToolError), LIMITS, 11, &mut fx);
         assert!(fx.tasks.is_empty());
         assert_eq!(s.status, GoalStatus::Failed as i32);
         assert_eq!(s.error.as_ref().unwrap().node_id, "b");
@@ -616,11 +503,7 @@ mod cancel_tests {
     fn cancel_skips_pending_nodes_once() {
         let plan = TaskPlan {
             nodes: vec![
-                TaskNode {
-                    id: "a".into(),
-                    task_type: "t".into(),
-                    ..Default::default()
-                },
+                TaskNode { id: "a".into(), task_type: "t".into(), ..Default::default() },
                 TaskNode {
                     id: "b".into(),
                     task_type: "t".into(),
@@ -637,14 +520,7 @@ mod cancel_tests {
             plan: Some(plan),
             ..Default::default()
         };
-        dispatch_ready(
-            &mut s,
-            Limits {
-                node_timeout_ms: 1000,
-            },
-            1,
-            &mut Effects::default(),
-        );
+        dispatch_ready(&mut s, Limits { node_timeout_ms: 1000 }, 1, &mut Effects::default());
         let mut fx = Effects::default();
         assert!(cancel(&mut s, "user asked", 2, &mut fx));
         assert_eq!(s.status, GoalStatus::Cancelled as i32);
@@ -661,15 +537,7 @@ mod cancel_tests {
             ..Default::default()
         };
         assert_eq!(
-            apply_result(
-                &mut s,
-                &late,
-                Limits {
-                    node_timeout_ms: 1000
-                },
-                4,
-                &mut Effects::default()
-            ),
+            apply_result(&mut s, &late, Limits { node_timeout_ms: 1000 }, 4, &mut Effects::default()),
             Applied::Stale
         );
     }

@@ -36,7 +36,8 @@ pub(crate) async fn serve(
         .add_service(reflection)
         .add_service(DispatcherServer::new(Api { service }))
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            // Replies are small; without TCP_NODELAY they can wait on Nagle's algorithm.
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown.cancelled_owned(),
         )
         .await?;
@@ -50,9 +51,7 @@ struct Api {
 fn goal_id_arg(goal_id: &str) -> Result<&str, Status> {
     let valid = !goal_id.is_empty()
         && goal_id.len() <= 128
-        && goal_id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        && goal_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if valid {
         Ok(goal_id)
     } else {
@@ -90,15 +89,9 @@ impl DispatcherApi for Api {
         let spec = request
             .into_inner()
             .spec
-            .ok_or_else(|| Error::InvalidArgument {
-                field: "spec".into(),
-                reason: "is required".into(),
-            })?;
+            .ok_or_else(|| Error::InvalidArgument { field: "spec".into(), reason: "is required".into() })?;
         let submitted = self.service.submit(spec).await?;
-        Ok(Response::new(SubmitGoalResponse {
-            goal_id: submitted.goal_id,
-            duplicate: submitted.duplicate,
-        }))
+        Ok(Response::new(SubmitGoalResponse { goal_id: submitted.goal_id, duplicate: submitted.duplicate }))
     }
 
     async fn get_goal(&self, request: Request<GetGoalRequest>) -> Result<Response<Goal>, Status> {
@@ -109,10 +102,7 @@ impl DispatcherApi for Api {
 
     type WatchGoalStream = EventStream;
 
-    async fn watch_goal(
-        &self,
-        request: Request<WatchGoalRequest>,
-    ) -> Result<Response<EventStream>, Status> {
+    async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
         let req = request.into_inner();
         let goal_id = goal_id_arg(&req.goal_id)?.to_owned();
         // Fail with NOT_FOUND rather than wait forever on a goal that never existed.
@@ -136,42 +126,35 @@ impl DispatcherApi for Api {
             .await
             .map_err(|e| Status::unavailable(format!("UNAVAILABLE: events: {e}")))?;
         info!(goal_id = %goal_id, "watch started");
-        let events =
-            futures::stream::unfold((messages, false), |(mut messages, done)| async move {
-                if done {
-                    return None;
-                }
-                loop {
-                    match messages.next().await? {
-                        Ok(msg) => match Event::decode(msg.payload.clone()) {
-                            Ok(event) => {
-                                let terminal = is_terminal_event(&event);
-                                return Some((Ok(event), (messages, terminal)));
-                            }
-                            // Events are written only by dispatchers; skip anything else.
-                            Err(_) => continue,
-                        },
-                        Err(e) => {
-                            return Some((
-                                Err(Status::unavailable(format!("UNAVAILABLE: {e}"))),
-                                (messages, true),
-                            ));
+        let events = futures::stream::unfold((messages, false), |(mut messages, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                match messages.next().await? {
+                    Ok(msg) => match Event::decode(msg.payload.clone()) {
+                        Ok(event) => {
+                            let terminal = is_terminal_event(&event);
+                            return Some((Ok(event), (messages, terminal)));
                         }
+                        // Events are written only by dispatchers; skip anything else.
+                        Err(_) => continue,
+                    },
+                    Err(e) => {
+                        return Some((
+                            Err(Status::unavailable(format!("UNAVAILABLE: {e}"))),
+                            (messages, true),
+                        ));
                     }
                 }
-            });
+            }
+        });
         Ok(Response::new(Box::pin(events)))
     }
 
-    async fn cancel_goal(
-        &self,
-        request: Request<CancelGoalRequest>,
-    ) -> Result<Response<Goal>, Status> {
+    async fn cancel_goal(&self, request: Request<CancelGoalRequest>) -> Result<Response<Goal>, Status> {
         let req = request.into_inner();
-        let state = self
-            .service
-            .cancel(goal_id_arg(&req.goal_id)?, &req.reason)
-            .await?;
+        let state = self.service.cancel(goal_id_arg(&req.goal_id)?, &req.reason).await?;
         Ok(Response::new(to_goal(state)))
     }
 
@@ -183,13 +166,7 @@ impl DispatcherApi for Api {
             0 => 100,
             n => n.min(1000) as usize,
         };
-        let goals = self
-            .service
-            .list(limit)
-            .await?
-            .into_iter()
-            .map(to_goal)
-            .collect();
+        let goals = self.service.list(limit).await?.into_iter().map(to_goal).collect();
         Ok(Response::new(ListGoalsResponse { goals }))
     }
 }

@@ -20,13 +20,15 @@ use futures::StreamExt;
 use hermes_core::bus::ConsumerSpec;
 use hermes_core::plan::validate_plan;
 use hermes_core::trace::TraceContext;
-use hermes_core::{Bus, Error, GoalId, Result, now_unix_ms};
+use hermes_core::{Bus, Delivery, Error, GoalId, Result, now_unix_ms};
 use hermes_proto::event::Kind;
 use hermes_proto::{
     Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup, PlanCreated, TaskResult,
 };
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::TcpListener;
-use tokio::sync::{Mutex, Semaphore};
+
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, warn};
 
@@ -69,9 +71,10 @@ pub struct GoalService {
     store: GoalStore,
     catalog: Catalog,
     config: DispatcherConfig,
-    /// Serialises result application per goal within this process, so a wide fan-out does not
-    /// turn into a storm of CAS conflicts. Across replicas, CAS alone keeps updates correct.
-    goal_locks: DashMap<String, Arc<Mutex<()>>>,
+    /// Results waiting to be applied, per goal. One task at a time drains a goal's inbox and
+    /// applies everything in it with one CAS, so a wide fan-out costs one KV write per batch
+    /// rather than a storm of conflicting writes. Across replicas, CAS alone keeps updates correct.
+    inboxes: DashMap<String, Arc<Inbox>>,
 }
 
 /// What SubmitGoal returns.
@@ -85,19 +88,11 @@ impl GoalService {
         let max_value = bus.client().server_info().max_payload;
         let store = GoalStore::new(bus.goals().clone(), max_value);
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
-        Self {
-            bus,
-            store,
-            catalog,
-            config,
-            goal_locks: DashMap::new(),
-        }
+        Self { bus, store, catalog, config, inboxes: DashMap::new() }
     }
 
     fn limits(&self) -> Limits {
-        Limits {
-            node_timeout_ms: self.config.node_timeout.as_millis() as u64,
-        }
+        Limits { node_timeout_ms: self.config.node_timeout.as_millis() as u64 }
     }
 
     /// Validates and stores a goal, then dispatches its first nodes.
@@ -133,24 +128,15 @@ impl GoalService {
         };
         // A retried submit must not be validated against a catalogue that changed since.
         if !spec.idempotency_key.is_empty() && self.store.load(goal_id.as_str()).await?.is_some() {
-            return Ok(Submitted {
-                goal_id: goal_id.to_string(),
-                duplicate: true,
-            });
+            return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
         }
 
-        let snapshot = self
-            .catalog
-            .snapshot(plan.nodes.iter().map(|n| n.task_type.as_str()))
-            .await?;
+        let snapshot = self.catalog.snapshot(plan.nodes.iter().map(|n| n.task_type.as_str())).await?;
         let validated = validate_plan(&plan, &snapshot, self.config.max_nodes)?;
 
         let now = now_unix_ms();
-        let timeout_ms = if spec.timeout_ms > 0 {
-            spec.timeout_ms
-        } else {
-            self.config.goal_timeout.as_millis() as u64
-        };
+        let timeout_ms =
+            if spec.timeout_ms > 0 { spec.timeout_ms } else { self.config.goal_timeout.as_millis() as u64 };
         let trace = TraceContext::new_root();
         let mut state = GoalState {
             goal_id: goal_id.to_string(),
@@ -161,10 +147,7 @@ impl GoalService {
             updated_unix_ms: now,
             deadline_unix_ms: now + timeout_ms,
             traceparent: trace.to_header(),
-            spec: Some(GoalSpec {
-                plan: None,
-                ..spec.clone()
-            }),
+            spec: Some(GoalSpec { plan: None, ..spec.clone() }),
             ..Default::default()
         };
         let mut effects = Effects::default();
@@ -181,26 +164,16 @@ impl GoalService {
             at_unix_ms: now,
             kind: Some(Kind::PlanCreated(PlanCreated {
                 plan: Some(validated.plan),
-                groups: validated
-                    .groups
-                    .into_iter()
-                    .map(|node_ids| ParallelGroup { node_ids })
-                    .collect(),
+                groups: validated.groups.into_iter().map(|node_ids| ParallelGroup { node_ids }).collect(),
             })),
         });
         engine::dispatch_ready(&mut state, self.limits(), now, &mut effects);
         if !self.store.create(&state).await? {
-            return Ok(Submitted {
-                goal_id: goal_id.to_string(),
-                duplicate: true,
-            });
+            return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
         }
         info!(goal_id = %goal_id, nodes = state.nodes.len(), event = "goal_accepted", "goal accepted");
         self.publish_effects(&state, effects).await?;
-        Ok(Submitted {
-            goal_id: goal_id.to_string(),
-            duplicate: false,
-        })
+        Ok(Submitted { goal_id: goal_id.to_string(), duplicate: false })
     }
 
     pub async fn get(&self, goal_id: &str) -> Result<GoalState> {
@@ -208,18 +181,11 @@ impl GoalService {
             .load(goal_id)
             .await?
             .map(|(state, _)| state)
-            .ok_or_else(|| Error::NotFound {
-                what: "goal",
-                id: goal_id.to_owned(),
-            })
+            .ok_or_else(|| Error::NotFound { what: "goal", id: goal_id.to_owned() })
     }
 
     pub async fn cancel(&self, goal_id: &str, reason: &str) -> Result<GoalState> {
-        let reason = if reason.is_empty() {
-            "cancelled by request"
-        } else {
-            reason
-        };
+        let reason = if reason.is_empty() { "cancelled by request" } else { reason };
         let updated = self
             .store
             .update(goal_id, |state| {
@@ -251,41 +217,36 @@ impl GoalService {
         Ok(goals)
     }
 
-    /// Applies one result. Duplicates and results for superseded attempts are recognised and
-    /// ignored, which is what makes at-least-once delivery of results safe.
-    pub async fn apply_result(&self, result: &TaskResult) -> Result<Applied> {
-        let lock = self
-            .goal_locks
-            .entry(result.goal_id.clone())
-            .or_default()
-            .clone();
-        let outcome = {
-            let _guard = lock.lock().await;
-            let limits = self.limits();
-            self.store
-                .update(&result.goal_id, |state| {
-                    let mut effects = Effects::default();
-                    match engine::apply_result(state, result, limits, now_unix_ms(), &mut effects) {
-                        Applied::Changed => {
-                            state.updated_unix_ms = now_unix_ms();
-                            Some(effects)
-                        }
-                        Applied::Stale => None,
-                    }
-                })
-                .await
-        };
-        // Drop the lock entry once nobody else holds it, so the map does not grow with goals.
-        self.goal_locks
-            .remove_if(&result.goal_id, |_, l| Arc::strong_count(l) <= 2);
+    /// Applies a batch of results for one goal in a single compare-and-set. Duplicates and
+    /// results for superseded attempts are recognised and ignored, which is what makes
+    /// at-least-once delivery of results safe. Returns how many results changed the goal.
+    pub async fn apply_results(&self, goal_id: &str, results: &[TaskResult]) -> Result<usize> {
+        let limits = self.limits();
+        let outcome = self
+            .store
+            .update(goal_id, |state| {
+                let mut effects = Effects::default();
+                let now = now_unix_ms();
+                let changed = results
+                    .iter()
+                    .filter(|r| engine::apply_result(state, r, limits, now, &mut effects) == Applied::Changed)
+                    .count();
+                if changed == 0 {
+                    return None;
+                }
+                state.updated_unix_ms = now;
+                Some((changed, effects))
+            })
+            .await;
         match outcome {
             Ok(Some(updated)) => {
-                self.publish_effects(&updated.state, updated.value).await?;
-                Ok(Applied::Changed)
+                let (changed, effects) = updated.value;
+                self.publish_effects(&updated.state, effects).await?;
+                Ok(changed)
             }
-            Ok(None) => Ok(Applied::Stale),
+            Ok(None) => Ok(0),
             // A result for a goal that does not exist cannot be applied; drop it.
-            Err(Error::NotFound { .. }) => Ok(Applied::Stale),
+            Err(Error::NotFound { .. }) => Ok(0),
             Err(e) => Err(e),
         }
     }
@@ -305,19 +266,12 @@ impl GoalService {
             ));
         }
         for task in &effects.tasks {
-            pending.push((
-                topology.pool_task(&task.task_type),
-                task.encode_to_vec(),
-                task.task_id.clone(),
-            ));
+            pending.push((topology.pool_task(&task.task_type), task.encode_to_vec(), task.task_id.clone()));
         }
         let sends = pending.into_iter().map(|(subject, body, msg_id)| {
             let bus = self.bus.clone();
             let trace = trace.clone();
-            async move {
-                bus.publish_bytes(subject, body.into(), &msg_id, trace.as_ref())
-                    .await
-            }
+            async move { bus.publish_bytes(subject, body.into(), &msg_id, trace.as_ref()).await }
         });
         // `buffered` polls in order, so sends go out in order while acks overlap.
         let mut acks = futures::stream::iter(sends).buffered(256);
@@ -354,11 +308,7 @@ impl Dispatcher {
             })
             .await
             .context("cannot bind the results consumer")?;
-        Ok(Dispatcher {
-            service: Arc::new(GoalService::new(bus, config)),
-            listener,
-            results,
-        })
+        Ok(Dispatcher { service: Arc::new(GoalService::new(bus, config)), listener, results })
     }
 
     /// The address the gRPC API listens on.
@@ -385,18 +335,57 @@ impl Dispatcher {
     }
 }
 
+/// Results of one goal waiting to be applied.
+#[derive(Default)]
+struct Inbox {
+    pending: std::sync::Mutex<Vec<Delivery<TaskResult>>>,
+    draining: AtomicBool,
+}
+
+/// Applies everything in a goal's inbox, batch by batch, until it stays empty. Only the task that
+/// set `draining` runs this.
+async fn drain_inbox(service: &GoalService, goal_id: &str, inbox: &Inbox) {
+    loop {
+        let batch = std::mem::take(&mut *inbox.pending.lock().unwrap_or_else(|p| p.into_inner()));
+        if batch.is_empty() {
+            inbox.draining.store(false, Ordering::Release);
+            // A result may have arrived between the take and the store; take it over unless
+            // another task already did.
+            let empty = inbox.pending.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
+            if empty || inbox.draining.swap(true, Ordering::AcqRel) {
+                break;
+            }
+            continue;
+        }
+        let results: Vec<TaskResult> = batch.iter().map(|d| d.message.clone()).collect();
+        match service.apply_results(goal_id, &results).await {
+            // Redelivery of an applied result is harmless (it is recognised as stale), so the
+            // ack need not wait for the server's confirmation.
+            Ok(_) => {
+                for delivery in &batch {
+                    let _ = delivery.ack_unconfirmed().await;
+                }
+            }
+            Err(e) => {
+                warn!(goal_id, error = %e, results = batch.len(), "cannot apply results; will retry");
+                for delivery in &batch {
+                    let _ = delivery.nak(Some(Duration::from_millis(500))).await;
+                }
+            }
+        }
+    }
+    service.inboxes.remove_if(goal_id, |_, i| {
+        !i.draining.load(Ordering::Acquire) && i.pending.lock().map(|p| p.is_empty()).unwrap_or(false)
+    });
+}
+
 async fn results_loop(
     service: Arc<GoalService>,
     consumer: async_nats::jetstream::consumer::PullConsumer,
     shutdown: CancellationToken,
 ) {
     let concurrency = service.config.result_concurrency;
-    let mut messages = match consumer
-        .stream()
-        .max_messages_per_batch(concurrency)
-        .messages()
-        .await
-    {
+    let mut messages = match consumer.stream().max_messages_per_batch(concurrency).messages().await {
         Ok(m) => m,
         Err(e) => {
             warn!(error = %e, "cannot pull results");
@@ -421,17 +410,15 @@ async fn results_loop(
                 let service = service.clone();
                 running.spawn(async move {
                     let _permit = permit;
-                    let Some(delivery) = service.bus.decode_or_dead_letter::<TaskResult>("result", msg).await else {
+                    let Some(delivery) = service.bus.decode_or_dead_letter::<TaskResult>("result", msg).await
+                    else {
                         return;
                     };
-                    match service.apply_result(&delivery.message).await {
-                        Ok(_) => {
-                            let _ = delivery.ack().await;
-                        }
-                        Err(e) => {
-                            warn!(goal_id = %delivery.message.goal_id, error = %e, "cannot apply result; will retry");
-                            let _ = delivery.nak(Some(Duration::from_millis(500))).await;
-                        }
+                    let goal_id = delivery.message.goal_id.clone();
+                    let inbox = service.inboxes.entry(goal_id.clone()).or_default().clone();
+                    inbox.pending.lock().unwrap_or_else(|p| p.into_inner()).push(delivery);
+                    if !inbox.draining.swap(true, Ordering::AcqRel) {
+                        drain_inbox(&service, &goal_id, &inbox).await;
                     }
                 });
             }

@@ -4,6 +4,7 @@
 
 use async_nats::jetstream::kv;
 use bytes::Bytes;
+use dashmap::DashMap;
 use hermes_core::{Error, Result};
 use hermes_proto::GoalState;
 use prost::Message as _;
@@ -15,6 +16,10 @@ pub struct GoalStore {
     kv: kv::Store,
     /// Largest value the server accepts.
     max_value_bytes: usize,
+    /// The last state and revision this process wrote for each running goal. It saves a read
+    /// before every update; when another replica wrote in between, the CAS fails and the state is
+    /// read afresh, so a stale entry costs one retry and never a lost update.
+    written: DashMap<String, (GoalState, u64)>,
 }
 
 /// The outcome of [`GoalStore::update`].
@@ -25,23 +30,19 @@ pub struct Updated<T> {
 
 impl GoalStore {
     pub fn new(kv: kv::Store, max_value_bytes: usize) -> Self {
-        Self {
-            kv,
-            max_value_bytes,
-        }
+        Self { kv, max_value_bytes, written: DashMap::new() }
     }
 
     pub async fn load(&self, goal_id: &str) -> Result<Option<(GoalState, u64)>> {
-        let entry = self.kv.entry(goal_id).await.map_err(|e| Error::JetStream {
-            operation: "load goal",
-            reason: e.to_string(),
-        })?;
+        let entry = self
+            .kv
+            .entry(goal_id)
+            .await
+            .map_err(|e| Error::JetStream { operation: "load goal", reason: e.to_string() })?;
         match entry {
             Some(entry) if entry.operation == kv::Operation::Put => {
-                let state = GoalState::decode(entry.value).map_err(|e| Error::Decode {
-                    kind: "GoalState",
-                    reason: e.to_string(),
-                })?;
+                let state = GoalState::decode(entry.value)
+                    .map_err(|e| Error::Decode { kind: "GoalState", reason: e.to_string() })?;
                 Ok(Some((state, entry.revision)))
             }
             _ => Ok(None),
@@ -52,12 +53,12 @@ impl GoalStore {
     pub async fn create(&self, state: &GoalState) -> Result<bool> {
         let value = self.encode(state)?;
         match self.kv.create(&state.goal_id, value).await {
-            Ok(_) => Ok(true),
+            Ok(revision) => {
+                self.remember(state, revision);
+                Ok(true)
+            }
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(Error::JetStream {
-                operation: "create goal",
-                reason: e.to_string(),
-            }),
+            Err(e) => Err(Error::JetStream { operation: "create goal", reason: e.to_string() }),
         }
     }
 
@@ -70,42 +71,56 @@ impl GoalStore {
         mut change: impl FnMut(&mut GoalState) -> Option<T>,
     ) -> Result<Option<Updated<T>>> {
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some((mut state, revision)) = self.load(goal_id).await? else {
-                return Err(Error::NotFound {
-                    what: "goal",
-                    id: goal_id.to_owned(),
-                });
+            let cached = self.written.get(goal_id).map(|e| e.value().clone());
+            let (mut state, revision) = match cached {
+                Some(entry) => entry,
+                None => match self.load(goal_id).await? {
+                    Some(entry) => entry,
+                    None => {
+                        return Err(Error::NotFound { what: "goal", id: goal_id.to_owned() });
+                    }
+                },
             };
             let Some(value) = change(&mut state) else {
                 return Ok(None);
             };
             let bytes = self.encode(&state)?;
             match self.kv.update(goal_id, bytes, revision).await {
-                Ok(_) => return Ok(Some(Updated { state, value })),
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Ok(revision) => {
+                    self.remember(&state, revision);
+                    return Ok(Some(Updated { state, value }));
+                }
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                    // Another writer got there first: read its state and recompute.
+                    self.written.remove(goal_id);
+                    continue;
+                }
                 Err(e) => {
-                    return Err(Error::JetStream {
-                        operation: "update goal",
-                        reason: e.to_string(),
-                    });
+                    return Err(Error::JetStream { operation: "update goal", reason: e.to_string() });
                 }
             }
         }
-        Err(Error::Unavailable(format!(
-            "goal {goal_id}: too many concurrent updates"
-        )))
+        Err(Error::Unavailable(format!("goal {goal_id}: too many concurrent updates")))
+    }
+
+    fn remember(&self, state: &GoalState, revision: u64) {
+        if crate::engine::is_terminal(state.status) {
+            self.written.remove(&state.goal_id);
+        } else {
+            self.written.insert(state.goal_id.clone(), (state.clone(), revision));
+        }
     }
 
     pub async fn keys(&self) -> Result<Vec<String>> {
         use futures::TryStreamExt;
-        let keys = self.kv.keys().await.map_err(|e| Error::JetStream {
-            operation: "list goals",
-            reason: e.to_string(),
-        })?;
-        keys.try_collect().await.map_err(|e| Error::JetStream {
-            operation: "list goals",
-            reason: e.to_string(),
-        })
+        let keys = self
+            .kv
+            .keys()
+            .await
+            .map_err(|e| Error::JetStream { operation: "list goals", reason: e.to_string() })?;
+        keys.try_collect()
+            .await
+            .map_err(|e| Error::JetStream { operation: "list goals", reason: e.to_string() })
     }
 
     fn encode(&self, state: &GoalState) -> Result<Bytes> {

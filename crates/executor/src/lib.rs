@@ -104,13 +104,7 @@ impl Agent {
                 .await?;
             consumers.push((task_type.to_owned(), consumer));
         }
-        Ok(Agent {
-            bus,
-            config,
-            registry,
-            consumers,
-            started_unix_ms: now_unix_ms(),
-        })
+        Ok(Agent { bus, config, registry, consumers, started_unix_ms: now_unix_ms() })
     }
 
     pub fn tool_registry(&self) -> &ToolRegistry {
@@ -122,9 +116,7 @@ impl Agent {
         let shared = Arc::new(Shared {
             bus: self.bus.clone(),
             registry: self.registry.clone(),
-            ctx: ToolContext {
-                workspace: self.config.workspace.clone(),
-            },
+            ctx: ToolContext { workspace: self.config.workspace.clone() },
             agent_id: self.config.agent_id.clone(),
             ack_wait: self.config.ack_wait,
             in_flight: AtomicU32::new(0),
@@ -132,7 +124,8 @@ impl Agent {
         let permits = Arc::new(Semaphore::new(self.config.max_concurrency as usize));
         let mut loops = JoinSet::new();
         for (task_type, consumer) in self.consumers {
-            let span = tracing::info_span!("consume_tasks", agent = %self.config.agent_id, task_type = %task_type);
+            let span =
+                tracing::info_span!("consume_tasks", agent = %self.config.agent_id, task_type = %task_type);
             loops.spawn(
                 consume(
                     shared.clone(),
@@ -144,12 +137,8 @@ impl Agent {
                 .instrument(span),
             );
         }
-        let heartbeat = heartbeat_loop(
-            shared.clone(),
-            self.config.clone(),
-            self.started_unix_ms,
-            shutdown.clone(),
-        );
+        let heartbeat =
+            heartbeat_loop(shared.clone(), self.config.clone(), self.started_unix_ms, shutdown.clone());
         let heartbeat = tokio::spawn(heartbeat.instrument(tracing::info_span!("heartbeat")));
         info!(agent = %self.config.agent_id, tools = ?shared.registry.names().collect::<Vec<_>>(), "agent serving");
         while let Some(done) = loops.join_next().await {
@@ -173,10 +162,7 @@ fn build_registry(wanted: &[String]) -> Result<ToolRegistry, String> {
     }
     if let Some(unknown) = wanted.iter().find(|w| !registry.contains(w)) {
         let known: Vec<&str> = builtins.iter().map(|t| t.name()).collect();
-        return Err(format!(
-            "unknown tool `{unknown}`; available: {}",
-            known.join(", ")
-        ));
+        return Err(format!("unknown tool `{unknown}`; available: {}", known.join(", ")));
     }
     Ok(registry)
 }
@@ -203,10 +189,7 @@ async fn consume(
         .max_messages_per_batch(max_concurrency as usize)
         .messages()
         .await
-        .map_err(|e| hermes_core::Error::JetStream {
-            operation: "pull",
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| hermes_core::Error::JetStream { operation: "pull", reason: e.to_string() })?;
     let mut running = JoinSet::new();
     loop {
         let permit = tokio::select! {
@@ -244,11 +227,7 @@ async fn consume(
 }
 
 async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
-    let Some(delivery) = shared
-        .bus
-        .decode_or_dead_letter::<TaskMessage>("task", msg)
-        .await
-    else {
+    let Some(delivery) = shared.bus.decode_or_dead_letter::<TaskMessage>("task", msg).await else {
         return;
     };
     let task = &delivery.message;
@@ -268,9 +247,10 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
         let subject = shared.bus.topology().result(&task.goal_id);
         match shared.bus.publish(subject, &result, &msg_id, delivery.trace.as_ref()).await {
             Ok(_) => {
-                if let Err(e) = delivery.ack().await {
-                    // The result is stored; a redelivery will publish it again and the
-                    // dispatcher ignores the duplicate.
+                // The result is durably stored, so the ack need not be confirmed: if it is lost,
+                // the redelivered task publishes the same result under the same Nats-Msg-Id,
+                // and the dispatcher ignores a result it already applied.
+                if let Err(e) = delivery.ack_unconfirmed().await {
                     warn!(error = %e, "ack failed after the result was published");
                 }
                 if result.status == TaskStatus::Succeeded as i32 {
@@ -303,8 +283,10 @@ async fn run_with_progress(shared: &Shared, delivery: &Delivery<TaskMessage>) ->
     } else {
         let work = run_tool(shared, task);
         tokio::pin!(work);
-        let mut ticker = tokio::time::interval(shared.ack_wait / 3);
-        ticker.tick().await;
+        // Not `interval` with its immediate first tick: that tick waits for the timer wheel
+        // (about 1 ms), which would be added to every task.
+        let period = shared.ack_wait / 3;
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         loop {
             tokio::select! {
                 result = &mut work => break result,
@@ -350,10 +332,7 @@ async fn run_tool(shared: &Shared, task: &TaskMessage) -> Result<serde_json::Val
             .map_err(|e| ToolError::invalid_argument(format!("inputs are not valid JSON: {e}")))?
     };
     info!(event = "tool_called", tool = %task.task_type, "tool called");
-    let result = shared
-        .registry
-        .call(&task.task_type, args, &shared.ctx)
-        .await;
+    let result = shared.registry.call(&task.task_type, args, &shared.ctx).await;
     info!(event = "tool_result_received", tool = %task.task_type, ok = result.is_ok(), "tool returned");
     result
 }

@@ -26,17 +26,11 @@ pub struct ToolError {
 
 impl ToolError {
     pub fn invalid_argument(message: impl Into<String>) -> Self {
-        Self {
-            code: ErrorCode::InvalidArgument,
-            message: message.into(),
-        }
+        Self { code: ErrorCode::InvalidArgument, message: message.into() }
     }
 
     pub fn failed(message: impl Into<String>) -> Self {
-        Self {
-            code: ErrorCode::ToolError,
-            message: message.into(),
-        }
+        Self { code: ErrorCode::ToolError, message: message.into() }
     }
 
     pub fn to_proto(&self) -> hermes_proto::Error {
@@ -66,11 +60,7 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
     /// Runs with arguments already validated against [`Tool::params_schema`].
-    fn run<'a>(
-        &'a self,
-        args: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>>;
+    fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>>;
 }
 
 /// Deserializes validated arguments into the tool's parameter type.
@@ -100,10 +90,7 @@ impl ToolRegistry {
         hermes_core::topology::validate_task_type(tool.name()).map_err(|e| e.to_string())?;
         let schema = InputSchema::compile(tool.params_schema())
             .map_err(|e| format!("tool {}: schema does not compile: {e}", tool.name()))?;
-        self.tools.insert(
-            tool.name().to_owned(),
-            Arc::new(RegisteredTool { tool, schema }),
-        );
+        self.tools.insert(tool.name().to_owned(), Arc::new(RegisteredTool { tool, schema }));
         Ok(())
     }
 
@@ -130,15 +117,11 @@ impl ToolRegistry {
     }
 
     /// Validates `args` and runs the tool under its timeout.
-    pub async fn call(
-        &self,
-        name: &str,
-        args: Value,
-        ctx: &ToolContext,
-    ) -> Result<Value, ToolError> {
-        let entry = self.tools.get(name).ok_or_else(|| {
-            ToolError::invalid_argument(format!("this agent has no tool `{name}`"))
-        })?;
+    pub async fn call(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        let entry = self
+            .tools
+            .get(name)
+            .ok_or_else(|| ToolError::invalid_argument(format!("this agent has no tool `{name}`")))?;
         let violations = entry.schema.check(&args);
         if !violations.is_empty() {
             let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
@@ -152,10 +135,7 @@ impl ToolRegistry {
             Ok(result) => result,
             Err(_) => Err(ToolError {
                 code: ErrorCode::Timeout,
-                message: format!(
-                    "tool `{name}` did not finish within {} ms",
-                    timeout.as_millis()
-                ),
+                message: format!("tool `{name}` did not finish within {} ms", timeout.as_millis()),
             }),
         }
     }

@@ -31,9 +31,7 @@ pub struct RegistryConfig {
 
 impl Default for RegistryConfig {
     fn default() -> Self {
-        Self {
-            heartbeat_ttl: Duration::from_secs(30),
-        }
+        Self { heartbeat_ttl: Duration::from_secs(30) }
     }
 }
 
@@ -51,10 +49,7 @@ pub struct Registry {
 
 impl Registry {
     pub fn new(config: RegistryConfig) -> Self {
-        Self {
-            agents: Arc::new(DashMap::new()),
-            config,
-        }
+        Self { agents: Arc::new(DashMap::new()), config }
     }
 
     /// Applies a heartbeat after checking it; returns why it was rejected otherwise.
@@ -69,8 +64,7 @@ impl Registry {
         if heartbeat.max_concurrency == 0 {
             return Err("max_concurrency must be at least 1".into());
         }
-        if heartbeat.task_types.is_empty() || heartbeat.task_types.len() > MAX_TASK_TYPES_PER_AGENT
-        {
+        if heartbeat.task_types.is_empty() || heartbeat.task_types.len() > MAX_TASK_TYPES_PER_AGENT {
             return Err(format!(
                 "declares {} task types; 1 to {MAX_TASK_TYPES_PER_AGENT} are allowed",
                 heartbeat.task_types.len()
@@ -80,16 +74,8 @@ impl Registry {
             validate_task_type(task_type).map_err(|e| e.to_string())?;
         }
         let id = heartbeat.agent_id.clone();
-        let new = self
-            .agents
-            .insert(
-                id.clone(),
-                LiveAgent {
-                    heartbeat,
-                    last_seen: Instant::now(),
-                },
-            )
-            .is_none();
+        let new =
+            self.agents.insert(id.clone(), LiveAgent { heartbeat, last_seen: Instant::now() }).is_none();
         if new {
             info!(agent = %id, event = "agent_online", "agent registered");
         }
@@ -118,24 +104,15 @@ impl Registry {
         let mut entries: BTreeMap<String, CatalogEntry> = BTreeMap::new();
         for agent in self.agents.iter() {
             for task_type in &agent.heartbeat.task_types {
-                let entry = entries
-                    .entry(task_type.clone())
-                    .or_insert_with(|| CatalogEntry {
-                        task_type: task_type.clone(),
-                        tool: agent
-                            .heartbeat
-                            .tools
-                            .iter()
-                            .find(|t| &t.name == task_type)
-                            .cloned(),
-                        live_agents: 0,
-                    });
+                let entry = entries.entry(task_type.clone()).or_insert_with(|| CatalogEntry {
+                    task_type: task_type.clone(),
+                    tool: agent.heartbeat.tools.iter().find(|t| &t.name == task_type).cloned(),
+                    live_agents: 0,
+                });
                 entry.live_agents += 1;
             }
         }
-        CatalogReply {
-            entries: entries.into_values().collect(),
-        }
+        CatalogReply { entries: entries.into_values().collect() }
     }
 
     /// Live agents declaring `task_type`, sorted by id.
@@ -180,23 +157,13 @@ impl Registry {
 }
 
 /// Runs the registry until `shutdown` is cancelled.
-pub async fn run(
-    bus: Bus,
-    config: RegistryConfig,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+pub async fn run(bus: Bus, config: RegistryConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let registry = Registry::new(config);
     let topology = bus.topology().clone();
     registry.rebuild_from_kv(&bus).await;
     let mut heartbeats = bus.client().subscribe(topology.all_heartbeats()).await?;
-    let mut catalog = bus
-        .client()
-        .queue_subscribe(topology.catalog(), topology.registry_queue())
-        .await?;
-    let mut routes = bus
-        .client()
-        .queue_subscribe(topology.route(), topology.registry_queue())
-        .await?;
+    let mut catalog = bus.client().queue_subscribe(topology.catalog(), topology.registry_queue()).await?;
+    let mut routes = bus.client().queue_subscribe(topology.route(), topology.registry_queue()).await?;
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     info!(agents = registry.len(), "registry serving");
     async {
@@ -258,36 +225,21 @@ mod tests {
     #[test]
     fn malformed_heartbeats_are_rejected_with_a_reason() {
         let r = Registry::new(RegistryConfig::default());
-        assert!(
-            r.apply_heartbeat(beat("", &["a"]))
-                .unwrap_err()
-                .contains("agent_id")
-        );
-        assert!(
-            r.apply_heartbeat(beat("x", &["a.*"]))
-                .unwrap_err()
-                .contains("task_type")
-        );
+        assert!(r.apply_heartbeat(beat("", &["a"])).unwrap_err().contains("agent_id"));
+        assert!(r.apply_heartbeat(beat("x", &["a.*"])).unwrap_err().contains("task_type"));
         let mut zero = beat("x", &["a"]);
         zero.max_concurrency = 0;
         assert!(r.apply_heartbeat(zero).is_err());
         let many: Vec<String> = (0..300).map(|i| format!("t{i}")).collect();
         let refs: Vec<&str> = many.iter().map(String::as_str).collect();
-        assert!(
-            r.apply_heartbeat(beat("x", &refs))
-                .unwrap_err()
-                .contains("300 task types")
-        );
+        assert!(r.apply_heartbeat(beat("x", &refs)).unwrap_err().contains("300 task types"));
         assert!(r.is_empty());
     }
 
     #[test]
     fn catalogue_and_capability_follow_live_agents() {
-        let r = Registry::new(RegistryConfig {
-            heartbeat_ttl: Duration::from_millis(50),
-        });
-        r.apply_heartbeat(beat("a1", &["math.evaluate", "time.now"]))
-            .unwrap();
+        let r = Registry::new(RegistryConfig { heartbeat_ttl: Duration::from_millis(50) });
+        r.apply_heartbeat(beat("a1", &["math.evaluate", "time.now"])).unwrap();
         r.apply_heartbeat(beat("a2", &["math.evaluate"])).unwrap();
         assert_eq!(r.capable_agents("math.evaluate"), vec!["a1", "a2"]);
         let cat = r.catalog();

@@ -21,12 +21,7 @@ impl NatsServer {
         let store = tempfile::tempdir().expect("temp store dir");
         let port = free_port();
         let child = spawn(&binary, port, store.path());
-        let server = NatsServer {
-            child,
-            port,
-            store,
-            binary,
-        };
+        let server = NatsServer { child, port, store, binary };
         server.wait_ready();
         server
     }
@@ -60,10 +55,7 @@ impl NatsServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!(
-            "nats-server did not listen on port {} within 15 s",
-            self.port
-        );
+        panic!("nats-server did not listen on port {} within 15 s", self.port);
     }
 }
 
@@ -85,10 +77,7 @@ fn spawn(binary: &Path, port: u16, store: &Path) -> Child {
 
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
 /// Finds the nats-server to test against: `HERMES_NATS_SERVER_BIN`, else the project-local
@@ -103,11 +92,7 @@ pub fn nats_server_binary() -> Result<PathBuf, String> {
         return Ok(local);
     }
     std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|p| p.join("nats-server"))
-                .find(|p| p.exists())
-        })
+        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join("nats-server")).find(|p| p.exists()))
         .ok_or_else(|| {
             "nats-server not found: run `make tools` (installs the pinned server into .tools/bin) \
              or set HERMES_NATS_SERVER_BIN"

@@ -36,11 +36,7 @@ impl Tool for MathEvaluate {
         schema_of::<Args>()
     }
 
-    fn run<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
             evaluate(&args.expression, &args.variables).map(|value| json!({ "value": value }))
@@ -69,9 +65,7 @@ fn evaluate(expression: &str, variables: &BTreeMap<String, f64>) -> Result<f64, 
     if value.is_finite() {
         Ok(value)
     } else {
-        Err(ToolError::failed(format!(
-            "`{expression}` evaluates to {value}"
-        )))
+        Err(ToolError::failed(format!("`{expression}` evaluates to {value}")))
     }
 }
 

@@ -58,11 +58,7 @@ impl Tool for TableAggregate {
         schema_of::<Args>()
     }
 
-    fn run<'a>(
-        &'a self,
-        args: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
             let path = confine(&ctx.workspace, &args.path)?;
@@ -77,8 +73,7 @@ impl Tool for TableAggregate {
 /// Resolves `relative` inside `workspace`, refusing absolute paths, `..` and symlinks that lead
 /// out of the workspace.
 pub(crate) fn confine(workspace: &Path, relative: &str) -> Result<PathBuf, ToolError> {
-    let denied =
-        |why: &str| ToolError::invalid_argument(format!("path `{relative}` is denied: {why}"));
+    let denied = |why: &str| ToolError::invalid_argument(format!("path `{relative}` is denied: {why}"));
     if relative.contains('\0') {
         return Err(denied("it contains a NUL byte"));
     }
@@ -86,18 +81,12 @@ pub(crate) fn confine(workspace: &Path, relative: &str) -> Result<PathBuf, ToolE
     if candidate.is_absolute() {
         return Err(denied("absolute paths are not allowed"));
     }
-    if candidate
-        .components()
-        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-    {
+    if candidate.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
         return Err(denied("it leaves the workspace"));
     }
-    let root = workspace.canonicalize().map_err(|e| {
-        ToolError::failed(format!(
-            "workspace {} is unusable: {e}",
-            workspace.display()
-        ))
-    })?;
+    let root = workspace
+        .canonicalize()
+        .map_err(|e| ToolError::failed(format!("workspace {} is unusable: {e}", workspace.display())))?;
     let resolved = root
         .join(candidate)
         .canonicalize()
@@ -137,9 +126,7 @@ fn aggregate(path: &Path, args: &Args) -> Result<Value, ToolError> {
         (Op::Count, _) => None,
         (_, Some(name)) => Some(column(name)?),
         (_, None) => {
-            return Err(ToolError::invalid_argument(
-                "value_column is required for sum and mean",
-            ));
+            return Err(ToolError::invalid_argument("value_column is required for sum and mean"));
         }
     };
     let group_index = args.group_by.as_deref().map(column).transpose()?;
@@ -152,8 +139,7 @@ fn aggregate(path: &Path, args: &Args) -> Result<Value, ToolError> {
     let mut groups: HashMap<String, (f64, u64)> = HashMap::new();
     let (mut total, mut rows) = (0.0_f64, 0_u64);
     for (line, record) in reader.records().enumerate() {
-        let record =
-            record.map_err(|e| ToolError::invalid_argument(format!("{}: {e}", args.path)))?;
+        let record = record.map_err(|e| ToolError::invalid_argument(format!("{}: {e}", args.path)))?;
         if !filters.iter().all(|(i, v)| record.get(*i) == Some(*v)) {
             continue;
         }
@@ -174,9 +160,7 @@ fn aggregate(path: &Path, args: &Args) -> Result<Value, ToolError> {
         rows += 1;
         total += value;
         if let Some(g) = group_index {
-            let entry = groups
-                .entry(record.get(g).unwrap_or("").to_owned())
-                .or_default();
+            let entry = groups.entry(record.get(g).unwrap_or("").to_owned()).or_default();
             entry.0 += value;
             entry.1 += 1;
         }
@@ -188,10 +172,8 @@ fn aggregate(path: &Path, args: &Args) -> Result<Value, ToolError> {
         Op::Mean if count == 0 => 0.0,
         Op::Mean => sum / count as f64,
     };
-    let mut grouped: Vec<(String, f64)> = groups
-        .into_iter()
-        .map(|(k, (sum, count))| (k, finish(sum, count)))
-        .collect();
+    let mut grouped: Vec<(String, f64)> =
+        groups.into_iter().map(|(k, (sum, count))| (k, finish(sum, count))).collect();
     grouped.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     if let Some(k) = args.top_k {
         grouped.truncate(k);
@@ -207,7 +189,8 @@ fn aggregate(path: &Path, args: &Args) -> Result<Value, ToolError> {
 mod tests {
     use super::*;
 
-    const CSV: &str = "month,category,amount\n2026-04,toys,10\n2026-04,books,5.5\n2026-05,toys,7\n2026-04,toys,2\n";
+    const CSV: &str =
+        "month,category,amount\n2026-04,toys,10\n2026-04,books,5.5\n2026-05,toys,7\n2026-04,toys,2\n";
 
     fn workspace() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -230,38 +213,27 @@ mod tests {
         .unwrap();
         assert_eq!(out["rows"], 3);
         assert_eq!(out["total"], 17.5);
-        assert_eq!(
-            out["groups"],
-            json!([{"key": "toys", "value": 12.0}, {"key": "books", "value": 5.5}])
-        );
+        assert_eq!(out["groups"], json!([{"key": "toys", "value": 12.0}, {"key": "books", "value": 5.5}]));
     }
 
     #[test]
     fn count_mean_and_top_k() {
         let dir = workspace();
-        let out = run(
-            dir.path(),
-            json!({"path": "sales.csv", "op": "count", "group_by": "month", "top_k": 1}),
-        )
-        .unwrap();
+        let out =
+            run(dir.path(), json!({"path": "sales.csv", "op": "count", "group_by": "month", "top_k": 1}))
+                .unwrap();
         assert_eq!(out["total"], 4.0);
         assert_eq!(out["groups"], json!([{"key": "2026-04", "value": 3.0}]));
-        let out = run(
-            dir.path(),
-            json!({"path": "sales.csv", "op": "mean", "value_column": "amount"}),
-        )
-        .unwrap();
+        let out =
+            run(dir.path(), json!({"path": "sales.csv", "op": "mean", "value_column": "amount"})).unwrap();
         assert_eq!(out["total"], 24.5 / 4.0);
     }
 
     #[test]
     fn unknown_columns_are_named() {
         let dir = workspace();
-        let err = run(
-            dir.path(),
-            json!({"path": "sales.csv", "op": "sum", "value_column": "price"}),
-        )
-        .unwrap_err();
+        let err =
+            run(dir.path(), json!({"path": "sales.csv", "op": "sum", "value_column": "price"})).unwrap_err();
         assert!(err.message.contains("no column `price`"), "{}", err.message);
     }
 
@@ -273,11 +245,7 @@ mod tests {
         }
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret.csv"), "a\n1\n").unwrap();
-        std::os::unix::fs::symlink(
-            outside.path().join("secret.csv"),
-            dir.path().join("link.csv"),
-        )
-        .unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.csv"), dir.path().join("link.csv")).unwrap();
         assert!(confine(dir.path(), "link.csv").is_err());
         assert!(confine(dir.path(), "sales.csv").is_ok());
     }

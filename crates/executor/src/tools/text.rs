@@ -36,11 +36,7 @@ impl Tool for TextTemplate {
         schema_of::<Args>()
     }
 
-    fn run<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
             render(&args.template, &args.values).map(|text| json!({ "text": text }))
@@ -73,8 +69,7 @@ mod tests {
 
     #[test]
     fn renders_values_and_filters() {
-        let values =
-            json!({"name": "toys", "change": 12.3456, "rows": [{"key": "a"}, {"key": "b"}]});
+        let values = json!({"name": "toys", "change": 12.3456, "rows": [{"key": "a"}, {"key": "b"}]});
         let text = render(
             "{{ name }}: {{ change | round(1) }}%{% for r in rows %} {{ r.key }}{% endfor %}",
             values.as_object().unwrap(),

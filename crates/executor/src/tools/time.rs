@@ -27,11 +27,7 @@ impl Tool for TimeNow {
         schema_of::<NowArgs>()
     }
 
-    fn run<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let _: NowArgs = parse_args(args)?;
             Ok(describe(Utc::now()))
@@ -69,11 +65,7 @@ impl Tool for TimeAdd {
         schema_of::<AddArgs>()
     }
 
-    fn run<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: AddArgs = parse_args(args)?;
             add(&args).map(describe)
@@ -83,9 +75,7 @@ impl Tool for TimeAdd {
 
 fn add(args: &AddArgs) -> Result<DateTime<Utc>, ToolError> {
     let start = DateTime::parse_from_rfc3339(&args.time)
-        .map_err(|e| {
-            ToolError::invalid_argument(format!("time `{}` is not RFC 3339: {e}", args.time))
-        })?
+        .map_err(|e| ToolError::invalid_argument(format!("time `{}` is not RFC 3339: {e}", args.time)))?
         .with_timezone(&Utc);
     let overflow = || ToolError::invalid_argument("the offset is out of range");
     let offset = [
@@ -113,34 +103,18 @@ mod tests {
 
     #[test]
     fn adds_mixed_offsets() {
-        let args = AddArgs {
-            time: "2026-04-30T12:00:00Z".into(),
-            days: 1,
-            hours: -2,
-            minutes: 30,
-            seconds: 0,
-        };
+        let args =
+            AddArgs { time: "2026-04-30T12:00:00Z".into(), days: 1, hours: -2, minutes: 30, seconds: 0 };
         let out = describe(add(&args).unwrap());
         assert_eq!(out["rfc3339"], "2026-05-01T10:30:00.000Z");
     }
 
     #[test]
     fn rejects_bad_times_and_overflow() {
-        let bad = AddArgs {
-            time: "yesterday".into(),
-            days: 0,
-            hours: 0,
-            minutes: 0,
-            seconds: 0,
-        };
+        let bad = AddArgs { time: "yesterday".into(), days: 0, hours: 0, minutes: 0, seconds: 0 };
         assert!(add(&bad).is_err());
-        let huge = AddArgs {
-            time: "2026-04-30T12:00:00Z".into(),
-            days: i64::MAX,
-            hours: 0,
-            minutes: 0,
-            seconds: 0,
-        };
+        let huge =
+            AddArgs { time: "2026-04-30T12:00:00Z".into(), days: i64::MAX, hours: 0, minutes: 0, seconds: 0 };
         assert!(add(&huge).is_err());
     }
 }

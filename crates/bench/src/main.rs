@@ -1,0 +1,315 @@
+//! `make bench`: one table from one run against one nats-server. The floor is a raw JetStream
+//! task round trip written here (publish task -> durable pull consumer -> ack -> publish result ->
+//! consume result); Hermes figures are reported as ratios to it, because absolute numbers on a
+//! shared 2-core machine are noisy.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use async_nats::jetstream::{self, consumer, stream};
+use futures::StreamExt;
+use hermes_cli::stack::{Stack, StackConfig};
+use hermes_proto::dispatcher_client::DispatcherClient;
+use hermes_proto::event::Kind;
+use hermes_proto::{Event, GoalSpec, SubmitGoalRequest, TaskNode, TaskPlan};
+use prost::Message as _;
+use tokio::sync::{Mutex, Semaphore, oneshot};
+use tokio_util::sync::CancellationToken;
+
+// The same allocator as the `hermes` binaries, so the bench measures what users run.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const LATENCY_SAMPLES: usize = 500;
+const THROUGHPUT_TASKS: usize = 10_000;
+const IN_FLIGHT: usize = 1000;
+const FAN_OUT: usize = 1000;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let nats = hermes_test_util::NatsServer::start();
+    println!("hermes bench: nats-server {} (one server for every row)\n", nats.url());
+
+    let client = async_nats::connect(nats.url()).await?;
+    let floor_lat = floor_latency(&client).await?;
+    let floor_tput = floor_throughput(&client).await?;
+
+    let workspace = tempfile::tempdir()?;
+    let agents = (1..=2)
+        .map(|i| {
+            let mut c = hermes_executor::AgentConfig::new(format!("bench-{i}"), workspace.path());
+            c.max_concurrency = 512;
+            c
+        })
+        .collect();
+    let shutdown = CancellationToken::new();
+    let stack = Stack::start(
+        StackConfig {
+            nats_url: nats.url(),
+            registry: Default::default(),
+            agents,
+            dispatcher: hermes_dispatcher::DispatcherConfig {
+                grpc_listen: "127.0.0.1:0".parse()?,
+                ..Default::default()
+            },
+        },
+        shutdown.clone(),
+    )
+    .await?;
+    let grpc = DispatcherClient::connect(stack.grpc_url()).await?;
+    let completions = Completions::start(&client).await?;
+
+    let goal_lat = goal_latency(&grpc, &completions).await?;
+    let goal_tput = goal_throughput(&grpc, &completions).await?;
+    let fan_out = fan_out_wall(&grpc, &completions).await?;
+    stack.stop().await;
+
+    println!("{:<58} {:>12} {:>12} {:>10}", "measure", "value", "floor", "ratio");
+    println!("{}", "-".repeat(95));
+    row("task round trip p50, 1 in flight (µs)", floor_lat.0, floor_lat.0);
+    row("task round trip p99, 1 in flight (µs)", floor_lat.1, floor_lat.1);
+    row("tasks/s, 1000 in flight", floor_tput, floor_tput);
+    row("hermes single-node goal p50 via gRPC, 1 in flight (µs)", goal_lat.0, floor_lat.0);
+    row("hermes single-node goal p99 via gRPC, 1 in flight (µs)", goal_lat.1, floor_lat.1);
+    row("  of which SubmitGoal returned, p50 (µs)", goal_lat.2, floor_lat.0);
+    row("hermes tasks/s, 1000 single-node goals in flight", goal_tput, floor_tput);
+    let floor_fan_out_ms = FAN_OUT as f64 / floor_tput * 1000.0;
+    row("hermes 1000-node fan-out goal wall time (ms)", fan_out, floor_fan_out_ms);
+    println!("\nratio = value / floor. For the fan-out, the floor is 1000 tasks at the floor's rate.");
+    println!("targets: single-node goal p50 <= 1500 µs; >= 10000 tasks/s.");
+    Ok(())
+}
+
+fn row(name: &str, value: f64, floor: f64) {
+    println!("{name:<58} {value:>12.1} {floor:>12.1} {:>9.2}x", value / floor);
+}
+
+fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[((samples.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn floor_streams(
+    client: &async_nats::Client,
+    name: &str,
+) -> anyhow::Result<(jetstream::Context, consumer::PullConsumer, consumer::PullConsumer)> {
+    let js = jetstream::new(client.clone());
+    let mk = |suffix: &str| stream::Config {
+        name: format!("{name}_{suffix}"),
+        subjects: vec![format!("{}.{}.>", name.to_lowercase(), suffix.to_lowercase())],
+        retention: stream::RetentionPolicy::WorkQueue,
+        ..Default::default()
+    };
+    let tasks = js.create_stream(mk("TASKS")).await?;
+    let results = js.create_stream(mk("RESULTS")).await?;
+    let cfg = |n: &str| consumer::pull::Config {
+        durable_name: Some(n.to_owned()),
+        ack_policy: consumer::AckPolicy::Explicit,
+        max_ack_pending: 20_000,
+        ..Default::default()
+    };
+    let task_consumer = tasks.create_consumer(cfg("worker")).await?;
+    let result_consumer = results.create_consumer(cfg("collector")).await?;
+    Ok((js, task_consumer, result_consumer))
+}
+
+/// A worker that acks each task and publishes its result, awaiting the ack, like an agent.
+fn spawn_floor_worker(js: jetstream::Context, tasks: consumer::PullConsumer, results_subject: String) {
+    tokio::spawn(async move {
+        let mut messages = tasks.stream().max_messages_per_batch(1000).messages().await.expect("pull");
+        let permits = Arc::new(Semaphore::new(1000));
+        while let Some(Ok(msg)) = messages.next().await {
+            let permit = permits.clone().acquire_owned().await.expect("permit");
+            let js = js.clone();
+            let subject = results_subject.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                if let Ok(ack) = js.publish(subject, msg.payload.clone()).await {
+                    let _ = ack.await;
+                }
+                let _ = msg.ack().await;
+            });
+        }
+    });
+}
+
+async fn floor_latency(client: &async_nats::Client) -> anyhow::Result<(f64, f64)> {
+    let (js, tasks, results) = floor_streams(client, "FLOORLAT").await?;
+    spawn_floor_worker(js.clone(), tasks, "floorlat.results.x".into());
+    let mut collected = results.stream().max_messages_per_batch(1).messages().await?;
+    let mut samples = Vec::with_capacity(LATENCY_SAMPLES);
+    for i in 0..LATENCY_SAMPLES + 50 {
+        let start = Instant::now();
+        js.publish("floorlat.tasks.x", format!("{i}").into()).await?.await?;
+        let msg = collected.next().await.context("result stream ended")??;
+        msg.ack().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        if i >= 50 {
+            samples.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    Ok((percentile(&mut samples, 0.5), percentile(&mut samples, 0.99)))
+}
+
+async fn floor_throughput(client: &async_nats::Client) -> anyhow::Result<f64> {
+    let (js, tasks, results) = floor_streams(client, "FLOORTPUT").await?;
+    spawn_floor_worker(js.clone(), tasks, "floortput.results.x".into());
+    let window = Arc::new(Semaphore::new(IN_FLIGHT));
+    let start = Instant::now();
+    let collector_window = window.clone();
+    let collector = tokio::spawn(async move {
+        let mut messages = results.stream().max_messages_per_batch(1000).messages().await.expect("pull");
+        for _ in 0..THROUGHPUT_TASKS {
+            let msg = messages.next().await.expect("result").expect("result");
+            let _ = msg.ack().await;
+            collector_window.add_permits(1);
+        }
+    });
+    let mut acks = futures::stream::FuturesUnordered::new();
+    for i in 0..THROUGHPUT_TASKS {
+        window.acquire().await?.forget();
+        acks.push(std::future::IntoFuture::into_future(
+            js.publish("floortput.tasks.x", format!("{i}").into()).await?,
+        ));
+        while acks.len() > IN_FLIGHT {
+            acks.next().await;
+        }
+    }
+    while acks.next().await.is_some() {}
+    collector.await?;
+    Ok(THROUGHPUT_TASKS as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Goal completions observed on the events subjects, keyed by goal id.
+#[derive(Clone)]
+struct Completions {
+    waiters: Arc<Mutex<HashMap<String, oneshot::Sender<()>>>>,
+    early: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+impl Completions {
+    async fn start(client: &async_nats::Client) -> anyhow::Result<Completions> {
+        let mut sub = client.subscribe("hermes.event.>").await?;
+        let this = Completions { waiters: Default::default(), early: Default::default() };
+        let inner = this.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                let Ok(event) = Event::decode(msg.payload) else { continue };
+                if matches!(event.kind, Some(Kind::GoalCompleted(_)) | Some(Kind::GoalFailed(_))) {
+                    let waiter = inner.waiters.lock().await.remove(&event.goal_id);
+                    match waiter {
+                        Some(tx) => {
+                            let _ = tx.send(());
+                        }
+                        None => {
+                            inner.early.lock().await.insert(event.goal_id);
+                        }
+                    }
+                }
+            }
+        });
+        Ok(this)
+    }
+
+    async fn wait(&self, goal_id: String) {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut waiters = self.waiters.lock().await;
+            if self.early.lock().await.remove(&goal_id) {
+                return;
+            }
+            waiters.insert(goal_id, tx);
+        }
+        let _ = rx.await;
+    }
+}
+
+fn one_node_goal(i: usize) -> GoalSpec {
+    GoalSpec {
+        plan: Some(TaskPlan {
+            nodes: vec![TaskNode {
+                id: "n".into(),
+                task_type: "math.evaluate".into(),
+                inputs_json: serde_json::json!({"expression": format!("{i} + 1")}).to_string(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn submit(
+    grpc: &DispatcherClient<tonic::transport::Channel>,
+    spec: GoalSpec,
+) -> anyhow::Result<String> {
+    let mut grpc = grpc.clone();
+    Ok(grpc.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await?.into_inner().goal_id)
+}
+
+async fn goal_latency(
+    grpc: &DispatcherClient<tonic::transport::Channel>,
+    done: &Completions,
+) -> anyhow::Result<(f64, f64, f64)> {
+    let mut samples = Vec::with_capacity(LATENCY_SAMPLES);
+    let mut submits = Vec::with_capacity(LATENCY_SAMPLES);
+    for i in 0..LATENCY_SAMPLES + 50 {
+        let start = Instant::now();
+        let id = submit(grpc, one_node_goal(i)).await?;
+        let submitted = start.elapsed();
+        done.wait(id).await;
+        if i >= 50 {
+            samples.push(start.elapsed().as_secs_f64() * 1e6);
+            submits.push(submitted.as_secs_f64() * 1e6);
+        }
+    }
+    Ok((percentile(&mut samples, 0.5), percentile(&mut samples, 0.99), percentile(&mut submits, 0.5)))
+}
+
+async fn goal_throughput(
+    grpc: &DispatcherClient<tonic::transport::Channel>,
+    done: &Completions,
+) -> anyhow::Result<f64> {
+    let window = Arc::new(Semaphore::new(IN_FLIGHT));
+    let start = Instant::now();
+    let mut running = tokio::task::JoinSet::new();
+    for i in 0..THROUGHPUT_TASKS {
+        let permit = window.clone().acquire_owned().await?;
+        let (grpc, done) = (grpc.clone(), done.clone());
+        running.spawn(async move {
+            let _permit = permit;
+            let id = submit(&grpc, one_node_goal(i)).await?;
+            tokio::time::timeout(Duration::from_secs(120), done.wait(id))
+                .await
+                .context("goal did not finish")?;
+            anyhow::Ok(())
+        });
+        while let Some(r) = running.try_join_next() {
+            r??;
+        }
+    }
+    while let Some(r) = running.join_next().await {
+        r??;
+    }
+    Ok(THROUGHPUT_TASKS as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn fan_out_wall(
+    grpc: &DispatcherClient<tonic::transport::Channel>,
+    done: &Completions,
+) -> anyhow::Result<f64> {
+    let nodes = (0..FAN_OUT)
+        .map(|i| TaskNode {
+            id: format!("n{i}"),
+            task_type: "math.evaluate".into(),
+            inputs_json: serde_json::json!({"expression": format!("{i} * 2")}).to_string(),
+            ..Default::default()
+        })
+        .collect();
+    let spec = GoalSpec { plan: Some(TaskPlan { nodes, ..Default::default() }), ..Default::default() };
+    let start = Instant::now();
+    let id = submit(grpc, spec).await?;
+    tokio::time::timeout(Duration::from_secs(300), done.wait(id)).await.context("fan-out did not finish")?;
+    Ok(start.elapsed().as_secs_f64() * 1000.0)
+}
