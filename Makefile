@@ -9,7 +9,7 @@ CARGO ?= cargo
 export HERMES_NATS_SERVER_BIN ?= $(NATS_SERVER)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all tools build test demo bench clean fmt lint
+.PHONY: all tools nextest build test demo bench clean fmt lint
 
 all: build
 
@@ -23,9 +23,11 @@ build: tools
 	$(CARGO) build --workspace --bins --tests
 
 ## test: the whole suite, built once and run with nextest
-test: tools
+test: tools nextest
 	$(CARGO) nextest run --workspace --no-fail-fast
-	$(CARGO) test --workspace --doc
+
+nextest:
+	@command -v cargo-nextest >/dev/null 2>&1 || $(CARGO) install cargo-nextest --locked
 
 ## demo: build, start the all-in-one stack, run the example goal end to end
 demo: tools

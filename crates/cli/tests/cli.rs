@@ -1,0 +1,119 @@
+//! The `hermes` binary as a user runs it: `hermes up` in one process, `hermes submit --watch` in
+//! another, against a real nats-server.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+struct Up(Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `hermes up` and waits for its ready line; returns the gRPC address.
+fn hermes_up(nats_url: &str, data_dir: &Path) -> (Up, String) {
+    let listen = format!("127.0.0.1:{}", hermes_test_util::free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .args(["up", "--grpc-listen", &listen, "--nats-url", nats_url, "--data-dir"])
+        .arg(data_dir)
+        .current_dir(repo_root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100))
+            && line.starts_with("hermes up: grpc")
+        {
+            return (Up(child), listen);
+        }
+    }
+    panic!("hermes up did not become ready within 30 s");
+}
+
+fn hermes(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hermes")).args(args).current_dir(repo_root()).output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+#[test]
+fn submit_watch_prints_the_report_and_exit_codes_follow_the_goal() {
+    let nats = hermes_test_util::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let (_up, server) = hermes_up(&nats.url(), data.path());
+
+    let out = hermes(&["submit", "--plan", "examples/plans/sales-report.yaml", "--watch", "--server", &server]);
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("plan: 4 nodes in 3 parallel groups: [april, march] -> [change] -> [report]"), "{shown}");
+    assert!(shown.contains("succeeded  report"), "{shown}");
+    assert!(shown.contains("Total April sales:"), "{shown}");
+    assert!(shown.contains("Top 3 categories in April:"), "{shown}");
+
+    // A goal that fails exits 1 and says why.
+    let dir = tempfile::tempdir().unwrap();
+    let failing = dir.path().join("fail.yaml");
+    std::fs::write(&failing, "nodes:\n  - id: calc\n    task_type: math.evaluate\n    inputs: {expression: 'nope + 1'}\n").unwrap();
+    let out = hermes(&["submit", "--plan", failing.to_str().unwrap(), "--watch", "--server", &server]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("goal failed at node calc: INVALID_ARGUMENT"), "{}", text(&out));
+
+    // A rejected plan exits 2 with the reason.
+    std::fs::write(&failing, "nodes:\n  - id: a\n    task_type: no.such-tool\n").unwrap();
+    let out = hermes(&["submit", "--plan", failing.to_str().unwrap(), "--server", &server]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("unknown task type `no.such-tool`"), "{}", text(&out));
+
+    let out = hermes(&["list", "--server", &server]);
+    assert!(out.status.success());
+    assert!(text(&out).contains("COMPLETED") && text(&out).contains("FAILED"), "{}", text(&out));
+}
+
+#[test]
+fn an_unreachable_server_gives_a_clear_error() {
+    let port = hermes_test_util::free_port();
+    let out = hermes(&["get", "g-1", "--server", &format!("127.0.0.1:{port}")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("cannot reach the dispatcher"), "{}", text(&out));
+}
+
+#[test]
+fn a_nats_server_older_than_2_10_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("nats-server");
+    std::fs::write(&fake, "#!/bin/sh\necho 'nats-server: v2.9.10'\n").unwrap();
+    let mut perms = std::fs::metadata(&fake).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&fake, perms).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .args(["up", "--grpc-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env("HERMES_NATS_SERVER_BIN", &fake)
+        .env_remove("HERMES_NATS_URL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let shown = text(&out);
+    assert!(shown.contains("2.9.10 is too old"), "{shown}");
+    assert!(shown.contains("make tools"), "{shown}");
+}
