@@ -54,6 +54,16 @@ enum Command {
         #[arg(long, env = "HERMES_AGENT_WORKSPACE", default_value = ".")]
         workspace: PathBuf,
     },
+    /// Run one executor agent in this process (the same as the `hermes-executor` binary).
+    Agent {
+        #[command(flatten)]
+        agent: hermes_executor::cli::AgentArgs,
+    },
+    /// List live agents with their load.
+    Agents {
+        #[command(flatten)]
+        server: ServerArg,
+    },
     /// Submit a goal: text (needs a planner) or `--plan FILE`.
     Submit {
         /// The goal in plain language.
@@ -158,6 +168,40 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        Command::Agent { agent } => {
+            hermes_core::telemetry::init_logging();
+            hermes_executor::cli::run_agent(agent).await?;
+            Ok(0)
+        }
+        Command::Agents { server } => {
+            let channel = channel(&server.server).await?;
+            let mut client = hermes_proto::registry_client::RegistryClient::new(channel);
+            let agents = client
+                .list_agents(hermes_proto::ListAgentsRequest {})
+                .await
+                .map_err(status_error)?
+                .into_inner()
+                .agents;
+            println!(
+                "{:<20} {:<10} {:>9} {:>8} {:>8} {:>9}  TASK TYPES",
+                "AGENT", "POOL", "LOAD/MAX", "SUCCESS", "LAT MS", "ASSIGNED"
+            );
+            for info in agents {
+                let hb = info.heartbeat.unwrap_or_default();
+                let state = if hb.draining { " (draining)" } else { "" };
+                println!(
+                    "{:<20} {:<10} {:>9} {:>7.0}% {:>8.1} {:>9}  {}{state}",
+                    hb.agent_id,
+                    hb.pool,
+                    format!("{}/{}", info.load, hb.max_concurrency),
+                    hb.success_rate * 100.0,
+                    hb.latency_ms,
+                    info.assigned,
+                    hb.task_types.join(",")
+                );
+            }
+            Ok(0)
+        }
         Command::Get { goal_id, server } => {
             let mut client = connect(&server.server).await?;
             let goal = client.get_goal(GetGoalRequest { goal_id }).await.map_err(status_error)?.into_inner();
@@ -240,15 +284,18 @@ async fn up(
     result
 }
 
-async fn connect(server: &str) -> anyhow::Result<DispatcherClient<Channel>> {
+async fn channel(server: &str) -> anyhow::Result<Channel> {
     let url = if server.contains("://") { server.to_owned() } else { format!("http://{server}") };
-    let channel = Channel::from_shared(url.clone())
+    Channel::from_shared(url.clone())
         .with_context(|| format!("bad server address {server}"))?
         .connect_timeout(Duration::from_secs(5))
         .connect()
         .await
-        .with_context(|| format!("cannot reach the dispatcher at {server}; is `hermes up` running?"))?;
-    Ok(DispatcherClient::new(channel))
+        .with_context(|| format!("cannot reach the dispatcher at {server}; is `hermes up` running?"))
+}
+
+async fn connect(server: &str) -> anyhow::Result<DispatcherClient<Channel>> {
+    Ok(DispatcherClient::new(channel(server).await?))
 }
 
 fn status_error(status: tonic::Status) -> anyhow::Error {
@@ -278,7 +325,8 @@ async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> an
                 );
             }
             Some(Kind::TaskDispatched(d)) => {
-                println!("{at} dispatched {} ({}) attempt {}", d.node_id, d.task_type, d.attempt)
+                let to = if d.agent_id.is_empty() { "pool".to_owned() } else { d.agent_id.clone() };
+                println!("{at} dispatched {} ({}) attempt {} -> {to}", d.node_id, d.task_type, d.attempt)
             }
             Some(Kind::TaskSucceeded(s)) => {
                 println!("{at} succeeded  {} on {} in {} ms", s.node_id, s.agent_id, s.elapsed_ms)
@@ -288,7 +336,8 @@ async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> an
                 println!("{at} failed     {} on {}: {}: {}", f.node_id, f.agent_id, e.code, e.message)
             }
             Some(Kind::TaskRetrying(r)) => {
-                println!("{at} retrying   {} (attempt {})", r.node_id, r.next_attempt)
+                let why = r.error.map(|e| e.message).unwrap_or_default();
+                println!("{at} retrying   {} (attempt {}): {why}", r.node_id, r.next_attempt)
             }
             Some(Kind::GoalCompleted(c)) => {
                 println!("{at} completed");

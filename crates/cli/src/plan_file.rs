@@ -30,6 +30,13 @@ struct NodeFile {
     max_retries: u32,
     #[serde(default)]
     timeout_ms: u64,
+    /// Routing preferences.
+    #[serde(default)]
+    tags: Vec<String>,
+    #[serde(default)]
+    tools: Vec<String>,
+    #[serde(default)]
+    model: String,
 }
 
 /// Parses plan text; YAML is a superset of JSON, so both work.
@@ -46,6 +53,9 @@ pub fn parse_plan(text: &str) -> anyhow::Result<TaskPlan> {
                 depends_on: n.depends_on,
                 max_retries: n.max_retries,
                 timeout_ms: n.timeout_ms,
+                tags: n.tags,
+                tools: n.tools,
+                model: n.model,
             })
             .collect(),
         reasoning: file.reasoning,

@@ -62,10 +62,14 @@ fn submit_watch_prints_the_report_and_exit_codes_follow_the_goal() {
     let data = tempfile::tempdir().unwrap();
     let (_up, server) = hermes_up(&nats.url(), data.path());
 
-    let out = hermes(&["submit", "--plan", "examples/plans/sales-report.yaml", "--watch", "--server", &server]);
+    let out =
+        hermes(&["submit", "--plan", "examples/plans/sales-report.yaml", "--watch", "--server", &server]);
     let shown = text(&out);
     assert!(out.status.success(), "{shown}");
-    assert!(shown.contains("plan: 4 nodes in 3 parallel groups: [april, march] -> [change] -> [report]"), "{shown}");
+    assert!(
+        shown.contains("plan: 4 nodes in 3 parallel groups: [april, march] -> [change] -> [report]"),
+        "{shown}"
+    );
     assert!(shown.contains("succeeded  report"), "{shown}");
     assert!(shown.contains("Total April sales:"), "{shown}");
     assert!(shown.contains("Top 3 categories in April:"), "{shown}");
@@ -73,7 +77,11 @@ fn submit_watch_prints_the_report_and_exit_codes_follow_the_goal() {
     // A goal that fails exits 1 and says why.
     let dir = tempfile::tempdir().unwrap();
     let failing = dir.path().join("fail.yaml");
-    std::fs::write(&failing, "nodes:\n  - id: calc\n    task_type: math.evaluate\n    inputs: {expression: 'nope + 1'}\n").unwrap();
+    std::fs::write(
+        &failing,
+        "nodes:\n  - id: calc\n    task_type: math.evaluate\n    inputs: {expression: 'nope + 1'}\n",
+    )
+    .unwrap();
     let out = hermes(&["submit", "--plan", failing.to_str().unwrap(), "--watch", "--server", &server]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("goal failed at node calc: INVALID_ARGUMENT"), "{}", text(&out));

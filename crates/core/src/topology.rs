@@ -94,6 +94,10 @@ impl Topology {
     pub fn agent_consumer(&self, agent_id: &str) -> String {
         format!("agent_{agent_id}")
     }
+    /// Durable consumer a dispatcher uses to take over an offline agent's directed work.
+    pub fn reassign_consumer(&self, agent_id: &str) -> String {
+        format!("reassign_{agent_id}")
+    }
 
     pub fn all_results(&self) -> String {
         format!("{}.result.>", self.prefix)
@@ -128,6 +132,10 @@ impl Topology {
     }
     pub fn route(&self) -> String {
         format!("{}.registry.route", self.prefix)
+    }
+    /// Where the registry announces agents that went offline (TTL expired or deregistered).
+    pub fn agent_offline(&self) -> String {
+        format!("{}.registry.offline", self.prefix)
     }
     pub fn catalog(&self) -> String {
         format!("{}.registry.catalog", self.prefix)

@@ -542,3 +542,117 @@ mod cancel_tests {
         );
     }
 }
+
+/// Moves a node off an agent that went offline: its current attempt is superseded by a new one
+/// (so a late result from that agent is recognised as stale) and dispatched afresh. Reassignment
+/// is not a failure of the task and does not use up its retries.
+pub fn reassign(
+    state: &mut GoalState,
+    node_id: &str,
+    task_id: &str,
+    why: &str,
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> Applied {
+    if is_terminal(state.status) {
+        return Applied::Stale;
+    }
+    let Some(index) = state.nodes.iter().position(|n| n.node_id == node_id) else {
+        return Applied::Stale;
+    };
+    let node = &state.nodes[index];
+    if node.status != NodeStatus::Dispatched as i32 || node.task_id != task_id {
+        return Applied::Stale;
+    }
+    let next_attempt = node.attempt + 1;
+    let mut error = wire_error(ErrorCode::Unavailable, why);
+    error.node_id = node_id.to_owned();
+    effects.event(
+        &state.goal_id.clone(),
+        now_ms,
+        Kind::TaskRetrying(TaskRetrying { node_id: node_id.to_owned(), next_attempt, error: Some(error) }),
+    );
+    let inputs_json = state.plan.as_ref().expect("plan present").nodes[index].inputs_json.clone();
+    match resolve_inputs(state, &inputs_json) {
+        Ok(inputs) => publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects),
+        Err(reason) => {
+            fail_node(state, index, wire_error(ErrorCode::InvalidArgument, reason), now_ms, effects)
+        }
+    }
+    Applied::Changed
+}
+
+/// Fails a node that is still waiting on the attempt `task_id`, with `error`.
+pub fn fail_attempt(
+    state: &mut GoalState,
+    node_id: &str,
+    task_id: &str,
+    mut error: hermes_proto::Error,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> Applied {
+    if is_terminal(state.status) {
+        return Applied::Stale;
+    }
+    let Some(index) = state.nodes.iter().position(|n| n.node_id == node_id) else {
+        return Applied::Stale;
+    };
+    let node = &state.nodes[index];
+    if node.status != NodeStatus::Dispatched as i32 || node.task_id != task_id {
+        return Applied::Stale;
+    }
+    error.node_id = node_id.to_owned();
+    fail_node(state, index, error, now_ms, effects);
+    Applied::Changed
+}
+
+#[cfg(test)]
+mod reassign_tests {
+    use super::*;
+    use hermes_proto::{TaskNode, TaskPlan};
+
+    #[test]
+    fn reassignment_supersedes_the_attempt_and_late_results_are_stale() {
+        let plan = TaskPlan {
+            nodes: vec![TaskNode { id: "a".into(), task_type: "t".into(), ..Default::default() }],
+            ..Default::default()
+        };
+        let mut s = GoalState {
+            goal_id: "g-1".into(),
+            status: GoalStatus::Running as i32,
+            nodes: initial_nodes(&plan),
+            plan: Some(plan),
+            ..Default::default()
+        };
+        let limits = Limits { node_timeout_ms: 1000 };
+        dispatch_ready(&mut s, limits, 1, &mut Effects::default());
+        let mut fx = Effects::default();
+        assert_eq!(
+            reassign(&mut s, "a", "g-1.a.1", "agent x went offline", limits, 2, &mut fx),
+            Applied::Changed
+        );
+        assert_eq!(fx.tasks[0].task_id, "g-1.a.2");
+        // The same notice twice does nothing the second time.
+        assert_eq!(
+            reassign(&mut s, "a", "g-1.a.1", "again", limits, 3, &mut Effects::default()),
+            Applied::Stale
+        );
+        let late = TaskResult {
+            node_id: "a".into(),
+            task_id: "g-1.a.1".into(),
+            attempt: 1,
+            status: TaskStatus::Succeeded as i32,
+            output_json: "{}".into(),
+            ..Default::default()
+        };
+        assert_eq!(apply_result(&mut s, &late, limits, 4, &mut Effects::default()), Applied::Stale);
+        let err = wire_error(ErrorCode::NoCapableAgent, "none");
+        assert_eq!(
+            fail_attempt(&mut s, "a", "g-1.a.1", err.clone(), 5, &mut Effects::default()),
+            Applied::Stale
+        );
+        assert_eq!(fail_attempt(&mut s, "a", "g-1.a.2", err, 5, &mut Effects::default()), Applied::Changed);
+        assert_eq!(s.status, GoalStatus::Failed as i32);
+    }
+}

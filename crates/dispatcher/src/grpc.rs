@@ -23,6 +23,7 @@ use crate::engine::is_terminal_event;
 pub(crate) async fn serve(
     service: Arc<GoalService>,
     listener: TcpListener,
+    mut routes: tonic::service::RoutesBuilder,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -31,10 +32,12 @@ pub(crate) async fn serve(
         .register_encoded_file_descriptor_set(hermes_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    tonic::transport::Server::builder()
+    routes
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(DispatcherServer::new(Api { service }))
+        .add_service(DispatcherServer::new(Api { service }));
+    tonic::transport::Server::builder()
+        .add_routes(routes.routes())
         .serve_with_incoming_shutdown(
             // Replies are small; without TCP_NODELAY they can wait on Nagle's algorithm.
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),

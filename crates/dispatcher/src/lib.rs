@@ -9,6 +9,7 @@
 pub mod catalog;
 pub mod engine;
 mod grpc;
+mod routing;
 pub mod store;
 
 use std::net::SocketAddr;
@@ -50,6 +51,9 @@ pub struct DispatcherConfig {
     pub catalog_ttl: Duration,
     /// Results applied at once; results of one goal are applied one at a time.
     pub result_concurrency: usize,
+    /// How long a node waits for an agent serving its task type before it fails with
+    /// `NO_CAPABLE_AGENT`.
+    pub no_agent_wait: Duration,
 }
 
 impl Default for DispatcherConfig {
@@ -61,6 +65,7 @@ impl Default for DispatcherConfig {
             node_timeout: Duration::from_secs(180),
             catalog_ttl: Duration::from_secs(2),
             result_concurrency: 256,
+            no_agent_wait: Duration::from_secs(30),
         }
     }
 }
@@ -75,6 +80,8 @@ pub struct GoalService {
     /// applies everything in it with one CAS, so a wide fan-out costs one KV write per batch
     /// rather than a storm of conflicting writes. Across replicas, CAS alone keeps updates correct.
     inboxes: DashMap<String, Arc<Inbox>>,
+    /// Tasks sent to a pool that no live agent serves, by (goal, node).
+    waiting: DashMap<(String, String), routing::WaitingTask>,
 }
 
 /// What SubmitGoal returns.
@@ -88,7 +95,7 @@ impl GoalService {
         let max_value = bus.client().server_info().max_payload;
         let store = GoalStore::new(bus.goals().clone(), max_value);
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
-        Self { bus, store, catalog, config, inboxes: DashMap::new() }
+        Self { bus, store, catalog, config, inboxes: DashMap::new(), waiting: DashMap::new() }
     }
 
     fn limits(&self) -> Limits {
@@ -253,9 +260,11 @@ impl GoalService {
 
     /// Publishes a committed transition's events, then its tasks. Each publish is sent before any
     /// ack is awaited, which keeps wide fan-outs fast while preserving order on the connection.
-    async fn publish_effects(&self, state: &GoalState, effects: Effects) -> Result<()> {
+    async fn publish_effects(&self, state: &GoalState, mut effects: Effects) -> Result<()> {
         use prost::Message as _;
         let topology = self.bus.topology();
+        let decisions = self.route(state, &effects.tasks).await;
+        let subjects = self.apply_decisions(&mut effects.events, &effects.tasks, &decisions);
         let trace = TraceContext::parse(&state.traceparent);
         let mut pending = Vec::with_capacity(effects.events.len() + effects.tasks.len());
         for event in &effects.events {
@@ -265,8 +274,8 @@ impl GoalService {
                 engine::event_msg_id(event),
             ));
         }
-        for task in &effects.tasks {
-            pending.push((topology.pool_task(&task.task_type), task.encode_to_vec(), task.task_id.clone()));
+        for (task, subject) in effects.tasks.iter().zip(subjects) {
+            pending.push((subject, task.encode_to_vec(), task.task_id.clone()));
         }
         let sends = pending.into_iter().map(|(subject, body, msg_id)| {
             let bus = self.bus.clone();
@@ -287,6 +296,7 @@ pub struct Dispatcher {
     service: Arc<GoalService>,
     listener: TcpListener,
     results: async_nats::jetstream::consumer::PullConsumer,
+    extra_services: tonic::service::RoutesBuilder,
 }
 
 impl Dispatcher {
@@ -308,7 +318,17 @@ impl Dispatcher {
             })
             .await
             .context("cannot bind the results consumer")?;
-        Ok(Dispatcher { service: Arc::new(GoalService::new(bus, config)), listener, results })
+        Ok(Dispatcher {
+            service: Arc::new(GoalService::new(bus, config)),
+            listener,
+            results,
+            extra_services: tonic::service::RoutesBuilder::default(),
+        })
+    }
+
+    /// More gRPC services to serve on the dispatcher's port; `hermes up` adds the registry's.
+    pub fn extra_services(&mut self) -> &mut tonic::service::RoutesBuilder {
+        &mut self.extra_services
     }
 
     /// The address the gRPC API listens on.
@@ -328,9 +348,14 @@ impl Dispatcher {
             results_loop(self.service.clone(), self.results, shutdown.clone())
                 .instrument(tracing::info_span!("results")),
         );
-        grpc::serve(self.service, self.listener, shutdown.clone()).await?;
+        let agents = tokio::spawn(
+            routing::watch_agents(self.service.clone(), shutdown.clone())
+                .instrument(tracing::info_span!("agents")),
+        );
+        grpc::serve(self.service, self.listener, self.extra_services, shutdown.clone()).await?;
         shutdown.cancel();
         let _ = results.await;
+        let _ = agents.await;
         Ok(())
     }
 }

@@ -3,6 +3,7 @@
 //! `TaskResult` and only then acks the task, so a crash between the two redelivers the task rather
 //! than losing it. It also heartbeats its capabilities to the registry.
 
+pub mod cli;
 pub mod tool;
 pub mod tools;
 
@@ -38,6 +39,10 @@ pub struct AgentConfig {
     pub ack_wait: Duration,
     /// Deliveries of one task before it is given up on.
     pub max_deliver: i64,
+    /// Labels routing can prefer (e.g. `gpu`, `eu-west`).
+    pub tags: Vec<String>,
+    /// The model this agent's LLM steps use, for routing preferences.
+    pub model: String,
 }
 
 impl AgentConfig {
@@ -51,6 +56,8 @@ impl AgentConfig {
             heartbeat_interval: Duration::from_secs(10),
             ack_wait: Duration::from_secs(30),
             max_deliver: 5,
+            tags: Vec::new(),
+            model: String::new(),
         }
     }
 }
@@ -104,6 +111,18 @@ impl Agent {
                 .await?;
             consumers.push((task_type.to_owned(), consumer));
         }
+        // Work the registry routed to this agent in particular.
+        let directed = bus
+            .durable_consumer(ConsumerSpec {
+                stream: topology.tasks_stream(),
+                name: topology.agent_consumer(&config.agent_id),
+                filter_subject: topology.direct_tasks_of(&config.agent_id),
+                ack_wait: config.ack_wait,
+                max_deliver: config.max_deliver,
+                max_ack_pending: 20_000,
+            })
+            .await?;
+        consumers.push(("direct".to_owned(), directed));
         Ok(Agent { bus, config, registry, consumers, started_unix_ms: now_unix_ms() })
     }
 
@@ -120,6 +139,7 @@ impl Agent {
             agent_id: self.config.agent_id.clone(),
             ack_wait: self.config.ack_wait,
             in_flight: AtomicU32::new(0),
+            stats: std::sync::Mutex::new(Stats::default()),
         });
         let permits = Arc::new(Semaphore::new(self.config.max_concurrency as usize));
         let mut loops = JoinSet::new();
@@ -137,8 +157,14 @@ impl Agent {
                 .instrument(span),
             );
         }
-        let heartbeat =
-            heartbeat_loop(shared.clone(), self.config.clone(), self.started_unix_ms, shutdown.clone());
+        let drained = CancellationToken::new();
+        let heartbeat = heartbeat_loop(
+            shared.clone(),
+            self.config.clone(),
+            self.started_unix_ms,
+            shutdown.clone(),
+            drained.clone(),
+        );
         let heartbeat = tokio::spawn(heartbeat.instrument(tracing::info_span!("heartbeat")));
         info!(agent = %self.config.agent_id, tools = ?shared.registry.names().collect::<Vec<_>>(), "agent serving");
         while let Some(done) = loops.join_next().await {
@@ -146,7 +172,9 @@ impl Agent {
                 warn!(error = %e, "task consumer stopped");
             }
         }
-        // Consumers return only after their in-flight tasks finished.
+        // Consumers return only after their in-flight tasks finished; only then may the agent
+        // leave the registry, so its remaining directed work can be handed to others.
+        drained.cancel();
         let _ = heartbeat.await;
         Ok(())
     }
@@ -174,6 +202,37 @@ struct Shared {
     agent_id: String,
     ack_wait: Duration,
     in_flight: AtomicU32,
+    stats: std::sync::Mutex<Stats>,
+}
+
+/// Rolling success rate and latency, reported in heartbeats.
+#[derive(Debug, Clone, Copy)]
+struct Stats {
+    success_rate: f64,
+    latency_ms: f64,
+    seen: u64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self { success_rate: 1.0, latency_ms: 0.0, seen: 0 }
+    }
+}
+
+impl Stats {
+    /// Exponentially weighted, about the last 20 tasks.
+    fn record(&mut self, succeeded: bool, elapsed_ms: u64) {
+        const ALPHA: f64 = 0.1;
+        let ok = if succeeded { 1.0 } else { 0.0 };
+        if self.seen == 0 {
+            self.success_rate = ok;
+            self.latency_ms = elapsed_ms as f64;
+        } else {
+            self.success_rate += ALPHA * (ok - self.success_rate);
+            self.latency_ms += ALPHA * (elapsed_ms as f64 - self.latency_ms);
+        }
+        self.seen += 1;
+    }
 }
 
 async fn consume(
@@ -221,7 +280,11 @@ async fn consume(
         }
         while running.try_join_next().is_some() {}
     }
-    // Drain: stop pulling, finish what is running.
+    // Hand back what was pulled but not started, for immediate redelivery to another agent,
+    // then finish what is running.
+    while let Ok(Some(Ok(msg))) = tokio::time::timeout(Duration::from_millis(20), messages.next()).await {
+        let _ = msg.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
+    }
     while running.join_next().await.is_some() {}
     Ok(())
 }
@@ -243,6 +306,9 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
         shared.in_flight.fetch_add(1, Ordering::Relaxed);
         let result = run_with_progress(shared, &delivery).await;
         shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Ok(mut stats) = shared.stats.lock() {
+            stats.record(result.status == TaskStatus::Succeeded as i32, result.elapsed_ms);
+        }
         let msg_id = format!("result:{}", task.task_id);
         let subject = shared.bus.topology().result(&task.goal_id);
         match shared.bus.publish(subject, &result, &msg_id, delivery.trace.as_ref()).await {
@@ -342,21 +408,29 @@ async fn heartbeat_loop(
     config: AgentConfig,
     started_unix_ms: u64,
     shutdown: CancellationToken,
+    drained: CancellationToken,
 ) {
     let topology = shared.bus.topology().clone();
     let subject = topology.heartbeat(&config.agent_id);
-    let beat = |deregister: bool| AgentHeartbeat {
-        agent_id: config.agent_id.clone(),
-        pool: config.pool.clone(),
-        task_types: shared.registry.names().map(str::to_owned).collect(),
-        tools: shared.registry.specs(),
-        in_flight: shared.in_flight.load(Ordering::Relaxed),
-        max_concurrency: config.max_concurrency,
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        started_unix_ms,
-        sent_unix_ms: now_unix_ms(),
-        deregister,
-        ..Default::default()
+    let beat = |draining: bool, deregister: bool| {
+        let stats = shared.stats.lock().map(|s| *s).unwrap_or_default();
+        AgentHeartbeat {
+            agent_id: config.agent_id.clone(),
+            pool: config.pool.clone(),
+            task_types: shared.registry.names().map(str::to_owned).collect(),
+            tools: shared.registry.specs(),
+            tags: config.tags.clone(),
+            in_flight: shared.in_flight.load(Ordering::Relaxed),
+            max_concurrency: config.max_concurrency,
+            model: config.model.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            started_unix_ms,
+            success_rate: stats.success_rate,
+            latency_ms: stats.latency_ms,
+            sent_unix_ms: now_unix_ms(),
+            deregister,
+            draining,
+        }
     };
     let mut ticker = tokio::time::interval(config.heartbeat_interval);
     loop {
@@ -364,7 +438,7 @@ async fn heartbeat_loop(
             biased;
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {
-                let hb = beat(false).encode_to_vec();
+                let hb = beat(false, false).encode_to_vec();
                 if let Err(e) = shared.bus.client().publish(subject.clone(), hb.clone().into()).await {
                     warn!(error = %e, "heartbeat publish failed");
                 }
@@ -374,7 +448,14 @@ async fn heartbeat_loop(
             }
         }
     }
-    let bye = beat(true).encode_to_vec();
+    // Stop receiving new work at once, finish what is in flight, then leave.
+    let draining = beat(true, false).encode_to_vec();
+    let _ = shared.bus.client().publish(subject.clone(), draining.clone().into()).await;
+    let _ = shared.bus.agents().put(&config.agent_id, draining.into()).await;
+    let _ = shared.bus.client().flush().await;
+    info!(agent = %config.agent_id, event = "agent_draining", "agent draining");
+    drained.cancelled().await;
+    let bye = beat(false, true).encode_to_vec();
     let _ = shared.bus.client().publish(subject, bye.into()).await;
     let _ = shared.bus.agents().delete(&config.agent_id).await;
     let _ = shared.bus.client().flush().await;

@@ -1,31 +1,55 @@
-//! The registry: which agents are alive and what they can do. Agents heartbeat on core NATS; an
-//! agent silent for longer than the TTL is dropped. The registry answers catalogue requests (task
-//! types with their input schemas, used to validate plans) and route requests (which live agents
-//! serve a task type) over core request/reply in a queue group, so replicas share the load. Every
-//! replica sees every heartbeat, so all replicas agree.
+//! The registry: which agents are alive, what they can do, and where each task should go.
 //!
-//! Capability/load scoring and directed routing are not built yet: the dispatcher publishes to the
-//! pool subject of each task type, which every capable agent pulls from.
+//! Agents heartbeat on core NATS; an agent silent for longer than the TTL is marked offline and
+//! `AgentOffline` is published, as it is on a graceful deregistration. Every replica subscribes to
+//! every heartbeat, so all replicas share one view of the agents. Catalogue and route requests are
+//! served over core request/reply in a queue group, so replicas share that load.
+//!
+//! Routing scores each live agent that declares the task type:
+//! `score = 0.6 × capability + 0.4 × availability`, where capability is 0.5 plus 0.5 × the share
+//! of the node's preferences (tags, tools, model) the agent matches (1.0 when the node states
+//! none), and availability is `1 − load / max_concurrency`. Load is kept current between
+//! heartbeats by optimistic reservation: a routed task adds one, a result seen on
+//! `hermes.result.>` from that agent removes one, and each heartbeat resets it to the agent's own
+//! count. Saturated agents are never chosen; ties go to the agent assigned least recently. When no
+//! agent can take a task the decision is the task type's pool.
 
-use std::collections::BTreeMap;
+mod grpc;
+
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use futures::StreamExt;
 use hermes_core::topology::{validate_agent_id, validate_task_type};
 use hermes_core::{Bus, now_unix_ms};
-use hermes_proto::{AgentHeartbeat, CatalogEntry, CatalogReply, RouteReply, RouteRequest};
+use hermes_proto::{
+    AgentChange, AgentEvent, AgentHeartbeat, AgentInfo, AgentOffline, CatalogEntry, CatalogReply,
+    RouteDecision, RouteQuery, RouteReply, RouteRequest, TaskResult,
+};
 use prost::Message as _;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 
+pub use grpc::RegistryGrpc;
+
 /// Most task types one agent may declare.
 pub const MAX_TASK_TYPES_PER_AGENT: usize = 256;
+/// Most tags one agent may carry.
+pub const MAX_TAGS_PER_AGENT: usize = 64;
+/// Largest tool schema accepted in a heartbeat.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+/// Weight of capability in the score; availability gets the rest.
+pub const CAPABILITY_WEIGHT: f64 = 0.6;
+/// Weight of availability in the score.
+pub const AVAILABILITY_WEIGHT: f64 = 0.4;
 
 #[derive(Debug, Clone)]
 pub struct RegistryConfig {
-    /// An agent with no heartbeat for this long is offline.
+    /// An agent with no heartbeat for this long is offline. At least three heartbeat periods.
     pub heartbeat_ttl: Duration,
 }
 
@@ -38,145 +62,403 @@ impl Default for RegistryConfig {
 struct LiveAgent {
     heartbeat: AgentHeartbeat,
     last_seen: Instant,
+    last_seen_unix_ms: u64,
+    /// In-flight tasks as counted here: see the module docs.
+    load: u32,
+    assigned: u64,
+    /// Position in the global assignment order; 0 means never assigned.
+    last_assigned: u64,
 }
 
-/// The live agent table, shared by the handlers.
+impl LiveAgent {
+    fn info(&self) -> AgentInfo {
+        AgentInfo {
+            heartbeat: Some(self.heartbeat.clone()),
+            online: true,
+            load: self.load,
+            last_seen_unix_ms: self.last_seen_unix_ms,
+            assigned: self.assigned,
+        }
+    }
+}
+
+/// The live agent table. Cheap to clone; clones share the table.
 #[derive(Clone)]
 pub struct Registry {
-    agents: Arc<DashMap<String, LiveAgent>>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    agents: DashMap<String, LiveAgent>,
+    /// task type → agents declaring it, so a route decision looks only at capable agents.
+    by_type: DashMap<String, BTreeSet<String>>,
+    assign_clock: AtomicU64,
+    changes: broadcast::Sender<AgentEvent>,
     config: RegistryConfig,
 }
 
 impl Registry {
     pub fn new(config: RegistryConfig) -> Self {
-        Self { agents: Arc::new(DashMap::new()), config }
+        let (changes, _) = broadcast::channel(4096);
+        Self {
+            inner: Arc::new(Inner {
+                agents: DashMap::new(),
+                by_type: DashMap::new(),
+                assign_clock: AtomicU64::new(0),
+                changes,
+                config,
+            }),
+        }
     }
 
-    /// Applies a heartbeat after checking it; returns why it was rejected otherwise.
-    pub fn apply_heartbeat(&self, heartbeat: AgentHeartbeat) -> Result<(), String> {
-        validate_agent_id(&heartbeat.agent_id).map_err(|e| e.to_string())?;
+    /// Checks and applies a heartbeat that arrived on `subject_agent`'s subject. Returns the
+    /// offline notice to publish when it was a deregistration, or why it was rejected.
+    pub fn apply_heartbeat(
+        &self,
+        subject_agent: &str,
+        heartbeat: AgentHeartbeat,
+    ) -> Result<Option<AgentOffline>, String> {
+        validate_heartbeat(subject_agent, &heartbeat)?;
         if heartbeat.deregister {
-            if self.agents.remove(&heartbeat.agent_id).is_some() {
-                info!(agent = %heartbeat.agent_id, event = "agent_deregistered", "agent left");
-            }
-            return Ok(());
-        }
-        if heartbeat.max_concurrency == 0 {
-            return Err("max_concurrency must be at least 1".into());
-        }
-        if heartbeat.task_types.is_empty() || heartbeat.task_types.len() > MAX_TASK_TYPES_PER_AGENT {
-            return Err(format!(
-                "declares {} task types; 1 to {MAX_TASK_TYPES_PER_AGENT} are allowed",
-                heartbeat.task_types.len()
-            ));
-        }
-        for task_type in &heartbeat.task_types {
-            validate_task_type(task_type).map_err(|e| e.to_string())?;
+            return Ok(self.remove(&heartbeat.agent_id, "deregistered"));
         }
         let id = heartbeat.agent_id.clone();
-        let new =
-            self.agents.insert(id.clone(), LiveAgent { heartbeat, last_seen: Instant::now() }).is_none();
-        if new {
-            info!(agent = %id, event = "agent_online", "agent registered");
+        let now = Instant::now();
+        let mut new_types: Option<Vec<String>> = None;
+        let mut old_types: Vec<String> = Vec::new();
+        let is_new = match self.inner.agents.get_mut(&id) {
+            Some(mut agent) => {
+                if agent.heartbeat.task_types != heartbeat.task_types {
+                    old_types = agent.heartbeat.task_types.clone();
+                    new_types = Some(heartbeat.task_types.clone());
+                }
+                agent.load = heartbeat.in_flight;
+                agent.heartbeat = heartbeat;
+                agent.last_seen = now;
+                agent.last_seen_unix_ms = now_unix_ms();
+                false
+            }
+            None => {
+                new_types = Some(heartbeat.task_types.clone());
+                self.inner.agents.insert(
+                    id.clone(),
+                    LiveAgent {
+                        load: heartbeat.in_flight,
+                        heartbeat,
+                        last_seen: now,
+                        last_seen_unix_ms: now_unix_ms(),
+                        assigned: 0,
+                        last_assigned: 0,
+                    },
+                );
+                true
+            }
+        };
+        for task_type in &old_types {
+            if let Some(mut ids) = self.inner.by_type.get_mut(task_type) {
+                ids.remove(&id);
+            }
         }
-        Ok(())
+        for task_type in new_types.iter().flatten() {
+            self.inner.by_type.entry(task_type.clone()).or_default().insert(id.clone());
+        }
+        if is_new {
+            info!(agent = %id, event = "agent_online", "agent registered");
+            if let Some(agent) = self.inner.agents.get(&id) {
+                let _ = self.inner.changes.send(AgentEvent {
+                    change: AgentChange::Online as i32,
+                    agent: Some(agent.info()),
+                    reason: String::new(),
+                });
+            }
+        }
+        Ok(None)
     }
 
-    /// Drops agents whose last heartbeat is older than the TTL; returns their ids.
-    pub fn expire(&self) -> Vec<String> {
-        let ttl = self.config.heartbeat_ttl;
-        let mut gone = Vec::new();
-        self.agents.retain(|id, agent| {
-            let alive = agent.last_seen.elapsed() <= ttl;
-            if !alive {
-                gone.push(id.clone());
+    fn remove(&self, agent_id: &str, reason: &str) -> Option<AgentOffline> {
+        let (_, agent) = self.inner.agents.remove(agent_id)?;
+        for task_type in &agent.heartbeat.task_types {
+            if let Some(mut ids) = self.inner.by_type.get_mut(task_type) {
+                ids.remove(agent_id);
             }
-            alive
-        });
-        for id in &gone {
-            warn!(agent = %id, event = "agent_offline", "agent missed its heartbeat ttl");
         }
-        gone
+        warn!(agent = %agent_id, reason, event = "agent_offline", "agent offline");
+        let mut info = agent.info();
+        info.online = false;
+        let _ = self.inner.changes.send(AgentEvent {
+            change: AgentChange::Offline as i32,
+            agent: Some(info),
+            reason: reason.to_owned(),
+        });
+        Some(AgentOffline {
+            agent_id: agent_id.to_owned(),
+            pool: agent.heartbeat.pool,
+            reason: reason.to_owned(),
+            last_seen_unix_ms: agent.last_seen_unix_ms,
+        })
+    }
+
+    /// Marks offline every agent whose last heartbeat is older than the TTL.
+    pub fn expire(&self) -> Vec<AgentOffline> {
+        let ttl = self.inner.config.heartbeat_ttl;
+        let expired: Vec<String> = self
+            .inner
+            .agents
+            .iter()
+            .filter(|a| a.last_seen.elapsed() > ttl)
+            .map(|a| a.key().clone())
+            .collect();
+        expired.iter().filter_map(|id| self.remove(id, "ttl_expired")).collect()
+    }
+
+    /// A result from `agent_id` came back: one task fewer in flight there.
+    pub fn task_finished(&self, agent_id: &str) {
+        if let Some(mut agent) = self.inner.agents.get_mut(agent_id) {
+            agent.load = agent.load.saturating_sub(1);
+        }
+    }
+
+    /// Decides where one task goes, and reserves a slot on the chosen agent.
+    pub fn route(&self, query: &RouteQuery) -> RouteDecision {
+        let Some(ids) = self.inner.by_type.get(&query.task_type).map(|ids| ids.clone()) else {
+            return pool_decision(query, 0, "no live agent serves this task type");
+        };
+        let mut best: Option<(f64, u64, String, String)> = None;
+        let mut saturated = 0;
+        for id in &ids {
+            let Some(agent) = self.inner.agents.get(id) else { continue };
+            let max = agent.heartbeat.max_concurrency.max(1);
+            if agent.load >= max || agent.heartbeat.draining {
+                saturated += 1;
+                continue;
+            }
+            let (capability, matched, wanted) = capability(&agent.heartbeat, query);
+            let availability = 1.0 - f64::from(agent.load) / f64::from(max);
+            let score = CAPABILITY_WEIGHT * capability + AVAILABILITY_WEIGHT * availability;
+            let better = match &best {
+                None => true,
+                Some((best_score, best_assigned, _, _)) => {
+                    score > best_score + 1e-9
+                        || ((score - best_score).abs() <= 1e-9 && agent.last_assigned < *best_assigned)
+                }
+            };
+            if better {
+                let reason = format!(
+                    "capability {capability:.2} ({matched}/{wanted} preferences) x {CAPABILITY_WEIGHT} + availability {availability:.2} ({}/{max} busy) x {AVAILABILITY_WEIGHT}",
+                    agent.load
+                );
+                best = Some((score, agent.last_assigned, id.clone(), reason));
+            }
+        }
+        let capable = ids.len() as u32;
+        let Some((score, _, agent_id, reason)) = best else {
+            let why = format!("all {saturated} capable agents are saturated or draining");
+            return pool_decision(query, capable, &why);
+        };
+        if let Some(mut agent) = self.inner.agents.get_mut(&agent_id) {
+            agent.load += 1;
+            agent.assigned += 1;
+            agent.last_assigned = self.inner.assign_clock.fetch_add(1, Ordering::Relaxed) + 1;
+        }
+        debug!(task_type = %query.task_type, agent = %agent_id, score, reason = %reason, "routed");
+        RouteDecision { agent_id, score, reason, capable_agents: capable }
     }
 
     /// Task types served by live agents, with their schemas.
     pub fn catalog(&self) -> CatalogReply {
-        let mut entries: BTreeMap<String, CatalogEntry> = BTreeMap::new();
-        for agent in self.agents.iter() {
-            for task_type in &agent.heartbeat.task_types {
-                let entry = entries.entry(task_type.clone()).or_insert_with(|| CatalogEntry {
-                    task_type: task_type.clone(),
-                    tool: agent.heartbeat.tools.iter().find(|t| &t.name == task_type).cloned(),
-                    live_agents: 0,
-                });
-                entry.live_agents += 1;
-            }
+        let mut entries: Vec<CatalogEntry> = Vec::new();
+        for item in self.inner.by_type.iter() {
+            let live: Vec<&String> = item.value().iter().collect();
+            let Some(first) = live.first() else { continue };
+            let tool = self
+                .inner
+                .agents
+                .get(first.as_str())
+                .and_then(|a| a.heartbeat.tools.iter().find(|t| &t.name == item.key()).cloned());
+            entries.push(CatalogEntry {
+                task_type: item.key().clone(),
+                tool,
+                live_agents: live.len() as u32,
+            });
         }
-        CatalogReply { entries: entries.into_values().collect() }
+        entries.sort_by(|a, b| a.task_type.cmp(&b.task_type));
+        CatalogReply { entries }
     }
 
-    /// Live agents declaring `task_type`, sorted by id.
+    /// Every live agent, by id.
+    pub fn agents(&self) -> Vec<AgentInfo> {
+        let mut agents: Vec<AgentInfo> = self.inner.agents.iter().map(|a| a.info()).collect();
+        agents.sort_by(|a, b| {
+            let id = |i: &AgentInfo| i.heartbeat.as_ref().map(|h| h.agent_id.clone()).unwrap_or_default();
+            id(a).cmp(&id(b))
+        });
+        agents
+    }
+
+    /// Live agents declaring `task_type`, by id.
     pub fn capable_agents(&self, task_type: &str) -> Vec<String> {
-        let mut ids: Vec<String> = self
-            .agents
-            .iter()
-            .filter(|a| a.heartbeat.task_types.iter().any(|t| t == task_type))
-            .map(|a| a.key().clone())
-            .collect();
-        ids.sort();
-        ids
+        self.inner.by_type.get(task_type).map(|ids| ids.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Changes as they happen, for WatchAgents.
+    pub fn subscribe(&self) -> broadcast::Receiver<AgentEvent> {
+        self.inner.changes.subscribe()
     }
 
     pub fn len(&self) -> usize {
-        self.agents.len()
+        self.inner.agents.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.agents.is_empty()
+        self.inner.agents.is_empty()
     }
 
     /// Loads the heartbeats mirrored in KV that are still within the TTL, so a restarted
-    /// registry knows the live agents at once.
-    async fn rebuild_from_kv(&self, bus: &Bus) {
-        let Ok(mut keys) = bus.agents().keys().await else {
-            return;
-        };
-        let ttl_ms = self.config.heartbeat_ttl.as_millis() as u64;
+    /// registry can route at once instead of after the next heartbeat period.
+    pub async fn rebuild_from_kv(&self, bus: &Bus) -> usize {
+        let Ok(mut keys) = bus.agents().keys().await else { return 0 };
+        let ttl_ms = self.inner.config.heartbeat_ttl.as_millis() as u64;
+        let mut loaded = 0;
         while let Some(Ok(key)) = keys.next().await {
-            let Ok(Some(bytes)) = bus.agents().get(&key).await else {
-                continue;
-            };
-            let Ok(hb) = AgentHeartbeat::decode(bytes) else {
-                continue;
-            };
-            if now_unix_ms().saturating_sub(hb.sent_unix_ms) <= ttl_ms {
-                let _ = self.apply_heartbeat(hb);
+            let Ok(Some(bytes)) = bus.agents().get(&key).await else { continue };
+            let Ok(hb) = AgentHeartbeat::decode(bytes) else { continue };
+            if now_unix_ms().saturating_sub(hb.sent_unix_ms) <= ttl_ms
+                && self.apply_heartbeat(&key, hb).is_ok()
+            {
+                loaded += 1;
             }
         }
+        loaded
     }
 }
 
-/// Runs the registry until `shutdown` is cancelled.
-pub async fn run(bus: Bus, config: RegistryConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let registry = Registry::new(config);
+fn pool_decision(query: &RouteQuery, capable: u32, why: &str) -> RouteDecision {
+    RouteDecision {
+        agent_id: String::new(),
+        score: 0.0,
+        reason: format!("pool: {why} ({})", query.task_type),
+        capable_agents: capable,
+    }
+}
+
+/// Capability of an agent that declares the task type: 0.5 plus 0.5 × the share of the node's
+/// preferences it matches; 1.0 when the node has none.
+fn capability(agent: &AgentHeartbeat, query: &RouteQuery) -> (f64, usize, usize) {
+    let tags: HashSet<&str> = agent.tags.iter().map(String::as_str).collect();
+    let tools: HashSet<&str> = agent.tools.iter().map(|t| t.name.as_str()).collect();
+    let mut wanted = 0;
+    let mut matched = 0;
+    for tag in &query.tags {
+        wanted += 1;
+        matched += usize::from(tags.contains(tag.as_str()));
+    }
+    for tool in &query.tools {
+        wanted += 1;
+        matched += usize::from(tools.contains(tool.as_str()));
+    }
+    if !query.model.is_empty() {
+        wanted += 1;
+        matched += usize::from(agent.model == query.model);
+    }
+    if wanted == 0 {
+        return (1.0, 0, 0);
+    }
+    (0.5 + 0.5 * matched as f64 / wanted as f64, matched, wanted)
+}
+
+/// Rejects heartbeats that are malformed, oversized, or claim another agent's subject.
+fn validate_heartbeat(subject_agent: &str, hb: &AgentHeartbeat) -> Result<(), String> {
+    validate_agent_id(&hb.agent_id).map_err(|e| e.to_string())?;
+    if hb.agent_id != subject_agent {
+        return Err(format!("heartbeat for `{}` arrived on the subject of `{subject_agent}`", hb.agent_id));
+    }
+    if hb.deregister {
+        return Ok(());
+    }
+    if hb.max_concurrency == 0 {
+        return Err("max_concurrency must be at least 1".into());
+    }
+    if hb.task_types.is_empty() || hb.task_types.len() > MAX_TASK_TYPES_PER_AGENT {
+        return Err(format!(
+            "declares {} task types; 1 to {MAX_TASK_TYPES_PER_AGENT} are allowed",
+            hb.task_types.len()
+        ));
+    }
+    if hb.tools.len() > MAX_TASK_TYPES_PER_AGENT || hb.tags.len() > MAX_TAGS_PER_AGENT {
+        return Err(format!(
+            "declares {} tools and {} tags; at most {MAX_TASK_TYPES_PER_AGENT} and {MAX_TAGS_PER_AGENT}",
+            hb.tools.len(),
+            hb.tags.len()
+        ));
+    }
+    for task_type in &hb.task_types {
+        validate_task_type(task_type).map_err(|e| e.to_string())?;
+    }
+    if let Some(tool) = hb.tools.iter().find(|t| t.params_schema_json.len() > MAX_SCHEMA_BYTES) {
+        return Err(format!("tool `{}` has a schema over {MAX_SCHEMA_BYTES} bytes", tool.name));
+    }
+    Ok(())
+}
+
+/// Runs the registry's NATS side until `shutdown` is cancelled.
+pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> anyhow::Result<()> {
     let topology = bus.topology().clone();
-    registry.rebuild_from_kv(&bus).await;
+    let loaded = registry.rebuild_from_kv(&bus).await;
     let mut heartbeats = bus.client().subscribe(topology.all_heartbeats()).await?;
     let mut catalog = bus.client().queue_subscribe(topology.catalog(), topology.registry_queue()).await?;
     let mut routes = bus.client().queue_subscribe(topology.route(), topology.registry_queue()).await?;
-    let mut sweep = tokio::time::interval(Duration::from_secs(1));
-    info!(agents = registry.len(), "registry serving");
+    // A plain (non-JetStream) subscription sees every result as it is published, without taking
+    // it from the dispatchers' work queue; it only releases reservations.
+    let mut results = bus.client().subscribe(topology.all_results()).await?;
+    let sweep_every =
+        (registry.inner.config.heartbeat_ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut sweep = tokio::time::interval(sweep_every);
+    info!(agents = loaded, "registry serving");
+    let publish_offline = |offline: AgentOffline| {
+        let bus = bus.clone();
+        async move {
+            let subject = bus.topology().agent_offline();
+            if let Err(e) = bus.client().publish(subject, offline.encode_to_vec().into()).await {
+                warn!(error = %e, "cannot publish agent offline");
+            }
+        }
+    };
     async {
         loop {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
                 Some(msg) = heartbeats.next() => {
+                    let subject_agent = msg.subject.rsplit('.').next().unwrap_or_default().to_owned();
                     let applied = AgentHeartbeat::decode(msg.payload.clone())
                         .map_err(|e| format!("does not decode: {e}"))
-                        .and_then(|hb| registry.apply_heartbeat(hb));
-                    if let Err(reason) = applied {
-                        warn!(subject = %msg.subject, reason, event = "heartbeat_rejected", "heartbeat rejected");
+                        .and_then(|hb| registry.apply_heartbeat(&subject_agent, hb));
+                    match applied {
+                        Ok(Some(offline)) => publish_offline(offline).await,
+                        Ok(None) => {}
+                        Err(reason) => {
+                            warn!(subject = %msg.subject, reason, event = "heartbeat_rejected", "heartbeat rejected");
+                        }
+                    }
+                }
+                Some(msg) = routes.next() => {
+                    if let Some(reply) = msg.reply {
+                        let decisions = match RouteRequest::decode(msg.payload.clone()) {
+                            Ok(req) => req.queries.iter().map(|q| registry.route(q)).collect(),
+                            Err(e) => {
+                                warn!(error = %e, "malformed route request");
+                                Vec::new()
+                            }
+                        };
+                        let body = RouteReply { decisions }.encode_to_vec();
+                        if let Err(e) = bus.client().publish(reply, body.into()).await {
+                            debug!(error = %e, "route reply failed");
+                        }
+                    }
+                }
+                Some(msg) = results.next() => {
+                    if let Ok(result) = TaskResult::decode(msg.payload) {
+                        registry.task_finished(&result.agent_id);
                     }
                 }
                 Some(msg) = catalog.next() => {
@@ -187,19 +469,10 @@ pub async fn run(bus: Bus, config: RegistryConfig, shutdown: CancellationToken) 
                         }
                     }
                 }
-                Some(msg) = routes.next() => {
-                    if let Some(reply) = msg.reply {
-                        let capable_agents = RouteRequest::decode(msg.payload.clone())
-                            .map(|req| registry.capable_agents(&req.task_type))
-                            .unwrap_or_default();
-                        let body = RouteReply { capable_agents }.encode_to_vec();
-                        if let Err(e) = bus.client().publish(reply, body.into()).await {
-                            debug!(error = %e, "route reply failed");
-                        }
-                    }
-                }
                 _ = sweep.tick() => {
-                    registry.expire();
+                    for offline in registry.expire() {
+                        publish_offline(offline).await;
+                    }
                 }
             }
         }
@@ -213,44 +486,90 @@ pub async fn run(bus: Bus, config: RegistryConfig, shutdown: CancellationToken) 
 mod tests {
     use super::*;
 
-    fn beat(id: &str, types: &[&str]) -> AgentHeartbeat {
+    fn beat(id: &str, types: &[&str], max: u32) -> AgentHeartbeat {
         AgentHeartbeat {
             agent_id: id.into(),
             task_types: types.iter().map(|t| t.to_string()).collect(),
-            max_concurrency: 4,
+            max_concurrency: max,
             ..Default::default()
         }
     }
 
+    fn query(task_type: &str) -> RouteQuery {
+        RouteQuery { task_type: task_type.into(), ..Default::default() }
+    }
+
     #[test]
-    fn malformed_heartbeats_are_rejected_with_a_reason() {
+    fn malformed_and_spoofed_heartbeats_are_rejected_with_a_reason() {
         let r = Registry::new(RegistryConfig::default());
-        assert!(r.apply_heartbeat(beat("", &["a"])).unwrap_err().contains("agent_id"));
-        assert!(r.apply_heartbeat(beat("x", &["a.*"])).unwrap_err().contains("task_type"));
-        let mut zero = beat("x", &["a"]);
-        zero.max_concurrency = 0;
-        assert!(r.apply_heartbeat(zero).is_err());
+        assert!(r.apply_heartbeat("", beat("", &["a"], 1)).unwrap_err().contains("agent_id"));
+        assert!(r.apply_heartbeat("x", beat("x", &["a.*"], 1)).unwrap_err().contains("task_type"));
+        assert!(r.apply_heartbeat("x", beat("x", &["a"], 0)).unwrap_err().contains("max_concurrency"));
         let many: Vec<String> = (0..300).map(|i| format!("t{i}")).collect();
         let refs: Vec<&str> = many.iter().map(String::as_str).collect();
-        assert!(r.apply_heartbeat(beat("x", &refs)).unwrap_err().contains("300 task types"));
+        assert!(r.apply_heartbeat("x", beat("x", &refs, 1)).unwrap_err().contains("300 task types"));
+        assert!(r.apply_heartbeat("y", beat("x", &["a"], 1)).unwrap_err().contains("subject of `y`"));
         assert!(r.is_empty());
     }
 
     #[test]
-    fn catalogue_and_capability_follow_live_agents() {
+    fn load_spreads_evenly_across_equal_agents() {
+        let r = Registry::new(RegistryConfig::default());
+        for id in ["a1", "a2", "a3"] {
+            r.apply_heartbeat(id, beat(id, &["t"], 100)).unwrap();
+        }
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..300 {
+            *counts.entry(r.route(&query("t")).agent_id).or_insert(0) += 1;
+        }
+        assert_eq!(counts.values().copied().collect::<Vec<_>>(), vec![100, 100, 100]);
+    }
+
+    #[test]
+    fn saturated_agents_are_skipped_and_results_free_them() {
+        let r = Registry::new(RegistryConfig::default());
+        r.apply_heartbeat("a1", beat("a1", &["t"], 1)).unwrap();
+        assert_eq!(r.route(&query("t")).agent_id, "a1");
+        let pool = r.route(&query("t"));
+        assert_eq!(pool.agent_id, "");
+        assert!(pool.reason.contains("saturated"), "{}", pool.reason);
+        r.task_finished("a1");
+        assert_eq!(r.route(&query("t")).agent_id, "a1");
+        let none = r.route(&query("other"));
+        assert_eq!((none.agent_id.as_str(), none.capable_agents), ("", 0));
+    }
+
+    #[test]
+    fn preferences_raise_the_score() {
+        let r = Registry::new(RegistryConfig::default());
+        let mut gpu = beat("gpu", &["t"], 10);
+        gpu.tags = vec!["gpu".into()];
+        r.apply_heartbeat("gpu", gpu).unwrap();
+        r.apply_heartbeat("cpu", beat("cpu", &["t"], 10)).unwrap();
+        let q = RouteQuery { task_type: "t".into(), tags: vec!["gpu".into()], ..Default::default() };
+        let d = r.route(&q);
+        assert_eq!(d.agent_id, "gpu");
+        assert!((d.score - 1.0).abs() < 1e-9, "{}", d.score);
+        assert!(d.reason.contains("1/1 preferences"), "{}", d.reason);
+    }
+
+    #[test]
+    fn offline_agents_leave_the_catalogue_and_routes() {
         let r = Registry::new(RegistryConfig { heartbeat_ttl: Duration::from_millis(50) });
-        r.apply_heartbeat(beat("a1", &["math.evaluate", "time.now"])).unwrap();
-        r.apply_heartbeat(beat("a2", &["math.evaluate"])).unwrap();
+        r.apply_heartbeat("a1", beat("a1", &["math.evaluate", "time.now"], 4)).unwrap();
+        r.apply_heartbeat("a2", beat("a2", &["math.evaluate"], 4)).unwrap();
         assert_eq!(r.capable_agents("math.evaluate"), vec!["a1", "a2"]);
-        let cat = r.catalog();
-        assert_eq!(cat.entries.len(), 2);
-        assert_eq!(cat.entries[0].live_agents, 2);
-        let mut bye = beat("a2", &[]);
+        assert_eq!(r.catalog().entries.len(), 2);
+        let mut bye = beat("a2", &[], 0);
         bye.deregister = true;
-        r.apply_heartbeat(bye).unwrap();
+        let offline = r.apply_heartbeat("a2", bye).unwrap().unwrap();
+        assert_eq!(offline.reason, "deregistered");
         assert_eq!(r.capable_agents("math.evaluate"), vec!["a1"]);
         std::thread::sleep(Duration::from_millis(80));
-        assert_eq!(r.expire(), vec!["a1"]);
-        assert!(r.capable_agents("time.now").is_empty());
+        let expired = r.expire();
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].reason, "ttl_expired");
+        assert_eq!(r.route(&query("time.now")).agent_id, "");
+        assert!(r.catalog().entries.is_empty());
     }
 }

@@ -1,4 +1,4 @@
-//! `hermes-registry`: the registry as its own process.
+//! `hermes-registry`: the registry as its own process, with its gRPC API.
 
 use anyhow::Context;
 use clap::Parser;
@@ -11,6 +11,9 @@ struct Args {
     /// Seconds without a heartbeat after which an agent is offline.
     #[arg(long, env = "HERMES_HEARTBEAT_TTL_SECS", default_value_t = 30)]
     heartbeat_ttl_secs: u64,
+    /// Address the Registry gRPC API listens on.
+    #[arg(long, env = "HERMES_REGISTRY_GRPC_LISTEN", default_value = "127.0.0.1:50052")]
+    grpc_listen: std::net::SocketAddr,
 }
 
 // mimalloc: glibc malloc showed up at ~17% of CPU under load in `make bench`.
@@ -26,8 +29,19 @@ async fn main() -> anyhow::Result<()> {
         hermes_core::Bus::connect(hermes_core::BusConfig::new(&args.nats_url).with_name("hermes-registry"))
             .await
             .context("failed to connect to NATS")?;
-    let config = hermes_registry::RegistryConfig {
+    let registry = hermes_registry::Registry::new(hermes_registry::RegistryConfig {
         heartbeat_ttl: std::time::Duration::from_secs(args.heartbeat_ttl_secs),
-    };
-    hermes_registry::run(bus, config, shutdown).await
+    });
+    let listener = tokio::net::TcpListener::bind(args.grpc_listen)
+        .await
+        .with_context(|| format!("cannot listen for gRPC on {}", args.grpc_listen))?;
+    let grpc = tonic::transport::Server::builder()
+        .add_service(hermes_registry::RegistryGrpc::new(registry.clone()).into_service())
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown.clone().cancelled_owned(),
+        );
+    let (nats, grpc) = tokio::join!(hermes_registry::run(bus, registry, shutdown.clone()), grpc);
+    grpc.context("registry gRPC server failed")?;
+    nats
 }

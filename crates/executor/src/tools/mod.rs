@@ -10,7 +10,7 @@ use std::sync::Arc;
 pub use math::MathEvaluate;
 pub use table::TableAggregate;
 pub use text::TextTemplate;
-pub use time::{TimeAdd, TimeNow};
+pub use time::{TimeAdd, TimeNow, TimeSleep};
 
 use crate::tool::Tool;
 
@@ -20,6 +20,7 @@ pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(MathEvaluate),
         Arc::new(TimeNow),
         Arc::new(TimeAdd),
+        Arc::new(TimeSleep),
         Arc::new(TextTemplate),
         Arc::new(TableAggregate),
     ]

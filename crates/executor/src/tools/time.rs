@@ -73,6 +73,48 @@ impl Tool for TimeAdd {
     }
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SleepArgs {
+    /// How long to wait, in milliseconds (at most 60000).
+    #[schemars(range(max = 60000))]
+    ms: u64,
+}
+
+/// Longest `time.sleep`.
+const MAX_SLEEP_MS: u64 = 60_000;
+
+pub struct TimeSleep;
+
+impl Tool for TimeSleep {
+    fn name(&self) -> &'static str {
+        "time.sleep"
+    }
+
+    fn description(&self) -> &'static str {
+        "Waits the given number of milliseconds (at most 60000), then returns {slept_ms}. Use it to pace steps."
+    }
+
+    fn params_schema(&self) -> Value {
+        schema_of::<SleepArgs>()
+    }
+
+    fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(MAX_SLEEP_MS + 1000)
+    }
+
+    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let args: SleepArgs = parse_args(args)?;
+            if args.ms > MAX_SLEEP_MS {
+                return Err(ToolError::invalid_argument(format!("ms must be at most {MAX_SLEEP_MS}")));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(args.ms)).await;
+            Ok(json!({ "slept_ms": args.ms }))
+        })
+    }
+}
+
 fn add(args: &AddArgs) -> Result<DateTime<Utc>, ToolError> {
     let start = DateTime::parse_from_rfc3339(&args.time)
         .map_err(|e| ToolError::invalid_argument(format!("time `{}` is not RFC 3339: {e}", args.time)))?
