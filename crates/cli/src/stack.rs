@@ -60,7 +60,9 @@ impl Stack {
         wait_for_catalog(&bus, &expected_types).await?;
 
         let mut dispatcher = Dispatcher::build(bus.clone(), config.dispatcher).await?;
-        dispatcher.extra_services().add_service(RegistryGrpc::new(registry.clone()).into_service());
+        dispatcher
+            .extra_services()
+            .add_service(RegistryGrpc::new(registry.clone(), shutdown.clone()).into_service());
         let grpc_addr = dispatcher.local_addr()?;
         let mut stack = Stack {
             grpc_addr,

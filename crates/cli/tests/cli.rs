@@ -45,6 +45,8 @@ fn hermes_up(nats_url: &str, data_dir: &Path) -> (Up, String) {
             return (Up(child), listen);
         }
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("hermes up did not become ready within 30 s");
 }
 

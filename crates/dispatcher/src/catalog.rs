@@ -47,9 +47,24 @@ impl Catalog {
         &self,
         task_types: impl Iterator<Item = &'a str> + Clone,
     ) -> Result<CatalogSnapshot> {
+        self.snapshot_inner(Some(task_types)).await
+    }
+
+    /// The registry's catalogue as it is now, bypassing the cache.
+    pub async fn current(&self) -> Result<CatalogSnapshot> {
+        self.snapshot_inner(None::<std::iter::Empty<&str>>).await
+    }
+
+    async fn snapshot_inner<'a>(
+        &self,
+        task_types: Option<impl Iterator<Item = &'a str> + Clone>,
+    ) -> Result<CatalogSnapshot> {
         let mut cached = self.cached.lock().await;
         let fresh = cached.0.is_some_and(|at| at.elapsed() < self.ttl);
-        if fresh && cached.1.contains_all(task_types) {
+        if let Some(task_types) = task_types
+            && fresh
+            && cached.1.contains_all(task_types)
+        {
             return Ok(cached.1.clone());
         }
         let reply = self.fetch().await?;

@@ -35,7 +35,7 @@ pub(crate) async fn serve(
     routes
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(DispatcherServer::new(Api { service }));
+        .add_service(DispatcherServer::new(Api { service, shutdown: shutdown.clone() }));
     tonic::transport::Server::builder()
         .add_routes(routes.routes())
         .serve_with_incoming_shutdown(
@@ -49,6 +49,8 @@ pub(crate) async fn serve(
 
 struct Api {
     service: Arc<GoalService>,
+    /// Ends open watch streams on shutdown; the server waits for open streams before it stops.
+    shutdown: CancellationToken,
 }
 
 fn goal_id_arg(goal_id: &str) -> Result<&str, Status> {
@@ -152,7 +154,7 @@ impl DispatcherApi for Api {
                 }
             }
         });
-        Ok(Response::new(Box::pin(events)))
+        Ok(Response::new(Box::pin(events.take_until(self.shutdown.clone().cancelled_owned()))))
     }
 
     async fn cancel_goal(&self, request: Request<CancelGoalRequest>) -> Result<Response<Goal>, Status> {

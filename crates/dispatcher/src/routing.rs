@@ -224,7 +224,7 @@ impl GoalService {
             let Some((_, waiting)) = self.waiting.remove(&key) else { continue };
             let (goal_id, node_id) = key;
             // An agent may have registered meanwhile; it pulls the task from the pool.
-            if let Ok(snapshot) = self.catalog.snapshot(std::iter::once(waiting.task_type.as_str())).await
+            if let Ok(snapshot) = self.catalog.current().await
                 && snapshot.contains_all(std::iter::once(waiting.task_type.as_str()))
             {
                 continue;

@@ -141,22 +141,10 @@ impl Agent {
             in_flight: AtomicU32::new(0),
             stats: std::sync::Mutex::new(Stats::default()),
         });
-        let permits = Arc::new(Semaphore::new(self.config.max_concurrency as usize));
-        let mut loops = JoinSet::new();
-        for (task_type, consumer) in self.consumers {
-            let span =
-                tracing::info_span!("consume_tasks", agent = %self.config.agent_id, task_type = %task_type);
-            loops.spawn(
-                consume(
-                    shared.clone(),
-                    consumer,
-                    permits.clone(),
-                    self.config.max_concurrency,
-                    shutdown.clone(),
-                )
-                .instrument(span),
-            );
-        }
+        let span = tracing::info_span!("consume_tasks", agent = %self.config.agent_id);
+        let consumer = consume(shared.clone(), self.consumers, self.config.max_concurrency, shutdown.clone())
+            .instrument(span);
+        let consumer = tokio::spawn(consumer);
         let drained = CancellationToken::new();
         let heartbeat = heartbeat_loop(
             shared.clone(),
@@ -167,12 +155,10 @@ impl Agent {
         );
         let heartbeat = tokio::spawn(heartbeat.instrument(tracing::info_span!("heartbeat")));
         info!(agent = %self.config.agent_id, tools = ?shared.registry.names().collect::<Vec<_>>(), "agent serving");
-        while let Some(done) = loops.join_next().await {
-            if let Ok(Err(e)) = done {
-                warn!(error = %e, "task consumer stopped");
-            }
+        if let Ok(Err(e)) = consumer.await {
+            warn!(error = %e, "task consumer stopped");
         }
-        // Consumers return only after their in-flight tasks finished; only then may the agent
+        // The consumer returns only after their in-flight tasks finished; only then may the agent
         // leave the registry, so its remaining directed work can be handed to others.
         drained.cancel();
         let _ = heartbeat.await;
@@ -235,20 +221,28 @@ impl Stats {
     }
 }
 
+/// Pulls from every consumer of the agent through one loop that takes a concurrency permit
+/// before it waits for the next message, from whichever consumer has one. A permit is therefore
+/// never parked on a consumer with no work while another has some.
 async fn consume(
     shared: Arc<Shared>,
-    consumer: async_nats::jetstream::consumer::PullConsumer,
-    permits: Arc<Semaphore>,
+    consumers: Vec<(String, async_nats::jetstream::consumer::PullConsumer)>,
     max_concurrency: u32,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    // Prefetch no more than we can run, so tasks we cannot start stay available to other agents.
-    let mut messages = consumer
-        .stream()
-        .max_messages_per_batch(max_concurrency as usize)
-        .messages()
-        .await
-        .map_err(|e| hermes_core::Error::JetStream { operation: "pull", reason: e.to_string() })?;
+    let permits = Arc::new(Semaphore::new(max_concurrency as usize));
+    let mut streams = Vec::with_capacity(consumers.len());
+    for (_, consumer) in &consumers {
+        // Prefetch no more than we can run, so tasks we cannot start stay with other agents.
+        let messages = consumer
+            .stream()
+            .max_messages_per_batch(max_concurrency as usize)
+            .messages()
+            .await
+            .map_err(|e| hermes_core::Error::JetStream { operation: "pull", reason: e.to_string() })?;
+        streams.push(messages);
+    }
+    let mut messages = futures::stream::select_all(streams);
     let mut running = JoinSet::new();
     loop {
         let permit = tokio::select! {
@@ -313,10 +307,10 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
         let subject = shared.bus.topology().result(&task.goal_id);
         match shared.bus.publish(subject, &result, &msg_id, delivery.trace.as_ref()).await {
             Ok(_) => {
-                // The result is durably stored, so the ack need not be confirmed: if it is lost,
-                // the redelivered task publishes the same result under the same Nats-Msg-Id,
-                // and the dispatcher ignores a result it already applied.
-                if let Err(e) = delivery.ack_unconfirmed().await {
+                // Confirmed, so that once this returns the server has removed the task: an agent
+                // that deregisters after draining must leave nothing behind that looks unfinished
+                // and would be handed to another agent.
+                if let Err(e) = delivery.ack().await {
                     warn!(error = %e, "ack failed after the result was published");
                 }
                 if result.status == TaskStatus::Succeeded as i32 {

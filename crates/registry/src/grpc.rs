@@ -7,6 +7,7 @@ use hermes_proto::registry_server::Registry as RegistryApi;
 pub use hermes_proto::registry_server::RegistryServer;
 use hermes_proto::{AgentChange, AgentEvent, ListAgentsRequest, ListAgentsResponse, WatchAgentsRequest};
 use tokio_stream::wrappers::BroadcastStream;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::Registry;
@@ -15,11 +16,13 @@ use crate::Registry;
 #[derive(Clone)]
 pub struct RegistryGrpc {
     registry: Registry,
+    /// Ends open WatchAgents streams on shutdown, so the server can stop.
+    shutdown: CancellationToken,
 }
 
 impl RegistryGrpc {
-    pub fn new(registry: Registry) -> Self {
-        Self { registry }
+    pub fn new(registry: Registry, shutdown: CancellationToken) -> Self {
+        Self { registry, shutdown }
     }
 
     /// The tonic service, to add to a server.
@@ -62,6 +65,7 @@ impl RegistryApi for RegistryGrpc {
                 })
             })
             .collect();
-        Ok(Response::new(Box::pin(futures::stream::iter(snapshot).chain(live))))
+        let events = futures::stream::iter(snapshot).chain(live);
+        Ok(Response::new(Box::pin(events.take_until(self.shutdown.clone().cancelled_owned()))))
     }
 }

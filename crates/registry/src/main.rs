@@ -36,7 +36,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen for gRPC on {}", args.grpc_listen))?;
     let grpc = tonic::transport::Server::builder()
-        .add_service(hermes_registry::RegistryGrpc::new(registry.clone()).into_service())
+        .add_service(hermes_registry::RegistryGrpc::new(registry.clone(), shutdown.clone()).into_service())
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown.clone().cancelled_owned(),
