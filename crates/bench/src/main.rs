@@ -18,9 +18,12 @@ use prost::Message as _;
 use tokio::sync::{Mutex, Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
-// The same allocator as the `hermes` binaries, so the bench measures what users run.
+mod routing;
+
+// The same allocator as the `hermes` binaries (mimalloc), counting live bytes for the
+// registry's memory figure.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: routing::counting::CountingMiMalloc = routing::counting::CountingMiMalloc;
 
 const LATENCY_SAMPLES: usize = 500;
 const THROUGHPUT_TASKS: usize = 10_000;
@@ -35,6 +38,10 @@ async fn main() -> anyhow::Result<()> {
     let client = async_nats::connect(nats.url()).await?;
     let floor_lat = floor_latency(&client).await?;
     let floor_tput = floor_throughput(&client).await?;
+    // Before the stack starts: its registry would share the route queue group with this one.
+    let route_local = routing::decision_latency(10_000, 20_000);
+    let route_nats = routing::request_latency(&nats.url(), 10_000, 2_000).await?;
+    let memory = routing::bytes_per_agent(&[10_000, 20_000, 40_000]);
 
     let workspace = tempfile::tempdir()?;
     let agents = (1..=2)
@@ -78,6 +85,17 @@ async fn main() -> anyhow::Result<()> {
     let floor_fan_out_ms = FAN_OUT as f64 / floor_tput * 1000.0;
     row("hermes 1000-node fan-out goal wall time (ms)", fan_out, floor_fan_out_ms);
     println!("\nratio = value / floor. For the fan-out, the floor is 1000 tasks at the floor's rate.");
+    println!("\n{:<58} {:>12} {:>12}", "routing, 10,000 agents over 100 task types", "p50", "p99");
+    println!("{}", "-".repeat(84));
+    println!("{:<58} {:>12.1} {:>12.1}", "route decision, in-process (µs)", route_local.0, route_local.1);
+    println!(
+        "{:<58} {:>12.1} {:>12.1}",
+        "route request over NATS, 1 in flight (µs)", route_nats.0, route_nats.1
+    );
+    let steps: Vec<String> =
+        memory.iter().map(|(total, per)| format!("{per:.0} B/agent at {total}")).collect();
+    println!("registry memory: {} (a flat figure = linear growth)", steps.join(", "));
+    println!("target: route p99 under 1 ms; memory linear in agents.");
     println!("targets: single-node goal p50 <= 1500 µs; >= 10000 tasks/s.");
     Ok(())
 }
