@@ -94,6 +94,12 @@ fn submit_watch_prints_the_report_and_exit_codes_follow_the_goal() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("unknown task type `no.such-tool`"), "{}", text(&out));
 
+    let out = hermes(&["agents", "--server", &server]);
+    assert!(out.status.success(), "{}", text(&out));
+    let table = text(&out);
+    assert!(table.contains("LOAD/MAX") && table.contains("local-1") && table.contains("local-2"), "{table}");
+    assert!(table.contains("table.aggregate"), "{table}");
+
     let out = hermes(&["list", "--server", &server]);
     assert!(out.status.success());
     assert!(text(&out).contains("COMPLETED") && text(&out).contains("FAILED"), "{}", text(&out));

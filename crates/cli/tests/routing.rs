@@ -246,6 +246,11 @@ async fn a_killed_agent_goes_offline_and_its_tasks_finish_elsewhere() {
     assert!(successes.values().all(|&n| n == 1), "{successes:?}");
     let per_agent = h.nodes_per_agent(&goal).await;
     assert_eq!(per_agent.get("survivor"), Some(&8), "{per_agent:?}");
+    // The dead agent's consumer, and the one used to drain it, are gone.
+    let tasks = h.stack.bus().jetstream().get_stream("HERMES_TASKS").await.unwrap();
+    let topology = h.stack.bus().topology().clone();
+    assert!(tasks.consumer_info(topology.agent_consumer("doomed")).await.is_err());
+    assert!(tasks.consumer_info(topology.reassign_consumer("doomed")).await.is_err());
     h.stack.stop().await;
 }
 

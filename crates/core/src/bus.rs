@@ -237,6 +237,58 @@ impl Bus {
     }
 }
 
+/// Runs `handle` on each message of `messages`, at most `concurrency` at once. A permit is taken
+/// before waiting for the next message, so no more than `concurrency` messages are ever held.
+/// Returns when `shutdown` is cancelled or the stream ends, without waiting for the handlers still
+/// running: the caller gets them back, to hand back buffered messages first and then join.
+pub async fn consume_concurrently<S, E, F, Fut>(
+    messages: &mut S,
+    concurrency: usize,
+    shutdown: &tokio_util::sync::CancellationToken,
+    handle: F,
+) -> tokio::task::JoinSet<()>
+where
+    S: futures::Stream<Item = std::result::Result<jetstream::Message, E>> + Unpin,
+    E: std::fmt::Display,
+    F: Fn(jetstream::Message) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    use futures::StreamExt;
+    let permits = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let next = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            next = messages.next() => next,
+        };
+        match next {
+            Some(Ok(msg)) => {
+                let work = handle(msg);
+                running.spawn(async move {
+                    let _permit = permit;
+                    work.await;
+                });
+            }
+            Some(Err(e)) => {
+                warn!(error = %e, "pull failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            None => break,
+        }
+        while running.try_join_next().is_some() {}
+    }
+    running
+}
+
 /// A durable pull consumer to create or bind.
 #[derive(Debug, Clone)]
 pub struct ConsumerSpec {

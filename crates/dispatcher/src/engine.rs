@@ -160,16 +160,9 @@ pub fn apply_result(
     now_ms: u64,
     effects: &mut Effects,
 ) -> Applied {
-    if is_terminal(state.status) {
-        return Applied::Stale;
-    }
-    let Some(index) = state.nodes.iter().position(|n| n.node_id == result.node_id) else {
+    let Some(index) = current_attempt(state, &result.node_id, &result.task_id) else {
         return Applied::Stale;
     };
-    let node = &state.nodes[index];
-    if node.status != NodeStatus::Dispatched as i32 || node.task_id != result.task_id {
-        return Applied::Stale;
-    }
     let goal_id = state.goal_id.clone();
     if result.status == TaskStatus::Succeeded as i32 {
         let node = &mut state.nodes[index];
@@ -236,12 +229,7 @@ pub fn apply_result(
                 error: Some(error),
             }),
         );
-        match resolve_inputs(state, &plan_node.inputs_json.clone()) {
-            Ok(inputs) => publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects),
-            Err(reason) => {
-                fail_node(state, index, wire_error(ErrorCode::InvalidArgument, reason), now_ms, effects)
-            }
-        }
+        redispatch(state, index, next_attempt, limits, now_ms, effects);
         return Applied::Changed;
     }
     fail_node(state, index, error, now_ms, effects);
@@ -543,6 +531,35 @@ mod cancel_tests {
     }
 }
 
+/// The index of `node_id` when the goal is running and the node waits on attempt `task_id`; any
+/// other message about the node is stale.
+fn current_attempt(state: &GoalState, node_id: &str, task_id: &str) -> Option<usize> {
+    if is_terminal(state.status) {
+        return None;
+    }
+    let index = state.nodes.iter().position(|n| n.node_id == node_id)?;
+    let node = &state.nodes[index];
+    (node.status == NodeStatus::Dispatched as i32 && node.task_id == task_id).then_some(index)
+}
+
+/// Publishes attempt `next_attempt` of a node, with its inputs resolved again.
+fn redispatch(
+    state: &mut GoalState,
+    index: usize,
+    next_attempt: u32,
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+) {
+    let inputs_json = state.plan.as_ref().expect("plan present").nodes[index].inputs_json.clone();
+    match resolve_inputs(state, &inputs_json) {
+        Ok(inputs) => publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects),
+        Err(reason) => {
+            fail_node(state, index, wire_error(ErrorCode::InvalidArgument, reason), now_ms, effects)
+        }
+    }
+}
+
 /// Moves a node off an agent that went offline: its current attempt is superseded by a new one
 /// (so a late result from that agent is recognised as stale) and dispatched afresh. Reassignment
 /// is not a failure of the task and does not use up its retries.
@@ -555,17 +572,10 @@ pub fn reassign(
     now_ms: u64,
     effects: &mut Effects,
 ) -> Applied {
-    if is_terminal(state.status) {
-        return Applied::Stale;
-    }
-    let Some(index) = state.nodes.iter().position(|n| n.node_id == node_id) else {
+    let Some(index) = current_attempt(state, node_id, task_id) else {
         return Applied::Stale;
     };
-    let node = &state.nodes[index];
-    if node.status != NodeStatus::Dispatched as i32 || node.task_id != task_id {
-        return Applied::Stale;
-    }
-    let next_attempt = node.attempt + 1;
+    let next_attempt = state.nodes[index].attempt + 1;
     let mut error = wire_error(ErrorCode::Unavailable, why);
     error.node_id = node_id.to_owned();
     effects.event(
@@ -573,13 +583,7 @@ pub fn reassign(
         now_ms,
         Kind::TaskRetrying(TaskRetrying { node_id: node_id.to_owned(), next_attempt, error: Some(error) }),
     );
-    let inputs_json = state.plan.as_ref().expect("plan present").nodes[index].inputs_json.clone();
-    match resolve_inputs(state, &inputs_json) {
-        Ok(inputs) => publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects),
-        Err(reason) => {
-            fail_node(state, index, wire_error(ErrorCode::InvalidArgument, reason), now_ms, effects)
-        }
-    }
+    redispatch(state, index, next_attempt, limits, now_ms, effects);
     Applied::Changed
 }
 
@@ -592,16 +596,9 @@ pub fn fail_attempt(
     now_ms: u64,
     effects: &mut Effects,
 ) -> Applied {
-    if is_terminal(state.status) {
-        return Applied::Stale;
-    }
-    let Some(index) = state.nodes.iter().position(|n| n.node_id == node_id) else {
+    let Some(index) = current_attempt(state, node_id, task_id) else {
         return Applied::Stale;
     };
-    let node = &state.nodes[index];
-    if node.status != NodeStatus::Dispatched as i32 || node.task_id != task_id {
-        return Applied::Stale;
-    }
     error.node_id = node_id.to_owned();
     fail_node(state, index, error, now_ms, effects);
     Applied::Changed

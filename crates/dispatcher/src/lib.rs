@@ -29,7 +29,6 @@ use hermes_proto::{
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::TcpListener;
 
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, warn};
 
@@ -417,43 +416,20 @@ async fn results_loop(
             return;
         }
     };
-    let permits = Arc::new(Semaphore::new(concurrency));
-    let mut running = tokio::task::JoinSet::new();
-    loop {
-        let permit = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-        };
-        let next = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            next = messages.next() => next,
-        };
-        match next {
-            Some(Ok(msg)) => {
-                let service = service.clone();
-                running.spawn(async move {
-                    let _permit = permit;
-                    let Some(delivery) = service.bus.decode_or_dead_letter::<TaskResult>("result", msg).await
-                    else {
-                        return;
-                    };
-                    let goal_id = delivery.message.goal_id.clone();
-                    let inbox = service.inboxes.entry(goal_id.clone()).or_default().clone();
-                    inbox.pending.lock().unwrap_or_else(|p| p.into_inner()).push(delivery);
-                    if !inbox.draining.swap(true, Ordering::AcqRel) {
-                        drain_inbox(&service, &goal_id, &inbox).await;
-                    }
-                });
+    let mut running = hermes_core::bus::consume_concurrently(&mut messages, concurrency, &shutdown, |msg| {
+        let service = service.clone();
+        async move {
+            let Some(delivery) = service.bus.decode_or_dead_letter::<TaskResult>("result", msg).await else {
+                return;
+            };
+            let goal_id = delivery.message.goal_id.clone();
+            let inbox = service.inboxes.entry(goal_id.clone()).or_default().clone();
+            inbox.pending.lock().unwrap_or_else(|p| p.into_inner()).push(delivery);
+            if !inbox.draining.swap(true, Ordering::AcqRel) {
+                drain_inbox(&service, &goal_id, &inbox).await;
             }
-            Some(Err(e)) => {
-                warn!(error = %e, "pulling results failed; retrying");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            None => break,
         }
-        while running.try_join_next().is_some() {}
-    }
+    })
+    .await;
     while running.join_next().await.is_some() {}
 }

@@ -17,8 +17,6 @@ use hermes_core::bus::ConsumerSpec;
 use hermes_core::{Bus, Delivery, ErrorCode, now_unix_ms};
 use hermes_proto::{AgentHeartbeat, TaskMessage, TaskResult, TaskStatus};
 use prost::Message as _;
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, warn};
 
@@ -230,7 +228,6 @@ async fn consume(
     max_concurrency: u32,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let permits = Arc::new(Semaphore::new(max_concurrency as usize));
     let mut streams = Vec::with_capacity(consumers.len());
     for (_, consumer) in &consumers {
         // Prefetch no more than we can run, so tasks we cannot start stay with other agents.
@@ -243,37 +240,12 @@ async fn consume(
         streams.push(messages);
     }
     let mut messages = futures::stream::select_all(streams);
-    let mut running = JoinSet::new();
-    loop {
-        let permit = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
-        let next = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            next = messages.next() => next,
-        };
-        match next {
-            Some(Ok(msg)) => {
-                let shared = shared.clone();
-                running.spawn(async move {
-                    let _permit = permit;
-                    handle_task(&shared, msg).await;
-                });
-            }
-            Some(Err(e)) => {
-                warn!(error = %e, "pull failed; retrying");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            None => break,
-        }
-        while running.try_join_next().is_some() {}
-    }
+    let mut running =
+        hermes_core::bus::consume_concurrently(&mut messages, max_concurrency as usize, &shutdown, |msg| {
+            let shared = shared.clone();
+            async move { handle_task(&shared, msg).await }
+        })
+        .await;
     // Hand back what was pulled but not started, for immediate redelivery to another agent,
     // then finish what is running.
     while let Ok(Some(Ok(msg))) = tokio::time::timeout(Duration::from_millis(20), messages.next()).await {
