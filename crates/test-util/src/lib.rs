@@ -1,5 +1,8 @@
-//! Test harnesses. [`NatsServer`] runs a real nats-server with JetStream on a free port and a
+//! Test harnesses. [`scripted::ScriptedLlm`] is an OpenAI-compatible server that replays a
+//! script. [`NatsServer`] runs a real nats-server with JetStream on a free port and a
 //! temporary store dir, and kills it when dropped, the way the async-nats test harness does.
+
+pub mod scripted;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
