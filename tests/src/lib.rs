@@ -7,7 +7,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use hermes_cli::stack::{Stack, StackConfig};
 use hermes_dispatcher::DispatcherConfig;
+use hermes_dispatcher::summarize::Summarizer;
 use hermes_executor::AgentConfig;
+use hermes_planner::PlannerConfig;
 use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::{Event, GoalSpec, SubmitGoalRequest, TaskPlan, WatchGoalRequest};
 use hermes_test_util::NatsServer;
@@ -25,12 +27,28 @@ pub struct StackOptions {
     pub agents: u32,
     pub max_concurrency: u32,
     pub max_nodes: usize,
+    /// An OpenAI-compatible endpoint (the scripted server) for a planner using the model
+    /// `planner-model` and a summarizer using `summarizer-model`.
+    pub llm_base_url: Option<String>,
 }
 
 impl Default for StackOptions {
     fn default() -> Self {
-        Self { agents: 2, max_concurrency: 16, max_nodes: hermes_core::plan::DEFAULT_MAX_NODES }
+        Self {
+            agents: 2,
+            max_concurrency: 16,
+            max_nodes: hermes_core::plan::DEFAULT_MAX_NODES,
+            llm_base_url: None,
+        }
     }
+}
+
+/// An OpenAI-compatible client for `model` at `base_url`, retrying quickly.
+pub fn model(base_url: &str, model: &str) -> std::sync::Arc<dyn hermes_llm::ChatModel> {
+    let mut config = hermes_llm::OpenAiConfig::new(base_url, model);
+    config.backoff = Duration::from_millis(20);
+    config.timeout = Duration::from_secs(10);
+    std::sync::Arc::new(hermes_llm::OpenAiChat::new(config).expect("valid llm config"))
 }
 
 /// A nats-server plus the whole Hermes stack, stopped on drop of its token.
@@ -63,8 +81,16 @@ impl TestStack {
             dispatcher: DispatcherConfig {
                 grpc_listen: "127.0.0.1:0".parse().unwrap(),
                 max_nodes: options.max_nodes,
+                summarizer: options
+                    .llm_base_url
+                    .as_deref()
+                    .map(|url| Summarizer(model(url, "summarizer-model"))),
                 ..Default::default()
             },
+            planner: options
+                .llm_base_url
+                .as_deref()
+                .map(|url| PlannerConfig::new(model(url, "planner-model"))),
         };
         let shutdown = CancellationToken::new();
         let stack = Stack::start(config, shutdown.clone()).await.expect("stack starts");

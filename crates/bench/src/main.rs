@@ -61,6 +61,7 @@ async fn main() -> anyhow::Result<()> {
                 grpc_listen: "127.0.0.1:0".parse()?,
                 ..Default::default()
             },
+            planner: None,
         },
         shutdown.clone(),
     )

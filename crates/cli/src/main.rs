@@ -53,6 +53,9 @@ enum Command {
         /// Dir that the agents' file tools may read.
         #[arg(long, env = "HERMES_AGENT_WORKSPACE", default_value = ".")]
         workspace: PathBuf,
+        /// The LLM for the planner and summarizer; without one, goals must come as plans.
+        #[command(flatten)]
+        llm: hermes_llm::config::LlmArgs,
     },
     /// Run one executor agent in this process (the same as the `hermes-executor` binary).
     Agent {
@@ -132,9 +135,9 @@ async fn main() {
 
 async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Command::Up { grpc_listen, nats_url, data_dir, agents, max_concurrency, workspace } => {
+        Command::Up { grpc_listen, nats_url, data_dir, agents, max_concurrency, workspace, llm } => {
             hermes_core::telemetry::init_logging();
-            up(grpc_listen, nats_url, data_dir, agents, max_concurrency, workspace).await?;
+            up(grpc_listen, nats_url, data_dir, agents, max_concurrency, workspace, llm).await?;
             Ok(0)
         }
         Command::Submit { text, plan, watch, idempotency_key, session, timeout_secs, server } => {
@@ -248,7 +251,10 @@ async fn up(
     agents: u32,
     max_concurrency: u32,
     workspace: PathBuf,
+    llm: hermes_llm::config::LlmArgs,
 ) -> anyhow::Result<()> {
+    let planner = llm.planner_model()?.map(hermes_planner::PlannerConfig::new);
+    let summarizer = llm.summarizer_model()?.map(hermes_dispatcher::summarize::Summarizer);
     let shutdown = hermes_core::shutdown::install_signal_handlers();
     let mut local_nats = None;
     let nats_url = match nats_url {
@@ -275,7 +281,8 @@ async fn up(
         nats_url: nats_url.clone(),
         registry: Default::default(),
         agents,
-        dispatcher: hermes_dispatcher::DispatcherConfig { grpc_listen, ..Default::default() },
+        dispatcher: hermes_dispatcher::DispatcherConfig { grpc_listen, summarizer, ..Default::default() },
+        planner,
     };
     let stack = Stack::start(config, shutdown).await?;
     println!("hermes up: grpc {} nats {nats_url}", stack.grpc_addr());
@@ -353,6 +360,15 @@ async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> an
                 println!("{at} cancelled: {}", c.reason);
                 return Ok(1);
             }
+            Some(Kind::PlanRequested(p)) if p.failed_node_id.is_empty() => println!("{at} planning"),
+            Some(Kind::PlanRequested(p)) => println!("{at} replanning after {} failed", p.failed_node_id),
+            Some(Kind::PlanPatched(p)) => {
+                println!("{at} replanned: removed [{}], added [{}]", p.removed.join(", "), p.added.join(", "))
+            }
+            Some(Kind::GoalNeedsInput(n)) => {
+                println!("{at} needs input: {}", n.explanation);
+                return Ok(1);
+            }
             Some(other) => println!("{at} {other:?}"),
             None => {}
         }
@@ -360,14 +376,28 @@ async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> an
     bail!("the event stream ended before the goal did")
 }
 
-/// Prints an output; a top-level `text` field is shown as text.
+/// Prints an output: a summarized answer with its sources, a top-level `text` as text, anything
+/// else as pretty JSON.
 fn print_output(output_json: &str) {
-    match serde_json::from_str::<serde_json::Value>(output_json) {
-        Ok(v) => match v.get("text").and_then(|t| t.as_str()) {
-            Some(text) => println!("\n{text}"),
-            None => println!("\n{}", serde_json::to_string_pretty(&v).unwrap_or_default()),
-        },
-        Err(_) => println!("\n{output_json}"),
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(output_json) else {
+        println!("\n{output_json}");
+        return;
+    };
+    if let Some(answer) = v.get("answer").and_then(|a| a.as_str()) {
+        println!("\n{answer}");
+        let cited: Vec<&str> =
+            v["cited_nodes"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
+        if !cited.is_empty() {
+            println!("\nsources: {}", cited.join(", "));
+        }
+        for conflict in v["conflicts"].as_array().into_iter().flatten().filter_map(|c| c.as_str()) {
+            println!("conflict: {conflict}");
+        }
+        return;
+    }
+    match v.get("text").and_then(|t| t.as_str()) {
+        Some(text) => println!("\n{text}"),
+        None => println!("\n{}", serde_json::to_string_pretty(&v).unwrap_or_default()),
     }
 }
 
@@ -378,6 +408,10 @@ fn status_name(status: i32) -> &'static str {
         GoalStatus::Completed => "COMPLETED",
         GoalStatus::Failed => "FAILED",
         GoalStatus::Cancelled => "CANCELLED",
+        GoalStatus::Planning => "PLANNING",
+        GoalStatus::NeedsInput => "NEEDS_INPUT",
+        GoalStatus::Replanning => "REPLANNING",
+        GoalStatus::Summarizing => "SUMMARIZING",
         GoalStatus::Unspecified => "UNKNOWN",
     }
 }

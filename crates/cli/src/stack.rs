@@ -26,6 +26,8 @@ pub struct StackConfig {
     pub registry: RegistryConfig,
     pub agents: Vec<AgentConfig>,
     pub dispatcher: DispatcherConfig,
+    /// Runs a planner in the stack; goals given as text need one.
+    pub planner: Option<hermes_planner::PlannerConfig>,
 }
 
 /// A running stack.
@@ -47,7 +49,7 @@ impl Stack {
         let bus = Bus::connect(BusConfig::new(&config.nats_url).with_name("hermes-up"))
             .await
             .context("failed to connect to NATS")?;
-        let tasks = JoinSet::new();
+        let mut tasks = JoinSet::new();
         let registry = Registry::new(config.registry.clone());
         let registry_run = spawn_registry(&bus, &registry, &shutdown);
         let mut stack_agents = HashMap::new();
@@ -59,7 +61,13 @@ impl Stack {
         }
         wait_for_catalog(&bus, &expected_types).await?;
 
-        let mut dispatcher = Dispatcher::build(bus.clone(), config.dispatcher).await?;
+        let mut dispatcher_config = config.dispatcher;
+        if let Some(planner) = config.planner {
+            dispatcher_config.planner = true;
+            let (bus, token) = (bus.clone(), shutdown.child_token());
+            tasks.spawn(async move { ("planner", hermes_planner::run(bus, planner, token).await) });
+        }
+        let mut dispatcher = Dispatcher::build(bus.clone(), dispatcher_config).await?;
         dispatcher
             .extra_services()
             .add_service(RegistryGrpc::new(registry.clone(), shutdown.clone()).into_service());

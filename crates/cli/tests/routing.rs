@@ -53,6 +53,7 @@ async fn start(agents: Vec<AgentConfig>, ttl: Duration, no_agent_wait: Duration)
             no_agent_wait,
             ..Default::default()
         },
+        planner: None,
     };
     let stack = Stack::start(config, CancellationToken::new()).await.unwrap();
     let client = DispatcherClient::connect(stack.grpc_url()).await.unwrap();

@@ -385,6 +385,17 @@ async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<
             ..Default::default()
         },
         stream::Config {
+            name: t.plans_stream(),
+            description: Some(
+                "Hermes plan requests (for planners) and plan results (for dispatchers)".into(),
+            ),
+            subjects: vec![t.all_plans()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            duplicate_window: dedupe,
+            num_replicas: config.replicas,
+            ..Default::default()
+        },
+        stream::Config {
             name: t.events_stream(),
             description: Some("Hermes goal events, replayed by WatchGoal".into()),
             subjects: vec![t.all_events()],

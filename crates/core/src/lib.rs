@@ -2,6 +2,7 @@
 //! the error model, plan validation, trace-context propagation, telemetry set-up and shutdown.
 
 pub mod bus;
+pub mod catalog;
 pub mod error;
 pub mod ids;
 pub mod json_ref;

@@ -67,6 +67,9 @@ impl Topology {
     pub fn dlq_stream(&self) -> String {
         self.stream_name("DLQ")
     }
+    pub fn plans_stream(&self) -> String {
+        self.stream_name("PLANS")
+    }
     pub fn goals_bucket(&self) -> String {
         self.bucket_name("goals")
     }
@@ -115,6 +118,24 @@ impl Topology {
     }
     pub fn event(&self, goal_id: &str) -> String {
         format!("{}.event.{goal_id}", self.prefix)
+    }
+
+    pub fn all_plans(&self) -> String {
+        format!("{}.plan.>", self.prefix)
+    }
+    pub fn plan_request(&self) -> String {
+        format!("{}.plan.request", self.prefix)
+    }
+    pub fn plan_result(&self) -> String {
+        format!("{}.plan.result", self.prefix)
+    }
+    /// The consumer planners share on plan requests.
+    pub fn planner_consumer(&self) -> &'static str {
+        "planner"
+    }
+    /// The consumer dispatchers share on plan results.
+    pub fn plan_results_consumer(&self) -> &'static str {
+        "dispatcher_plans"
     }
 
     pub fn all_dlq(&self) -> String {

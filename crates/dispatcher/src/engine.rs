@@ -9,8 +9,10 @@ use hermes_core::error::wire_error;
 use hermes_core::{ErrorCode, GoalId, TaskId, json_ref};
 use hermes_proto::event::Kind;
 use hermes_proto::{
-    Event, GoalCancelled, GoalCompleted, GoalFailed, GoalState, GoalStatus, NodeState, NodeStatus,
-    TaskDispatched, TaskFailed, TaskMessage, TaskResult, TaskRetrying, TaskStatus, TaskSucceeded,
+    CompletedNode, Event, GoalCancelled, GoalCompleted, GoalFailed, GoalNeedsInput, GoalState, GoalStatus,
+    NodeState, NodeStatus, ParallelGroup, PlanCreated, PlanPatched, PlanRequest, PlanRequested,
+    ReplanContext, TaskDispatched, TaskFailed, TaskMessage, TaskPlan, TaskResult, TaskRetrying, TaskStatus,
+    TaskSucceeded,
 };
 use serde_json::Value;
 
@@ -23,6 +25,10 @@ pub const DEFAULT_MAX_RETRIES: u32 = 2;
 pub struct Effects {
     pub events: Vec<Event>,
     pub tasks: Vec<TaskMessage>,
+    /// Plan or replan requests for the planner, published after the events.
+    pub plan_requests: Vec<PlanRequest>,
+    /// Every node is done and the summarizer should write the answer.
+    pub summarize: bool,
 }
 
 impl Effects {
@@ -35,12 +41,25 @@ impl Effects {
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub node_timeout_ms: u64,
+    /// A planner serves this dispatcher: failed nodes of text goals are replanned.
+    pub planner: bool,
+    /// A summarizer model is configured: text goals end with a written answer.
+    pub summarizer: bool,
 }
+
+/// Replans of one node before the goal gives up.
+pub const MAX_REPLANS: u32 = 2;
 
 pub fn is_terminal(status: i32) -> bool {
     status == GoalStatus::Completed as i32
         || status == GoalStatus::Failed as i32
         || status == GoalStatus::Cancelled as i32
+        || status == GoalStatus::NeedsInput as i32
+}
+
+/// Whether the goal was given as text, so the planner and summarizer take part in it.
+pub fn from_text(state: &GoalState) -> bool {
+    state.spec.as_ref().is_some_and(|s| !s.text.trim().is_empty())
 }
 
 /// Dispatches every node that is ready: pending, with all dependencies succeeded.
@@ -62,7 +81,9 @@ pub fn dispatch_ready(state: &mut GoalState, limits: Limits, now_ms: u64, effect
         }
         match resolve_inputs(state, &node.inputs_json) {
             Ok(inputs_json) => {
-                let attempt = 1;
+                // A node replaced by a replan keeps counting attempts, so its task ids (which are
+                // also Nats-Msg-Ids) never repeat one used before.
+                let attempt = state.nodes[i].attempt + 1;
                 publish_attempt(state, i, attempt, inputs_json, limits, now_ms, effects);
             }
             Err(reason) => {
@@ -190,7 +211,7 @@ pub fn apply_result(
             total.output_tokens += tokens.output_tokens;
         }
         dispatch_ready(state, limits, now_ms, effects);
-        complete_if_done(state, now_ms, effects);
+        complete_if_done(state, limits, now_ms, effects);
         return Applied::Changed;
     }
 
@@ -203,6 +224,7 @@ pub fn apply_result(
         let node = &mut state.nodes[index];
         node.agent_id = result.agent_id.clone();
         node.elapsed_ms = result.elapsed_ms;
+        node.errors.push(error.clone());
     }
     effects.event(
         &goal_id,
@@ -232,7 +254,298 @@ pub fn apply_result(
         redispatch(state, index, next_attempt, limits, now_ms, effects);
         return Applied::Changed;
     }
+    if limits.planner && from_text(state) && state.status == GoalStatus::Running as i32 {
+        if state.nodes[index].replans < MAX_REPLANS {
+            request_replan(state, index, error, now_ms, effects);
+            return Applied::Changed;
+        }
+        let chain = error_chain(&state.nodes[index]);
+        fail_node(state, index, chain, now_ms, effects);
+        return Applied::Changed;
+    }
     fail_node(state, index, error, now_ms, effects);
+    Applied::Changed
+}
+
+/// The error reported when a node keeps failing after its replans: every failure, in order.
+fn error_chain(node: &NodeState) -> hermes_proto::Error {
+    let last = node.errors.last().cloned().unwrap_or_default();
+    let steps: Vec<String> = node
+        .errors
+        .iter()
+        .enumerate()
+        .map(|(i, e)| format!("{}) {}: {}", i + 1, e.code, e.message))
+        .collect();
+    let mut error = wire_error(
+        ErrorCode::parse(&last.code).unwrap_or(ErrorCode::Internal),
+        format!(
+            "node `{}` failed {} times and was replanned {} times: {}",
+            node.node_id,
+            node.errors.len(),
+            node.replans,
+            steps.join("; ")
+        ),
+    );
+    error.node_id = node.node_id.clone();
+    error
+}
+
+/// Asks the planner to replace a failed node and its dependents; completed nodes stay.
+fn request_replan(
+    state: &mut GoalState,
+    index: usize,
+    error: hermes_proto::Error,
+    now_ms: u64,
+    effects: &mut Effects,
+) {
+    let node_id = state.nodes[index].node_id.clone();
+    {
+        let node = &mut state.nodes[index];
+        node.status = NodeStatus::Failed as i32;
+        node.error = Some(error.clone());
+        node.finished_unix_ms = now_ms;
+    }
+    let n = state.nodes[index].replans + 1;
+    let request_id = format!("{}:replan:{node_id}:{n}", state.goal_id);
+    let plan = state.plan.clone().unwrap_or_default();
+    let completed = state
+        .nodes
+        .iter()
+        .filter(|n| n.status == NodeStatus::Succeeded as i32)
+        .map(|n| CompletedNode {
+            node_id: n.node_id.clone(),
+            task_type: plan
+                .nodes
+                .iter()
+                .find(|p| p.id == n.node_id)
+                .map(|p| p.task_type.clone())
+                .unwrap_or_default(),
+            output_summary: hermes_core::topology::truncate_for_message(&n.output_json),
+        })
+        .collect();
+    let previous_errors = state.nodes[index].errors.iter().rev().skip(1).rev().cloned().collect();
+    state.status = GoalStatus::Replanning as i32;
+    state.plan_request_id = request_id.clone();
+    effects.event(
+        &state.goal_id.clone(),
+        now_ms,
+        Kind::PlanRequested(PlanRequested {
+            request_id: request_id.clone(),
+            failed_node_id: node_id.clone(),
+        }),
+    );
+    effects.plan_requests.push(PlanRequest {
+        goal_id: state.goal_id.clone(),
+        request_id,
+        goal_text: state.spec.as_ref().map(|s| s.text.clone()).unwrap_or_default(),
+        session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
+        replan: Some(ReplanContext {
+            current_plan: Some(plan),
+            failed_node_id: node_id,
+            error: Some(error),
+            previous_errors,
+            completed,
+        }),
+    });
+}
+
+/// Starts a goal given as text: the planner is asked for a plan.
+pub fn start_planning(state: &mut GoalState, now_ms: u64, effects: &mut Effects) {
+    let request_id = format!("{}:plan", state.goal_id);
+    state.status = GoalStatus::Planning as i32;
+    state.plan_request_id = request_id.clone();
+    effects.event(
+        &state.goal_id.clone(),
+        now_ms,
+        Kind::PlanRequested(PlanRequested { request_id: request_id.clone(), failed_node_id: String::new() }),
+    );
+    effects.plan_requests.push(PlanRequest {
+        goal_id: state.goal_id.clone(),
+        request_id,
+        goal_text: state.spec.as_ref().map(|s| s.text.clone()).unwrap_or_default(),
+        session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
+        replan: None,
+    });
+}
+
+/// Whether the goal waits on exactly this plan request.
+pub fn awaits_plan(state: &GoalState, request_id: &str) -> bool {
+    (state.status == GoalStatus::Planning as i32 || state.status == GoalStatus::Replanning as i32)
+        && state.plan_request_id == request_id
+}
+
+/// Applies the planner's first plan, already validated, and dispatches its ready nodes.
+pub fn apply_plan(
+    state: &mut GoalState,
+    request_id: &str,
+    plan: TaskPlan,
+    groups: Vec<Vec<String>>,
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> Applied {
+    if state.status != GoalStatus::Planning as i32 || state.plan_request_id != request_id {
+        return Applied::Stale;
+    }
+    state.nodes = initial_nodes(&plan);
+    state.plan = Some(plan.clone());
+    state.status = GoalStatus::Running as i32;
+    state.plan_request_id.clear();
+    effects.event(
+        &state.goal_id.clone(),
+        now_ms,
+        Kind::PlanCreated(PlanCreated {
+            plan: Some(plan),
+            groups: groups.into_iter().map(|node_ids| ParallelGroup { node_ids }).collect(),
+        }),
+    );
+    dispatch_ready(state, limits, now_ms, effects);
+    Applied::Changed
+}
+
+/// Applies a replan: the new plan must keep every succeeded node exactly as it was. Nodes that
+/// are new or changed start over; nodes still running and unchanged keep running.
+pub fn apply_replan(
+    state: &mut GoalState,
+    request_id: &str,
+    plan: TaskPlan,
+    reasoning: String,
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> Result<Applied, String> {
+    if state.status != GoalStatus::Replanning as i32 || state.plan_request_id != request_id {
+        return Ok(Applied::Stale);
+    }
+    let old_plan = state.plan.clone().unwrap_or_default();
+    let failed =
+        state.nodes.iter().find(|n| n.status == NodeStatus::Failed as i32).map(|n| n.node_id.clone());
+    let failed_id = failed.unwrap_or_default();
+    for done in state.nodes.iter().filter(|n| n.status == NodeStatus::Succeeded as i32) {
+        let before = old_plan.nodes.iter().find(|n| n.id == done.node_id);
+        let after = plan.nodes.iter().find(|n| n.id == done.node_id);
+        if before != after {
+            return Err(format!("the replan changes or drops completed node `{}`", done.node_id));
+        }
+    }
+    if !plan.nodes.iter().any(|n| n.id == failed_id) {
+        return Err(format!("the replan has no replacement for the failed node `{failed_id}`"));
+    }
+    let mut nodes = Vec::with_capacity(plan.nodes.len());
+    let mut added = Vec::new();
+    for new in &plan.nodes {
+        let old_def = old_plan.nodes.iter().find(|n| n.id == new.id);
+        let old_state = state.nodes.iter().find(|n| n.node_id == new.id);
+        match (old_def, old_state) {
+            (Some(def), Some(node))
+                if def == new
+                    && node.status != NodeStatus::Failed as i32
+                    && node.status != NodeStatus::Skipped as i32 =>
+            {
+                nodes.push(node.clone());
+            }
+            _ => {
+                added.push(new.id.clone());
+                let mut fresh = NodeState {
+                    node_id: new.id.clone(),
+                    status: NodeStatus::Pending as i32,
+                    ..Default::default()
+                };
+                if let Some(node) = old_state {
+                    fresh.replans = node.replans + u32::from(node.node_id == failed_id);
+                    fresh.errors = node.errors.clone();
+                    fresh.attempt = node.attempt;
+                }
+                nodes.push(fresh);
+            }
+        }
+    }
+    let removed: Vec<String> = old_plan
+        .nodes
+        .iter()
+        .filter(|o| !plan.nodes.iter().any(|n| n.id == o.id))
+        .map(|o| o.id.clone())
+        .collect();
+    state.nodes = nodes;
+    state.plan = Some(plan.clone());
+    state.status = GoalStatus::Running as i32;
+    state.plan_request_id.clear();
+    state.error = None;
+    effects.event(
+        &state.goal_id.clone(),
+        now_ms,
+        Kind::PlanPatched(PlanPatched {
+            request_id: request_id.to_owned(),
+            failed_node_id: failed_id,
+            removed,
+            added,
+            plan: Some(plan),
+            reasoning,
+        }),
+    );
+    dispatch_ready(state, limits, now_ms, effects);
+    complete_if_done(state, limits, now_ms, effects);
+    Ok(Applied::Changed)
+}
+
+/// Ends a goal the planner says cannot be done with the available task types.
+pub fn needs_input(
+    state: &mut GoalState,
+    request_id: &str,
+    explanation: &str,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> Applied {
+    if !awaits_plan(state, request_id) {
+        return Applied::Stale;
+    }
+    skip_pending(state);
+    state.status = GoalStatus::NeedsInput as i32;
+    state.plan_request_id.clear();
+    state.error = Some(wire_error(ErrorCode::FailedPrecondition, explanation));
+    state.updated_unix_ms = now_ms;
+    effects.event(
+        &state.goal_id.clone(),
+        now_ms,
+        Kind::GoalNeedsInput(GoalNeedsInput { explanation: explanation.to_owned() }),
+    );
+    Applied::Changed
+}
+
+/// Fails a goal whose plan request failed (PLAN_INVALID after the corrections, or a planner error).
+pub fn plan_failed(
+    state: &mut GoalState,
+    request_id: &str,
+    error: hermes_proto::Error,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> Applied {
+    if !awaits_plan(state, request_id) {
+        return Applied::Stale;
+    }
+    skip_pending(state);
+    state.status = GoalStatus::Failed as i32;
+    state.plan_request_id.clear();
+    state.error = Some(error.clone());
+    state.updated_unix_ms = now_ms;
+    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalFailed(GoalFailed { error: Some(error) }));
+    Applied::Changed
+}
+
+/// Completes a summarizing goal with the summarizer's answer.
+pub fn finish_summary(
+    state: &mut GoalState,
+    output_json: String,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> Applied {
+    if state.status != GoalStatus::Summarizing as i32 {
+        return Applied::Stale;
+    }
+    state.status = GoalStatus::Completed as i32;
+    state.output_json = output_json.clone();
+    state.updated_unix_ms = now_ms;
+    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalCompleted(GoalCompleted { output_json }));
     Applied::Changed
 }
 
@@ -263,11 +576,21 @@ fn skip_pending(state: &mut GoalState) {
     }
 }
 
-fn complete_if_done(state: &mut GoalState, now_ms: u64, effects: &mut Effects) {
-    if is_terminal(state.status) || !state.nodes.iter().all(|n| n.status == NodeStatus::Succeeded as i32) {
+fn complete_if_done(state: &mut GoalState, limits: Limits, now_ms: u64, effects: &mut Effects) {
+    if state.status != GoalStatus::Running as i32
+        || !state.nodes.iter().all(|n| n.status == NodeStatus::Succeeded as i32)
+    {
         return;
     }
     let output = goal_output(state);
+    if limits.summarizer && from_text(state) {
+        // The raw outputs stay in `output_json` until the summarizer's answer replaces them.
+        state.status = GoalStatus::Summarizing as i32;
+        state.output_json = output;
+        state.updated_unix_ms = now_ms;
+        effects.summarize = true;
+        return;
+    }
     state.status = GoalStatus::Completed as i32;
     state.output_json = output.clone();
     state.updated_unix_ms = now_ms;
@@ -345,6 +668,9 @@ pub fn event_msg_id(event: &Event) -> String {
         Some(Kind::GoalCancelled(_)) => format!("{goal}:cancelled"),
         Some(Kind::ApprovalRequired(e)) => format!("{goal}:approval:{}", e.call_id),
         Some(Kind::ApprovalDecided(e)) => format!("{goal}:decided:{}", e.call_id),
+        Some(Kind::PlanRequested(e)) => format!("{goal}:plan-requested:{}", e.request_id),
+        Some(Kind::PlanPatched(e)) => format!("{goal}:plan-patched:{}", e.request_id),
+        Some(Kind::GoalNeedsInput(_)) => format!("{goal}:needs-input"),
         None => format!("{goal}:empty:{}", event.at_unix_ms),
     }
 }
@@ -353,7 +679,10 @@ pub fn event_msg_id(event: &Event) -> String {
 pub fn is_terminal_event(event: &Event) -> bool {
     matches!(
         event.kind,
-        Some(Kind::GoalCompleted(_)) | Some(Kind::GoalFailed(_)) | Some(Kind::GoalCancelled(_))
+        Some(Kind::GoalCompleted(_))
+            | Some(Kind::GoalFailed(_))
+            | Some(Kind::GoalCancelled(_))
+            | Some(Kind::GoalNeedsInput(_))
     )
 }
 
@@ -363,7 +692,7 @@ mod tests {
     use hermes_proto::{TaskNode, TaskPlan};
     use serde_json::json;
 
-    const LIMITS: Limits = Limits { node_timeout_ms: 1000 };
+    const LIMITS: Limits = Limits { node_timeout_ms: 1000, planner: false, summarizer: false };
 
     fn state() -> GoalState {
         let plan = TaskPlan {
@@ -508,7 +837,12 @@ mod cancel_tests {
             plan: Some(plan),
             ..Default::default()
         };
-        dispatch_ready(&mut s, Limits { node_timeout_ms: 1000 }, 1, &mut Effects::default());
+        dispatch_ready(
+            &mut s,
+            Limits { node_timeout_ms: 1000, planner: false, summarizer: false },
+            1,
+            &mut Effects::default(),
+        );
         let mut fx = Effects::default();
         assert!(cancel(&mut s, "user asked", 2, &mut fx));
         assert_eq!(s.status, GoalStatus::Cancelled as i32);
@@ -525,7 +859,13 @@ mod cancel_tests {
             ..Default::default()
         };
         assert_eq!(
-            apply_result(&mut s, &late, Limits { node_timeout_ms: 1000 }, 4, &mut Effects::default()),
+            apply_result(
+                &mut s,
+                &late,
+                Limits { node_timeout_ms: 1000, planner: false, summarizer: false },
+                4,
+                &mut Effects::default()
+            ),
             Applied::Stale
         );
     }
@@ -622,7 +962,7 @@ mod reassign_tests {
             plan: Some(plan),
             ..Default::default()
         };
-        let limits = Limits { node_timeout_ms: 1000 };
+        let limits = Limits { node_timeout_ms: 1000, planner: false, summarizer: false };
         dispatch_ready(&mut s, limits, 1, &mut Effects::default());
         let mut fx = Effects::default();
         assert_eq!(

@@ -6,11 +6,12 @@
 //!
 //! All state is in JetStream, so any dispatcher replica can apply any result.
 
-pub mod catalog;
 pub mod engine;
 mod grpc;
+mod plans;
 mod routing;
 pub mod store;
+pub mod summarize;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,9 +33,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, warn};
 
-use crate::catalog::Catalog;
 use crate::engine::{Applied, Effects, Limits};
 use crate::store::GoalStore;
+use hermes_core::catalog::Catalog;
+
+/// Longest goal text accepted.
+pub const MAX_GOAL_TEXT_BYTES: usize = 16 * 1024;
 
 /// Dispatcher settings.
 #[derive(Debug, Clone)]
@@ -53,6 +57,11 @@ pub struct DispatcherConfig {
     /// How long a node waits for an agent serving its task type before it fails with
     /// `NO_CAPABLE_AGENT`.
     pub no_agent_wait: Duration,
+    /// A planner service serves this deployment: goals given as text are accepted and failed
+    /// nodes of such goals are replanned.
+    pub planner: bool,
+    /// Writes the answer of goals given as text from their nodes' outputs.
+    pub summarizer: Option<summarize::Summarizer>,
 }
 
 impl Default for DispatcherConfig {
@@ -65,6 +74,8 @@ impl Default for DispatcherConfig {
             catalog_ttl: Duration::from_secs(2),
             result_concurrency: 256,
             no_agent_wait: Duration::from_secs(30),
+            planner: false,
+            summarizer: None,
         }
     }
 }
@@ -81,6 +92,9 @@ pub struct GoalService {
     inboxes: DashMap<String, Arc<Inbox>>,
     /// Tasks sent to a pool that no live agent serves, by (goal, node).
     waiting: DashMap<(String, String), routing::WaitingTask>,
+    /// Goals waiting for their summary; a background task writes them.
+    summaries_tx: tokio::sync::mpsc::UnboundedSender<String>,
+    summaries_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
 }
 
 /// What SubmitGoal returns.
@@ -94,11 +108,25 @@ impl GoalService {
         let max_value = bus.client().server_info().max_payload;
         let store = GoalStore::new(bus.goals().clone(), max_value);
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
-        Self { bus, store, catalog, config, inboxes: DashMap::new(), waiting: DashMap::new() }
+        let (summaries_tx, summaries_rx) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            bus,
+            store,
+            catalog,
+            config,
+            inboxes: DashMap::new(),
+            waiting: DashMap::new(),
+            summaries_tx,
+            summaries_rx: std::sync::Mutex::new(Some(summaries_rx)),
+        }
     }
 
     fn limits(&self) -> Limits {
-        Limits { node_timeout_ms: self.config.node_timeout.as_millis() as u64 }
+        Limits {
+            node_timeout_ms: self.config.node_timeout.as_millis() as u64,
+            planner: self.config.planner,
+            summarizer: self.config.summarizer.is_some(),
+        }
     }
 
     /// Validates and stores a goal, then dispatches its first nodes.
@@ -110,10 +138,19 @@ impl GoalService {
                     reason: "give either `text` or `plan`, not both".into(),
                 })
             }
-            (Some(plan), true) => plan.clone(),
-            (None, false) => {
-                return Err(Error::FailedPrecondition("no planner configured: goals given as text need the planner service, which is not built yet; submit an explicit plan".into()))
+            (Some(plan), true) => Some(plan.clone()),
+            (None, false) if !self.config.planner => {
+                return Err(Error::FailedPrecondition(
+                    "no planner configured: goals given as text need a planner with an LLM (set HERMES_LLM_BASE_URL and HERMES_LLM_MODEL for `hermes up`); submit an explicit plan instead".into(),
+                ))
             }
+            (None, false) if spec.text.len() > MAX_GOAL_TEXT_BYTES => {
+                return Err(Error::InvalidArgument {
+                    field: "text".into(),
+                    reason: format!("is {} bytes, over the limit of {MAX_GOAL_TEXT_BYTES}", spec.text.len()),
+                })
+            }
+            (None, false) => None,
             (None, true) => {
                 return Err(Error::InvalidArgument {
                     field: "spec".into(),
@@ -137,8 +174,13 @@ impl GoalService {
             return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
         }
 
-        let snapshot = self.catalog.snapshot(plan.nodes.iter().map(|n| n.task_type.as_str())).await?;
-        let validated = validate_plan(&plan, &snapshot, self.config.max_nodes)?;
+        let validated = match &plan {
+            Some(plan) => {
+                let snapshot = self.catalog.snapshot(plan.nodes.iter().map(|n| n.task_type.as_str())).await?;
+                Some(validate_plan(plan, &snapshot, self.config.max_nodes)?)
+            }
+            None => None,
+        };
 
         let now = now_unix_ms();
         let timeout_ms =
@@ -147,8 +189,8 @@ impl GoalService {
         let mut state = GoalState {
             goal_id: goal_id.to_string(),
             status: GoalStatus::Running as i32,
-            nodes: engine::initial_nodes(&validated.plan),
-            plan: Some(validated.plan.clone()),
+            nodes: validated.as_ref().map(|v| engine::initial_nodes(&v.plan)).unwrap_or_default(),
+            plan: validated.as_ref().map(|v| v.plan.clone()),
             created_unix_ms: now,
             updated_unix_ms: now,
             deadline_unix_ms: now + timeout_ms,
@@ -165,15 +207,24 @@ impl GoalService {
                 idempotency_key: spec.idempotency_key.clone(),
             })),
         });
-        effects.events.push(Event {
-            goal_id: state.goal_id.clone(),
-            at_unix_ms: now,
-            kind: Some(Kind::PlanCreated(PlanCreated {
-                plan: Some(validated.plan),
-                groups: validated.groups.into_iter().map(|node_ids| ParallelGroup { node_ids }).collect(),
-            })),
-        });
-        engine::dispatch_ready(&mut state, self.limits(), now, &mut effects);
+        match validated {
+            Some(validated) => {
+                effects.events.push(Event {
+                    goal_id: state.goal_id.clone(),
+                    at_unix_ms: now,
+                    kind: Some(Kind::PlanCreated(PlanCreated {
+                        plan: Some(validated.plan),
+                        groups: validated
+                            .groups
+                            .into_iter()
+                            .map(|node_ids| ParallelGroup { node_ids })
+                            .collect(),
+                    })),
+                });
+                engine::dispatch_ready(&mut state, self.limits(), now, &mut effects);
+            }
+            None => engine::start_planning(&mut state, now, &mut effects),
+        }
         if !self.store.create(&state).await? {
             return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
         }
@@ -276,6 +327,9 @@ impl GoalService {
         for (task, subject) in effects.tasks.iter().zip(subjects) {
             pending.push((subject, task.encode_to_vec(), task.task_id.clone()));
         }
+        for request in &effects.plan_requests {
+            pending.push((topology.plan_request(), request.encode_to_vec(), request.request_id.clone()));
+        }
         let sends = pending.into_iter().map(|(subject, body, msg_id)| {
             let bus = self.bus.clone();
             let trace = trace.clone();
@@ -286,6 +340,9 @@ impl GoalService {
         while let Some(ack) = acks.next().await {
             ack?;
         }
+        if effects.summarize {
+            let _ = self.summaries_tx.send(state.goal_id.clone());
+        }
         Ok(())
     }
 }
@@ -295,6 +352,7 @@ pub struct Dispatcher {
     service: Arc<GoalService>,
     listener: TcpListener,
     results: async_nats::jetstream::consumer::PullConsumer,
+    plan_results: async_nats::jetstream::consumer::PullConsumer,
     extra_services: tonic::service::RoutesBuilder,
 }
 
@@ -317,10 +375,22 @@ impl Dispatcher {
             })
             .await
             .context("cannot bind the results consumer")?;
+        let plan_results = bus
+            .durable_consumer(ConsumerSpec {
+                stream: topology.plans_stream(),
+                name: topology.plan_results_consumer().to_owned(),
+                filter_subject: topology.plan_result(),
+                ack_wait: Duration::from_secs(30),
+                max_deliver: 10,
+                max_ack_pending: 10_000,
+            })
+            .await
+            .context("cannot bind the plan results consumer")?;
         Ok(Dispatcher {
             service: Arc::new(GoalService::new(bus, config)),
             listener,
             results,
+            plan_results,
             extra_services: tonic::service::RoutesBuilder::default(),
         })
     }
@@ -351,10 +421,20 @@ impl Dispatcher {
             routing::watch_agents(self.service.clone(), shutdown.clone())
                 .instrument(tracing::info_span!("agents")),
         );
+        let summaries = tokio::spawn(
+            summaries_loop(self.service.clone(), shutdown.clone())
+                .instrument(tracing::info_span!("summaries")),
+        );
+        let plans = tokio::spawn(
+            plans::plan_results_loop(self.service.clone(), self.plan_results, shutdown.clone())
+                .instrument(tracing::info_span!("plans")),
+        );
         grpc::serve(self.service, self.listener, self.extra_services, shutdown.clone()).await?;
         shutdown.cancel();
         let _ = results.await;
         let _ = agents.await;
+        let _ = plans.await;
+        let _ = summaries.await;
         Ok(())
     }
 }
@@ -401,6 +481,28 @@ async fn drain_inbox(service: &GoalService, goal_id: &str, inbox: &Inbox) {
     service.inboxes.remove_if(goal_id, |_, i| {
         !i.draining.load(Ordering::Acquire) && i.pending.lock().map(|p| p.is_empty()).unwrap_or(false)
     });
+}
+
+/// Writes the answers of goals whose nodes are all done, a few at a time.
+async fn summaries_loop(service: Arc<GoalService>, shutdown: CancellationToken) {
+    let Some(mut goals) = service.summaries_rx.lock().ok().and_then(|mut rx| rx.take()) else { return };
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            Some(goal_id) = goals.recv() => {
+                let service = service.clone();
+                running.spawn(async move {
+                    if let Err(e) = service.summarize(&goal_id).await {
+                        warn!(goal_id, error = %e, "cannot write the goal's answer");
+                    }
+                });
+            }
+        }
+        while running.try_join_next().is_some() {}
+    }
+    while running.join_next().await.is_some() {}
 }
 
 async fn results_loop(

@@ -7,6 +7,7 @@
 //! the ReAct text protocol for models without tool calling, and [`params`] maps near-miss
 //! parameter names onto a schema.
 
+pub mod config;
 pub mod openai;
 pub mod params;
 pub mod react;

@@ -1,4 +1,5 @@
-//! A cached view of the registry's capability catalogue, used to validate plans. It is refreshed
+//! A cached view of the registry's capability catalogue, used by the dispatcher and the planner
+//! to validate plans. It is refreshed
 //! at most once per `ttl`, and once more on a miss, so a newly registered task type is accepted
 //! without waiting for the next refresh.
 
@@ -6,10 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hermes_core::plan::TaskTypeCatalog;
-use hermes_core::schema::InputSchema;
-use hermes_core::{Bus, Error, Result};
-use hermes_proto::{CatalogReply, CatalogRequest};
+use crate::plan::TaskTypeCatalog;
+use crate::schema::InputSchema;
+use crate::{Bus, Error, Result};
+use hermes_proto::{CatalogEntry, CatalogReply, CatalogRequest};
 use prost::Message as _;
 use tokio::sync::Mutex;
 
@@ -17,6 +18,8 @@ use tokio::sync::Mutex;
 #[derive(Default, Clone)]
 pub struct CatalogSnapshot {
     schemas: HashMap<String, (String, Option<Arc<InputSchema>>)>,
+    /// The registry's entries as received: task types with descriptions and schemas.
+    entries: Arc<Vec<CatalogEntry>>,
 }
 
 impl TaskTypeCatalog for CatalogSnapshot {
@@ -28,6 +31,16 @@ impl TaskTypeCatalog for CatalogSnapshot {
 impl CatalogSnapshot {
     pub fn contains_all<'a>(&self, mut task_types: impl Iterator<Item = &'a str>) -> bool {
         task_types.all(|t| self.schemas.contains_key(t))
+    }
+
+    /// Every task type live agents serve, with its tool description and schema.
+    pub fn entries(&self) -> &[CatalogEntry] {
+        &self.entries
+    }
+
+    /// The JSON Schema of a task type's inputs, as JSON.
+    pub fn schema_json(&self, task_type: &str) -> Option<serde_json::Value> {
+        self.schemas.get(task_type).and_then(|(raw, _)| serde_json::from_str(raw).ok())
     }
 }
 
@@ -68,7 +81,7 @@ impl Catalog {
             return Ok(cached.1.clone());
         }
         let reply = self.fetch().await?;
-        let mut next = CatalogSnapshot::default();
+        let mut next = CatalogSnapshot { entries: Arc::new(reply.entries.clone()), ..Default::default() };
         for entry in reply.entries {
             let raw = entry.tool.map(|t| t.params_schema_json).unwrap_or_default();
             // Reuse the compiled schema when it did not change; compiling is the costly part.

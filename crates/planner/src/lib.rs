@@ -1,0 +1,385 @@
+//! The planner service. It takes `PlanRequest`s from the `HERMES_PLANS` work queue, asks the
+//! planner model for a plan over the live capability catalogue, and checks the answer with the
+//! same validator explicit plans go through. A plan that fails validation goes back to the model
+//! with the structured reasons, at most `max_corrections` times; after that the goal fails with
+//! `PLAN_INVALID` and the reasons. A model that says the goal cannot be done ends it in
+//! `NEEDS_INPUT`. Parallel groups are computed from the DAG by the validator, never taken from the
+//! model.
+//!
+//! For a replan the model returns only the replacement of the failed node and its dependents;
+//! the planner merges it into the current plan (completed and unaffected nodes are kept as they
+//! are) and validates the whole.
+
+pub mod prompt;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hermes_core::bus::ConsumerSpec;
+use hermes_core::catalog::{Catalog, CatalogSnapshot};
+use hermes_core::error::wire_error;
+use hermes_core::plan::validate_plan;
+use hermes_core::{Bus, ErrorCode};
+use hermes_llm::repair::repair_json;
+use hermes_llm::{ChatModel, ChatRequest, LlmError, Message, Usage};
+use hermes_proto::plan_result::Outcome;
+use hermes_proto::{PlanRequest, PlanResult, TaskNode, TaskPlan, TokenUsage};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, warn};
+
+/// Planner settings.
+#[derive(Clone)]
+pub struct PlannerConfig {
+    pub model: Arc<dyn ChatModel>,
+    /// Times an invalid plan is sent back to the model before the goal fails.
+    pub max_corrections: u32,
+    /// Task types shown to the model when the catalogue is larger.
+    pub top_k: usize,
+    pub temperature: f32,
+    pub max_nodes: usize,
+    /// Plan requests worked on at once.
+    pub concurrency: usize,
+}
+
+impl std::fmt::Debug for PlannerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlannerConfig")
+            .field("model", &format_args!("{}/{}", self.model.provider(), self.model.model()))
+            .field("max_corrections", &self.max_corrections)
+            .field("top_k", &self.top_k)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PlannerConfig {
+    pub fn new(model: Arc<dyn ChatModel>) -> Self {
+        Self {
+            model,
+            max_corrections: 2,
+            top_k: 24,
+            temperature: 0.2,
+            max_nodes: hermes_core::plan::DEFAULT_MAX_NODES,
+            concurrency: 4,
+        }
+    }
+}
+
+/// Plans goals.
+pub struct Planner {
+    config: PlannerConfig,
+    catalog: Catalog,
+}
+
+/// What one model answer turned out to be.
+enum Answer {
+    Plan(TaskPlan),
+    NeedsInput(String),
+}
+
+impl Planner {
+    pub fn new(bus: Bus, config: PlannerConfig) -> Self {
+        Self { catalog: Catalog::new(bus, Duration::from_secs(2)), config }
+    }
+
+    /// Plans one request. `Err` only for model failures worth retrying later.
+    pub async fn plan(&self, request: &PlanRequest) -> Result<PlanResult, LlmError> {
+        let mut usage = Usage::default();
+        let mut result = PlanResult {
+            goal_id: request.goal_id.clone(),
+            request_id: request.request_id.clone(),
+            ..Default::default()
+        };
+        let snapshot = match self.catalog.current().await {
+            Ok(s) => s,
+            Err(e) => return Err(LlmError::Transport(format!("catalogue: {e}"))),
+        };
+        let entries = prompt::select_entries(snapshot.entries(), &request.goal_text, self.config.top_k);
+        let mut messages =
+            vec![Message::system(prompt::SYSTEM), Message::user(prompt::user_message(request, &entries))];
+        let mut problems: Vec<String> = Vec::new();
+        for attempt in 0..=self.config.max_corrections {
+            let response = self
+                .config
+                .model
+                .chat(ChatRequest {
+                    messages: messages.clone(),
+                    response_schema: Some(("task_plan".into(), prompt::answer_schema())),
+                    temperature: Some(self.config.temperature),
+                    ..Default::default()
+                })
+                .await;
+            let response = match response {
+                Ok(r) => r,
+                Err(e) if e.retryable() => return Err(e),
+                Err(e) => {
+                    result.outcome = Some(Outcome::Error(wire_error(e.code(), e.to_string())));
+                    break;
+                }
+            };
+            usage += response.usage;
+            let content = response
+                .content
+                .clone()
+                .or_else(|| response.tool_calls.first().map(|c| c.arguments.clone()))
+                .unwrap_or_default();
+            match self.check(request, &snapshot, &content) {
+                Ok(Answer::NeedsInput(why)) => {
+                    result.outcome = Some(Outcome::NeedsInput(why));
+                    break;
+                }
+                Ok(Answer::Plan(plan)) => {
+                    result.outcome = Some(Outcome::Plan(plan));
+                    break;
+                }
+                Err(found) => {
+                    problems = found;
+                    result.corrections = attempt;
+                    warn!(goal_id = %request.goal_id, attempt, problems = ?problems, "plan rejected; asking for a correction");
+                    messages.push(Message::assistant(content));
+                    messages.push(Message::user(format!(
+                        "Your plan was rejected:\n{}\nCorrect it and answer with the JSON object only.",
+                        problems.iter().map(|p| format!("- {p}")).collect::<Vec<_>>().join("\n")
+                    )));
+                }
+            }
+        }
+        if result.outcome.is_none() {
+            result.corrections = self.config.max_corrections;
+            result.outcome = Some(Outcome::Error(wire_error(
+                ErrorCode::PlanInvalid,
+                format!(
+                    "no valid plan after {} corrections: {}",
+                    self.config.max_corrections,
+                    problems.join("; ")
+                ),
+            )));
+        }
+        result.tokens =
+            Some(TokenUsage { input_tokens: usage.input_tokens, output_tokens: usage.output_tokens });
+        Ok(result)
+    }
+
+    /// Reads and validates one answer; the problems go back to the model.
+    fn check(
+        &self,
+        request: &PlanRequest,
+        snapshot: &CatalogSnapshot,
+        content: &str,
+    ) -> Result<Answer, Vec<String>> {
+        let value =
+            repair_json(content).map_err(|e| vec![format!("the answer is not valid JSON ({e})")])?.value;
+        if let Some(why) = value.get("needs_input").and_then(Value::as_str).filter(|w| !w.trim().is_empty()) {
+            return Ok(Answer::NeedsInput(why.to_owned()));
+        }
+        let mut plan = parse_plan(&value, snapshot)?;
+        if let Some(replan) = &request.replan {
+            plan =
+                merge_replan(replan.current_plan.clone().unwrap_or_default(), &replan.failed_node_id, plan)?;
+        }
+        validate_plan(&plan, snapshot, self.config.max_nodes).map_err(|e| match e {
+            hermes_core::Error::PlanInvalid { problems } => problems,
+            other => vec![other.to_string()],
+        })?;
+        Ok(Answer::Plan(plan))
+    }
+}
+
+/// Reads the model's plan object into a `TaskPlan`, renaming near-miss parameter names.
+fn parse_plan(value: &Value, snapshot: &CatalogSnapshot) -> Result<TaskPlan, Vec<String>> {
+    let nodes = value
+        .get("nodes")
+        .and_then(Value::as_array)
+        .ok_or_else(|| vec!["`nodes` must be an array of nodes".to_owned()])?;
+    let mut problems = Vec::new();
+    let mut plan_nodes = Vec::with_capacity(nodes.len());
+    for (i, node) in nodes.iter().enumerate() {
+        let text = |field: &str| node.get(field).and_then(Value::as_str).map(str::to_owned);
+        let (Some(id), Some(task_type)) = (text("id"), text("task_type")) else {
+            problems.push(format!("node {i}: `id` and `task_type` must be strings"));
+            continue;
+        };
+        let mut inputs = match node.get("inputs") {
+            Some(Value::Object(map)) => map.clone(),
+            None | Some(Value::Null) => Default::default(),
+            Some(_) => {
+                problems.push(format!("node `{id}`: `inputs` must be an object"));
+                continue;
+            }
+        };
+        if let Some(schema) = snapshot.schema_json(&task_type) {
+            hermes_llm::params::apply_aliases(&mut inputs, &schema, &HashMap::new());
+        }
+        let depends_on = node
+            .get("depends_on")
+            .and_then(Value::as_array)
+            .map(|d| d.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default();
+        plan_nodes.push(TaskNode {
+            id,
+            task_type,
+            inputs_json: Value::Object(inputs).to_string(),
+            depends_on,
+            ..Default::default()
+        });
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(TaskPlan {
+        nodes: plan_nodes,
+        reasoning: value.get("reasoning").and_then(Value::as_str).unwrap_or_default().to_owned(),
+        output_node: value.get("output_node").and_then(Value::as_str).unwrap_or_default().to_owned(),
+    })
+}
+
+/// The current plan without the failed node and everything that depends on it, plus the patch.
+/// The patch must replace the failed node under its id and may not touch any other kept node.
+fn merge_replan(current: TaskPlan, failed: &str, patch: TaskPlan) -> Result<TaskPlan, Vec<String>> {
+    let mut affected: BTreeSet<String> = BTreeSet::from([failed.to_owned()]);
+    loop {
+        let before = affected.len();
+        for node in &current.nodes {
+            if node.depends_on.iter().any(|d| affected.contains(d))
+                || hermes_core::json_ref::collect_refs(
+                    &serde_json::from_str(&node.inputs_json).unwrap_or(Value::Null),
+                )
+                .iter()
+                .any(|(_, r)| r.split('.').next().is_some_and(|n| affected.contains(n)))
+            {
+                affected.insert(node.id.clone());
+            }
+        }
+        if affected.len() == before {
+            break;
+        }
+    }
+    let mut problems = Vec::new();
+    if !patch.nodes.iter().any(|n| n.id == failed) {
+        problems.push(format!("the patch must contain a replacement node with the id `{failed}`"));
+    }
+    for node in &patch.nodes {
+        if !affected.contains(&node.id) && current.nodes.iter().any(|c| c.id == node.id) {
+            problems.push(format!("node `{}` is not affected by the failure and cannot be changed", node.id));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let mut nodes: Vec<TaskNode> = current.nodes.into_iter().filter(|n| !affected.contains(&n.id)).collect();
+    nodes.extend(patch.nodes);
+    let output_node = if patch.output_node.is_empty() { current.output_node } else { patch.output_node };
+    let output_node = if nodes.iter().any(|n| n.id == output_node) { output_node } else { String::new() };
+    Ok(TaskPlan { nodes, reasoning: patch.reasoning, output_node })
+}
+
+/// Serves plan requests until `shutdown` is cancelled.
+pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let topology = bus.topology().clone();
+    let consumer = bus
+        .durable_consumer(ConsumerSpec {
+            stream: topology.plans_stream(),
+            name: topology.planner_consumer().to_owned(),
+            filter_subject: topology.plan_request(),
+            // A plan with corrections can take several model calls; progress acks extend this.
+            ack_wait: Duration::from_secs(120),
+            max_deliver: 5,
+            max_ack_pending: 1000,
+        })
+        .await?;
+    let concurrency = config.concurrency.max(1);
+    let planner = Arc::new(Planner::new(bus.clone(), config));
+    let mut messages = consumer.stream().max_messages_per_batch(concurrency).messages().await?;
+    info!(model = %planner.config.model.model(), "planner serving");
+    let mut running = hermes_core::bus::consume_concurrently(&mut messages, concurrency, &shutdown, |msg| {
+        let (bus, planner) = (bus.clone(), planner.clone());
+        async move { handle_request(&bus, &planner, msg).await }.instrument(tracing::info_span!("plan"))
+    })
+    .await;
+    while running.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// After this many deliveries a model that keeps failing ends the goal instead of being retried.
+const MAX_MODEL_ATTEMPTS: i64 = 3;
+
+async fn handle_request(bus: &Bus, planner: &Planner, msg: async_nats::jetstream::Message) {
+    let Some(delivery) = bus.decode_or_dead_letter::<PlanRequest>("plan_request", msg).await else {
+        return;
+    };
+    let request = &delivery.message;
+    info!(goal_id = %request.goal_id, request_id = %request.request_id, replan = request.replan.is_some(), event = "task_received", "plan request");
+    let result = match planner.plan(request).await {
+        Ok(result) => result,
+        Err(e) if delivery.delivered() < MAX_MODEL_ATTEMPTS => {
+            warn!(goal_id = %request.goal_id, error = %e, "planner model unavailable; will retry");
+            let _ = delivery.nak(Some(Duration::from_secs(2))).await;
+            return;
+        }
+        Err(e) => PlanResult {
+            goal_id: request.goal_id.clone(),
+            request_id: request.request_id.clone(),
+            outcome: Some(Outcome::Error(wire_error(e.code(), e.to_string()))),
+            ..Default::default()
+        },
+    };
+    let subject = bus.topology().plan_result();
+    let msg_id = format!("result:{}", request.request_id);
+    match bus.publish(subject, &result, &msg_id, delivery.trace.as_ref()).await {
+        Ok(_) => {
+            let _ = delivery.ack().await;
+            info!(goal_id = %request.goal_id, corrections = result.corrections, event = "plan_created", "plan result published");
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot publish the plan result; will retry");
+            let _ = delivery.nak(Some(Duration::from_secs(1))).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, deps: &[&str], inputs: &str) -> TaskNode {
+        TaskNode {
+            id: id.into(),
+            task_type: "t".into(),
+            inputs_json: inputs.into(),
+            depends_on: deps.iter().map(|d| d.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_replan_replaces_the_failed_node_and_its_dependents_only() {
+        let current = TaskPlan {
+            nodes: vec![
+                node("a", &[], "{}"),
+                node("b", &["a"], "{}"),
+                node("c", &[], r#"{"x": {"$ref": "b.v"}}"#),
+                node("d", &[], "{}"),
+            ],
+            output_node: "c".into(),
+            ..Default::default()
+        };
+        let patch = TaskPlan {
+            nodes: vec![node("b", &["a"], r#"{"fixed": true}"#), node("c2", &["b"], "{}")],
+            ..Default::default()
+        };
+        let merged = merge_replan(current.clone(), "b", patch).unwrap();
+        let ids: Vec<&str> = merged.nodes.iter().map(|n| n.id.as_str()).collect();
+        assert_eq!(ids, vec!["a", "d", "b", "c2"]);
+        assert_eq!(merged.output_node, "", "the old output node is gone");
+
+        let touches_done = TaskPlan {
+            nodes: vec![node("b", &[], "{}"), node("a", &[], r#"{"changed": 1}"#)],
+            ..Default::default()
+        };
+        let err = merge_replan(current.clone(), "b", touches_done).unwrap_err();
+        assert!(err[0].contains("`a` is not affected"), "{err:?}");
+        let renamed = TaskPlan { nodes: vec![node("b-new", &[], "{}")], ..Default::default() };
+        assert!(merge_replan(current, "b", renamed).unwrap_err()[0].contains("`b`"));
+    }
+}
