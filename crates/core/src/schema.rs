@@ -74,6 +74,19 @@ impl InputSchema {
     }
 }
 
+/// `schema` with every `$ref` replaced by what it points to and `$schema`/`$defs` dropped, so it
+/// can be embedded inside another schema (a `$ref` like `#/$defs/Op` only resolves at the root).
+/// Returns the schema unchanged when it cannot be dereferenced.
+pub fn inline_refs(schema: &Value) -> Value {
+    let mut value = jsonschema::dereference(schema).unwrap_or_else(|_| schema.clone());
+    if let Value::Object(map) = &mut value {
+        map.remove("$schema");
+        map.remove("$defs");
+        map.remove("definitions");
+    }
+    value
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +100,19 @@ mod tests {
             "additionalProperties": false
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn inlined_refs_stand_alone() {
+        let schema = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {"op": {"$ref": "#/$defs/Op"}},
+            "$defs": {"Op": {"type": "string", "enum": ["sum", "count"]}}
+        });
+        let inlined = inline_refs(&schema);
+        assert_eq!(inlined["properties"]["op"]["enum"], json!(["sum", "count"]));
+        assert!(inlined.get("$defs").is_none() && inlined.get("$schema").is_none());
     }
 
     #[test]

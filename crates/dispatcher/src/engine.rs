@@ -499,16 +499,9 @@ pub fn needs_input(
     if !awaits_plan(state, request_id) {
         return Applied::Stale;
     }
-    skip_pending(state);
-    state.status = GoalStatus::NeedsInput as i32;
-    state.plan_request_id.clear();
-    state.error = Some(wire_error(ErrorCode::FailedPrecondition, explanation));
-    state.updated_unix_ms = now_ms;
-    effects.event(
-        &state.goal_id.clone(),
-        now_ms,
-        Kind::GoalNeedsInput(GoalNeedsInput { explanation: explanation.to_owned() }),
-    );
+    let event = Kind::GoalNeedsInput(GoalNeedsInput { explanation: explanation.to_owned() });
+    let error = wire_error(ErrorCode::FailedPrecondition, explanation);
+    end_goal(state, GoalStatus::NeedsInput, error, event, now_ms, effects);
     Applied::Changed
 }
 
@@ -523,12 +516,8 @@ pub fn plan_failed(
     if !awaits_plan(state, request_id) {
         return Applied::Stale;
     }
-    skip_pending(state);
-    state.status = GoalStatus::Failed as i32;
-    state.plan_request_id.clear();
-    state.error = Some(error.clone());
-    state.updated_unix_ms = now_ms;
-    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalFailed(GoalFailed { error: Some(error) }));
+    let event = Kind::GoalFailed(GoalFailed { error: Some(error.clone()) });
+    end_goal(state, GoalStatus::Failed, error, event, now_ms, effects);
     Applied::Changed
 }
 
@@ -561,11 +550,25 @@ fn fail_node(
     node.status = NodeStatus::Failed as i32;
     node.error = Some(error.clone());
     node.finished_unix_ms = now_ms;
+    let event = Kind::GoalFailed(GoalFailed { error: Some(error.clone()) });
+    end_goal(state, GoalStatus::Failed, error, event, now_ms, effects);
+}
+
+/// Ends the goal: nodes not started are skipped, and the terminal event is emitted.
+fn end_goal(
+    state: &mut GoalState,
+    status: GoalStatus,
+    error: hermes_proto::Error,
+    event: Kind,
+    now_ms: u64,
+    effects: &mut Effects,
+) {
     skip_pending(state);
-    state.status = GoalStatus::Failed as i32;
-    state.error = Some(error.clone());
+    state.status = status as i32;
+    state.plan_request_id.clear();
+    state.error = Some(error);
     state.updated_unix_ms = now_ms;
-    effects.event(&state.goal_id.clone(), now_ms, Kind::GoalFailed(GoalFailed { error: Some(error) }));
+    effects.event(&state.goal_id.clone(), now_ms, event);
 }
 
 fn skip_pending(state: &mut GoalState) {
@@ -628,15 +631,8 @@ pub fn cancel(state: &mut GoalState, reason: &str, now_ms: u64, effects: &mut Ef
     if is_terminal(state.status) {
         return false;
     }
-    skip_pending(state);
-    state.status = GoalStatus::Cancelled as i32;
-    state.error = Some(wire_error(ErrorCode::Cancelled, reason));
-    state.updated_unix_ms = now_ms;
-    effects.event(
-        &state.goal_id.clone(),
-        now_ms,
-        Kind::GoalCancelled(GoalCancelled { reason: reason.to_owned() }),
-    );
+    let event = Kind::GoalCancelled(GoalCancelled { reason: reason.to_owned() });
+    end_goal(state, GoalStatus::Cancelled, wire_error(ErrorCode::Cancelled, reason), event, now_ms, effects);
     true
 }
 

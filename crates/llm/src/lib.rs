@@ -7,7 +7,10 @@
 //! the ReAct text protocol for models without tool calling, and [`params`] maps near-miss
 //! parameter names onto a schema.
 
+pub mod bounds;
 pub mod config;
+#[cfg(feature = "local")]
+pub mod local;
 pub mod openai;
 pub mod params;
 pub mod react;

@@ -96,8 +96,11 @@ impl Planner {
             Err(e) => return Err(LlmError::Transport(format!("catalogue: {e}"))),
         };
         let entries = prompt::select_entries(snapshot.entries(), &request.goal_text, self.config.top_k);
-        let mut messages =
-            vec![Message::system(prompt::SYSTEM), Message::user(prompt::user_message(request, &entries))];
+        let schema = prompt::answer_schema(&entries);
+        let mut messages = vec![
+            Message::system(prompt::system_message(&entries)),
+            Message::user(prompt::user_message(request)),
+        ];
         let mut problems: Vec<String> = Vec::new();
         for attempt in 0..=self.config.max_corrections {
             let response = self
@@ -105,7 +108,7 @@ impl Planner {
                 .model
                 .chat(ChatRequest {
                     messages: messages.clone(),
-                    response_schema: Some(("task_plan".into(), prompt::answer_schema())),
+                    response_schema: Some(("task_plan".into(), schema.clone())),
                     temperature: Some(self.config.temperature),
                     ..Default::default()
                 })

@@ -26,28 +26,52 @@ Answer with one JSON object only, no prose:
 {"reasoning": "<one or two sentences>", "nodes": [{"id": "...", "task_type": "...", "inputs": {...}, "depends_on": []}], "output_node": "<id of the node whose output answers the goal>"}
 or {"needs_input": "..."}."#;
 
-/// The JSON Schema the answer must match, for `response_format`.
-pub fn answer_schema() -> Value {
+/// The JSON Schema the answer must match, for `response_format`: either `needs_input`, or a plan
+/// whose nodes are each one of the offered task types with that type's own input schema. Being
+/// this precise lets a constrained decoder (the local model) produce only plans that name real
+/// task types with well-formed inputs.
+pub fn answer_schema(entries: &[&CatalogEntry]) -> Value {
+    let node_kinds: Vec<Value> = entries
+        .iter()
+        .map(|entry| {
+            let inputs = entry
+                .tool
+                .as_ref()
+                .and_then(|t| serde_json::from_str::<Value>(&t.params_schema_json).ok())
+                .map(|s| hermes_core::schema::inline_refs(&s))
+                .unwrap_or_else(|| json!({"type": "object"}));
+            json!({
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,24}$"},
+                    "task_type": {"const": entry.task_type},
+                    "inputs": inputs,
+                    "depends_on": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,24}$"}}
+                },
+                "required": ["id", "task_type", "inputs"],
+                "additionalProperties": false
+            })
+        })
+        .collect();
     json!({
-        "type": "object",
-        "properties": {
-            "reasoning": {"type": "string"},
-            "needs_input": {"type": "string"},
-            "output_node": {"type": "string"},
-            "nodes": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "id": {"type": "string"},
-                        "task_type": {"type": "string"},
-                        "inputs": {"type": "object"},
-                        "depends_on": {"type": "array", "items": {"type": "string"}}
-                    },
-                    "required": ["id", "task_type", "inputs"]
-                }
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "reasoning": {"type": "string"},
+                    "nodes": {"type": "array", "minItems": 1, "items": {"anyOf": node_kinds}},
+                    "output_node": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,24}$"}
+                },
+                "required": ["reasoning", "nodes"],
+                "additionalProperties": false
+            },
+            {
+                "type": "object",
+                "properties": {"needs_input": {"type": "string"}},
+                "required": ["needs_input"],
+                "additionalProperties": false
             }
-        }
+        ]
     })
 }
 
@@ -96,9 +120,11 @@ pub fn select_entries<'a>(entries: &'a [CatalogEntry], goal: &str, top_k: usize)
     scored.into_iter().take(top_k).map(|(_, _, e)| e).collect()
 }
 
-/// The user message: goal, catalogue, and the replan context when there is one.
-pub fn user_message(request: &PlanRequest, entries: &[&CatalogEntry]) -> String {
-    let mut text = format!("# Goal\n{}\n\n# Catalogue\n", request.goal_text);
+/// The system message: the fixed sections, then the catalogue. The catalogue sits here, not in
+/// the user message, because it changes rarely: a provider that caches prompt prefixes (the local
+/// model does) then reads it once.
+pub fn system_message(entries: &[&CatalogEntry]) -> String {
+    let mut text = format!("{SYSTEM}\n\n# Catalogue\n");
     for entry in entries {
         let (description, schema) = entry
             .tool
@@ -107,6 +133,12 @@ pub fn user_message(request: &PlanRequest, entries: &[&CatalogEntry]) -> String 
             .unwrap_or(("", "{}"));
         text.push_str(&format!("- {}: {description}\n  inputs schema: {schema}\n", entry.task_type));
     }
+    text
+}
+
+/// The user message: the goal, and the replan context when there is one.
+pub fn user_message(request: &PlanRequest) -> String {
+    let mut text = format!("# Goal\n{}\n", request.goal_text);
     if let Some(replan) = &request.replan {
         let error = replan.error.clone().unwrap_or_default();
         text.push_str(&format!(
