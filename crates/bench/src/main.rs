@@ -86,6 +86,7 @@ async fn main() -> anyhow::Result<()> {
     let floor_fan_out_ms = FAN_OUT as f64 / floor_tput * 1000.0;
     row("hermes 1000-node fan-out goal wall time (ms)", fan_out, floor_fan_out_ms);
     println!("\nratio = value / floor. For the fan-out, the floor is 1000 tasks at the floor's rate.");
+    println!("targets: single-node goal p50 <= 1500 µs; >= 10000 tasks/s.");
     println!("\n{:<58} {:>12} {:>12}", "routing, 10,000 agents over 100 task types", "p50", "p99");
     println!("{}", "-".repeat(84));
     println!("{:<58} {:>12.1} {:>12.1}", "route decision, in-process (µs)", route_local.0, route_local.1);
@@ -97,8 +98,53 @@ async fn main() -> anyhow::Result<()> {
         memory.iter().map(|(total, per)| format!("{per:.0} B/agent at {total}")).collect();
     println!("registry memory: {} (a flat figure = linear growth)", steps.join(", "));
     println!("target: route p99 under 1 ms; memory linear in agents.");
-    println!("targets: single-node goal p50 <= 1500 µs; >= 10000 tasks/s.");
+    local_model_rows();
     Ok(())
+}
+
+/// Tokens per second of the embedded model, reading a prompt and writing schema-constrained JSON.
+#[cfg(feature = "local")]
+fn local_model_rows() {
+    use hermes_llm::{ChatRequest, Message};
+    let path = std::env::var("HERMES_LOCAL_MODEL")
+        .unwrap_or_else(|_| hermes_llm::local::DEFAULT_MODEL_PATH.to_owned());
+    let model = match hermes_llm::local::LocalChat::load(&hermes_llm::local::LocalConfig::new(&path)) {
+        Ok(m) => m,
+        Err(e) => {
+            println!("\nlocal model: not measured ({e})");
+            return;
+        }
+    };
+    let schema = serde_json::json!({"type": "object", "properties": {
+        "reasoning": {"type": "string"},
+        "steps": {"type": "array", "items": {"type": "string"}}
+    }, "required": ["reasoning", "steps"], "additionalProperties": false});
+    let mut prompt_rates = Vec::new();
+    let mut output_rates = Vec::new();
+    for goal in ["Plan a trip to Lisbon", "Summarise April sales by category", "Check the weather, then pack"]
+    {
+        let request = ChatRequest {
+            messages: vec![Message::system("You plan tasks. Answer in JSON."), Message::user(goal)],
+            response_schema: Some(("plan".into(), schema.clone())),
+            ..Default::default()
+        };
+        if let Ok((_, t)) = model.generate(&request) {
+            prompt_rates.push(t.prompt_tokens_per_s);
+            output_rates.push(t.output_tokens_per_s);
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    println!(
+        "\nlocal model (SmolLM2-135M Q4_1, CPU, JSON-constrained): prompt {:.1} tok/s, generation {:.1} tok/s (mean of {} runs)",
+        mean(&prompt_rates),
+        mean(&output_rates),
+        output_rates.len()
+    );
+}
+
+#[cfg(not(feature = "local"))]
+fn local_model_rows() {
+    println!("\nlocal model: not measured (built without the `local` feature; `make bench` turns it on)");
 }
 
 fn row(name: &str, value: f64, floor: f64) {

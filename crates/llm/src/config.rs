@@ -8,9 +8,17 @@ use std::time::Duration;
 
 use crate::{ChatModel, LlmError, OpenAiChat, OpenAiConfig};
 
-/// Flags for the OpenAI-compatible provider.
+/// Flags choosing and configuring the model.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct LlmArgs {
+    /// `openai` (any OpenAI-compatible endpoint, needs --llm-base-url) or `local` (the embedded
+    /// SmolLM2 model; needs a build with the `local` feature and `make models`). Unset: `openai`
+    /// when a base URL is given, else no LLM.
+    #[arg(long, env = "HERMES_LLM_PROVIDER")]
+    pub llm_provider: Option<String>,
+    /// The local model's GGUF file.
+    #[arg(long, env = "HERMES_LOCAL_MODEL", default_value = ".tools/models/SmolLM2-135M-Instruct.Q4_1.gguf")]
+    pub local_model: PathBuf,
     /// OpenAI-compatible base URL, e.g. http://localhost:11434/v1 for Ollama. Unset: no LLM.
     #[arg(long, env = "HERMES_LLM_BASE_URL")]
     pub llm_base_url: Option<String>,
@@ -36,7 +44,19 @@ pub struct LlmArgs {
 
 impl LlmArgs {
     fn model_named(&self, name: Option<&String>) -> Result<Option<Arc<dyn ChatModel>>, LlmError> {
+        match self.llm_provider.as_deref() {
+            Some("local") => return self.local().map(Some),
+            Some("openai") | None => {}
+            Some(other) => {
+                return Err(LlmError::Config(format!(
+                    "unknown LLM provider `{other}`; use `openai` or `local`"
+                )));
+            }
+        }
         let Some(base_url) = self.llm_base_url.clone().filter(|u| !u.is_empty()) else {
+            if self.llm_provider.is_some() {
+                return Err(LlmError::Config("the openai provider needs HERMES_LLM_BASE_URL".into()));
+            }
             return Ok(None);
         };
         let model = name.or(self.llm_model.as_ref()).cloned().ok_or_else(|| {
@@ -46,6 +66,25 @@ impl LlmArgs {
             .with_api_key_from(Some(&self.llm_api_key_env), self.llm_api_key_file.as_deref())?;
         config.timeout = Duration::from_secs(self.llm_timeout_secs.max(1));
         Ok(Some(Arc::new(OpenAiChat::new(config)?)))
+    }
+
+    /// The local model, loaded once per process and shared by the planner and the summarizer.
+    #[cfg(feature = "local")]
+    fn local(&self) -> Result<Arc<dyn ChatModel>, LlmError> {
+        static LOADED: std::sync::OnceLock<Arc<dyn ChatModel>> = std::sync::OnceLock::new();
+        if let Some(model) = LOADED.get() {
+            return Ok(model.clone());
+        }
+        let model: Arc<dyn ChatModel> =
+            Arc::new(crate::local::LocalChat::load(&crate::local::LocalConfig::new(&self.local_model))?);
+        Ok(LOADED.get_or_init(|| model).clone())
+    }
+
+    #[cfg(not(feature = "local"))]
+    fn local(&self) -> Result<Arc<dyn ChatModel>, LlmError> {
+        Err(LlmError::Config(
+            "this build has no local model: build with `--features local` (make build does) or set HERMES_LLM_BASE_URL".into(),
+        ))
     }
 
     /// The planner's model, or `None` when no LLM is configured.

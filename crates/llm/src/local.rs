@@ -232,8 +232,9 @@ impl Inner {
         let output_secs = generating.elapsed().as_secs_f64();
         let text = self.tokenizer.decode(&out, true).map_err(run_err)?;
         if matcher.as_mut().is_some_and(|m| !m.is_stopped() && !m.is_accepting().unwrap_or(false)) {
+            let tail: String = text.chars().rev().take(160).collect::<Vec<_>>().into_iter().rev().collect();
             return Err(LlmError::Parse(format!(
-                "the local model stopped after {} tokens before the JSON was complete",
+                "the local model stopped after {} tokens before the JSON was complete: ...{tail}",
                 out.len()
             )));
         }
