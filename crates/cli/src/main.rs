@@ -353,7 +353,9 @@ async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> an
             }
             Some(Kind::GoalFailed(f)) => {
                 let e = f.error.unwrap_or_default();
-                println!("{at} goal failed at node {}: {}: {}", e.node_id, e.code, e.message);
+                let at_node =
+                    if e.node_id.is_empty() { String::new() } else { format!(" at node {}", e.node_id) };
+                println!("{at} goal failed{at_node}: {}: {}", e.code, e.message);
                 return Ok(1);
             }
             Some(Kind::GoalCancelled(c)) => {

@@ -682,6 +682,79 @@ pub fn is_terminal_event(event: &Event) -> bool {
     )
 }
 
+/// The index of `node_id` when the goal is running and the node waits on attempt `task_id`; any
+/// other message about the node is stale.
+fn current_attempt(state: &GoalState, node_id: &str, task_id: &str) -> Option<usize> {
+    if is_terminal(state.status) {
+        return None;
+    }
+    let index = state.nodes.iter().position(|n| n.node_id == node_id)?;
+    let node = &state.nodes[index];
+    (node.status == NodeStatus::Dispatched as i32 && node.task_id == task_id).then_some(index)
+}
+
+/// Publishes attempt `next_attempt` of a node, with its inputs resolved again.
+fn redispatch(
+    state: &mut GoalState,
+    index: usize,
+    next_attempt: u32,
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+) {
+    let inputs_json = state.plan.as_ref().expect("plan present").nodes[index].inputs_json.clone();
+    match resolve_inputs(state, &inputs_json) {
+        Ok(inputs) => publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects),
+        Err(reason) => {
+            fail_node(state, index, wire_error(ErrorCode::InvalidArgument, reason), now_ms, effects)
+        }
+    }
+}
+
+/// Moves a node off an agent that went offline: its current attempt is superseded by a new one
+/// (so a late result from that agent is recognised as stale) and dispatched afresh. Reassignment
+/// is not a failure of the task and does not use up its retries.
+pub fn reassign(
+    state: &mut GoalState,
+    node_id: &str,
+    task_id: &str,
+    why: &str,
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> Applied {
+    let Some(index) = current_attempt(state, node_id, task_id) else {
+        return Applied::Stale;
+    };
+    let next_attempt = state.nodes[index].attempt + 1;
+    let mut error = wire_error(ErrorCode::Unavailable, why);
+    error.node_id = node_id.to_owned();
+    effects.event(
+        &state.goal_id.clone(),
+        now_ms,
+        Kind::TaskRetrying(TaskRetrying { node_id: node_id.to_owned(), next_attempt, error: Some(error) }),
+    );
+    redispatch(state, index, next_attempt, limits, now_ms, effects);
+    Applied::Changed
+}
+
+/// Fails a node that is still waiting on the attempt `task_id`, with `error`.
+pub fn fail_attempt(
+    state: &mut GoalState,
+    node_id: &str,
+    task_id: &str,
+    mut error: hermes_proto::Error,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> Applied {
+    let Some(index) = current_attempt(state, node_id, task_id) else {
+        return Applied::Stale;
+    };
+    error.node_id = node_id.to_owned();
+    fail_node(state, index, error, now_ms, effects);
+    Applied::Changed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -689,6 +762,17 @@ mod tests {
     use serde_json::json;
 
     const LIMITS: Limits = Limits { node_timeout_ms: 1000, planner: false, summarizer: false };
+
+    /// A running goal over `plan`, nothing dispatched yet.
+    fn running(plan: TaskPlan) -> GoalState {
+        GoalState {
+            goal_id: "g-1".into(),
+            status: GoalStatus::Running as i32,
+            nodes: initial_nodes(&plan),
+            plan: Some(plan),
+            ..Default::default()
+        }
+    }
 
     fn state() -> GoalState {
         let plan = TaskPlan {
@@ -715,13 +799,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        GoalState {
-            goal_id: "g-1".into(),
-            status: GoalStatus::Running as i32,
-            nodes: initial_nodes(&plan),
-            plan: Some(plan),
-            ..Default::default()
-        }
+        running(plan)
     }
 
     fn ok(node: &str, attempt: u32, output: Value) -> TaskResult {
@@ -805,12 +883,6 @@ mod tests {
         assert_eq!(s.status, GoalStatus::Failed as i32);
         assert_eq!(s.error.as_ref().unwrap().node_id, "b");
     }
-}
-
-#[cfg(test)]
-mod cancel_tests {
-    use super::*;
-    use hermes_proto::{TaskNode, TaskPlan};
 
     #[test]
     fn cancel_skips_pending_nodes_once() {
@@ -826,13 +898,7 @@ mod cancel_tests {
             ],
             ..Default::default()
         };
-        let mut s = GoalState {
-            goal_id: "g-1".into(),
-            status: GoalStatus::Running as i32,
-            nodes: initial_nodes(&plan),
-            plan: Some(plan),
-            ..Default::default()
-        };
+        let mut s = running(plan);
         dispatch_ready(
             &mut s,
             Limits { node_timeout_ms: 1000, planner: false, summarizer: false },
@@ -865,85 +931,6 @@ mod cancel_tests {
             Applied::Stale
         );
     }
-}
-
-/// The index of `node_id` when the goal is running and the node waits on attempt `task_id`; any
-/// other message about the node is stale.
-fn current_attempt(state: &GoalState, node_id: &str, task_id: &str) -> Option<usize> {
-    if is_terminal(state.status) {
-        return None;
-    }
-    let index = state.nodes.iter().position(|n| n.node_id == node_id)?;
-    let node = &state.nodes[index];
-    (node.status == NodeStatus::Dispatched as i32 && node.task_id == task_id).then_some(index)
-}
-
-/// Publishes attempt `next_attempt` of a node, with its inputs resolved again.
-fn redispatch(
-    state: &mut GoalState,
-    index: usize,
-    next_attempt: u32,
-    limits: Limits,
-    now_ms: u64,
-    effects: &mut Effects,
-) {
-    let inputs_json = state.plan.as_ref().expect("plan present").nodes[index].inputs_json.clone();
-    match resolve_inputs(state, &inputs_json) {
-        Ok(inputs) => publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects),
-        Err(reason) => {
-            fail_node(state, index, wire_error(ErrorCode::InvalidArgument, reason), now_ms, effects)
-        }
-    }
-}
-
-/// Moves a node off an agent that went offline: its current attempt is superseded by a new one
-/// (so a late result from that agent is recognised as stale) and dispatched afresh. Reassignment
-/// is not a failure of the task and does not use up its retries.
-pub fn reassign(
-    state: &mut GoalState,
-    node_id: &str,
-    task_id: &str,
-    why: &str,
-    limits: Limits,
-    now_ms: u64,
-    effects: &mut Effects,
-) -> Applied {
-    let Some(index) = current_attempt(state, node_id, task_id) else {
-        return Applied::Stale;
-    };
-    let next_attempt = state.nodes[index].attempt + 1;
-    let mut error = wire_error(ErrorCode::Unavailable, why);
-    error.node_id = node_id.to_owned();
-    effects.event(
-        &state.goal_id.clone(),
-        now_ms,
-        Kind::TaskRetrying(TaskRetrying { node_id: node_id.to_owned(), next_attempt, error: Some(error) }),
-    );
-    redispatch(state, index, next_attempt, limits, now_ms, effects);
-    Applied::Changed
-}
-
-/// Fails a node that is still waiting on the attempt `task_id`, with `error`.
-pub fn fail_attempt(
-    state: &mut GoalState,
-    node_id: &str,
-    task_id: &str,
-    mut error: hermes_proto::Error,
-    now_ms: u64,
-    effects: &mut Effects,
-) -> Applied {
-    let Some(index) = current_attempt(state, node_id, task_id) else {
-        return Applied::Stale;
-    };
-    error.node_id = node_id.to_owned();
-    fail_node(state, index, error, now_ms, effects);
-    Applied::Changed
-}
-
-#[cfg(test)]
-mod reassign_tests {
-    use super::*;
-    use hermes_proto::{TaskNode, TaskPlan};
 
     #[test]
     fn reassignment_supersedes_the_attempt_and_late_results_are_stale() {
@@ -951,13 +938,7 @@ mod reassign_tests {
             nodes: vec![TaskNode { id: "a".into(), task_type: "t".into(), ..Default::default() }],
             ..Default::default()
         };
-        let mut s = GoalState {
-            goal_id: "g-1".into(),
-            status: GoalStatus::Running as i32,
-            nodes: initial_nodes(&plan),
-            plan: Some(plan),
-            ..Default::default()
-        };
+        let mut s = running(plan);
         let limits = Limits { node_timeout_ms: 1000, planner: false, summarizer: false };
         dispatch_ready(&mut s, limits, 1, &mut Effects::default());
         let mut fx = Effects::default();

@@ -163,7 +163,7 @@ impl Inner {
                 .and_then(|t| t.unsqueeze(0))
                 .map_err(run_err)?;
             model.forward(&input, 0).map_err(run_err)?;
-            self.prefix = Some((prefix_ids.clone(), model));
+            self.prefix = Some((prefix_ids, model));
         }
         let (mut model, start) = match &self.prefix {
             Some((ids, model)) if prompt_ids.starts_with(ids) => (model.clone(), ids.len()),
@@ -191,9 +191,8 @@ impl Inner {
         };
         let generating = Instant::now();
         let mut out: Vec<u32> = Vec::new();
-        let mut pos = prompt_ids.len();
         let mut finish = "length";
-        for _ in 0..max_tokens {
+        for pos in prompt_ids.len()..prompt_ids.len() + max_tokens {
             if matcher.as_ref().is_some_and(|m| m.is_stopped()) {
                 finish = "stop";
                 break;
@@ -227,7 +226,6 @@ impl Inner {
             out.push(next);
             let input = Tensor::new(&[next], &Device::Cpu).and_then(|t| t.unsqueeze(0)).map_err(run_err)?;
             logits = model.forward(&input, pos).map_err(run_err)?;
-            pos += 1;
         }
         let output_secs = generating.elapsed().as_secs_f64();
         let text = self.tokenizer.decode(&out, true).map_err(run_err)?;
