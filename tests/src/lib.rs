@@ -28,7 +28,8 @@ pub struct StackOptions {
     pub max_concurrency: u32,
     pub max_nodes: usize,
     /// An OpenAI-compatible endpoint (the scripted server) for a planner using the model
-    /// `planner-model` and a summarizer using `summarizer-model`.
+    /// `planner-model`, a summarizer using `summarizer-model`, and agents' `agent.run` using
+    /// `agent-model`.
     pub llm_base_url: Option<String>,
 }
 
@@ -71,6 +72,10 @@ impl TestStack {
             .map(|i| {
                 let mut config = AgentConfig::new(format!("test-agent-{i}"), repo_root());
                 config.max_concurrency = options.max_concurrency;
+                config.llm = options
+                    .llm_base_url
+                    .as_deref()
+                    .map(|url| hermes_executor::agent_loop::AgentModel(model(url, "agent-model")));
                 config
             })
             .collect();

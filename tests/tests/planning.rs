@@ -269,3 +269,30 @@ async fn a_third_failure_of_the_same_node_ends_the_goal_with_the_chain_of_errors
     assert_eq!(llm.requests_for(PLANNER).len(), 3, "one plan and two replans, no third");
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_node_runs_its_tool_loop_through_the_stack() {
+    let llm = ScriptedLlm::start().await;
+    llm.push("agent-model", ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "19 * 3"}"#));
+    llm.push("agent-model", ScriptedResponse::content("The result is 57."));
+    let mut t = stack(&llm).await;
+    let plan = hermes_proto::TaskPlan {
+        nodes: vec![hermes_tests::node(
+            "think",
+            "agent.run",
+            json!({"instruction": "Multiply 19 by 3", "tools": ["math.evaluate"]}),
+            &[],
+        )],
+        ..Default::default()
+    };
+    let goal_id = t.submit(plan).await.expect("agent.run is a known task type");
+    let events = t.events(&goal_id).await;
+    let Some(Kind::GoalCompleted(done)) = &events.last().unwrap().kind else {
+        panic!("{:?}", events.iter().map(kind_name).collect::<Vec<_>>())
+    };
+    let output: Value = serde_json::from_str(&done.output_json).unwrap();
+    assert_eq!(output["answer"], "The result is 57.");
+    assert_eq!(output["steps"][0]["tool"], "math.evaluate");
+    assert_eq!(output["steps"][0]["output"]["value"], 57.0);
+    t.stop().await;
+}

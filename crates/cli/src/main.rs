@@ -254,6 +254,7 @@ async fn up(
     llm: hermes_llm::config::LlmArgs,
 ) -> anyhow::Result<()> {
     let planner = llm.planner_model()?.map(hermes_planner::PlannerConfig::new);
+    let agent_model = llm.agent_model()?.map(hermes_executor::agent_loop::AgentModel);
     let summarizer = llm.summarizer_model()?.map(hermes_dispatcher::summarize::Summarizer);
     let shutdown = hermes_core::shutdown::install_signal_handlers();
     let mut local_nats = None;
@@ -274,6 +275,7 @@ async fn up(
         .map(|i| {
             let mut config = hermes_executor::AgentConfig::new(format!("local-{i}"), workspace.clone());
             config.max_concurrency = max_concurrency;
+            config.llm = agent_model.clone();
             config
         })
         .collect();

@@ -35,17 +35,21 @@ pub struct AgentArgs {
     /// Heartbeat period in milliseconds; the registry's TTL must be at least three periods.
     #[arg(long, env = "HERMES_HEARTBEAT_MS", default_value_t = 10_000)]
     pub heartbeat_ms: u64,
+    /// The model for agent nodes; with one the agent also serves `agent.run`.
+    #[command(flatten)]
+    pub llm: hermes_llm::config::LlmArgs,
 }
 
 impl AgentArgs {
-    pub fn to_config(&self) -> AgentConfig {
+    pub fn to_config(&self) -> anyhow::Result<AgentConfig> {
         let mut config = AgentConfig::new(self.agent_id.clone(), self.workspace.clone());
         config.pool = self.pool.clone();
         config.tools = self.tools.iter().filter(|t| !t.is_empty()).cloned().collect();
         config.tags = self.tags.iter().filter(|t| !t.is_empty()).cloned().collect();
         config.max_concurrency = self.max_concurrency;
         config.heartbeat_interval = Duration::from_millis(self.heartbeat_ms.max(50));
-        config
+        config.llm = self.llm.agent_model()?.map(crate::agent_loop::AgentModel);
+        Ok(config)
     }
 }
 
@@ -57,7 +61,7 @@ pub async fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
     )
     .await
     .context("failed to connect to NATS")?;
-    let agent = Agent::build(bus, args.to_config()).await.context("failed to start the agent")?;
+    let agent = Agent::build(bus, args.to_config()?).await.context("failed to start the agent")?;
     println!(
         "hermes agent {}: serving {}",
         args.agent_id,

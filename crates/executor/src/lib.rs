@@ -3,6 +3,7 @@
 //! `TaskResult` and only then acks the task, so a crash between the two redelivers the task rather
 //! than losing it. It also heartbeats its capabilities to the registry.
 
+pub mod agent_loop;
 pub mod cli;
 pub mod tool;
 pub mod tools;
@@ -41,6 +42,8 @@ pub struct AgentConfig {
     pub tags: Vec<String>,
     /// The model this agent's LLM steps use, for routing preferences.
     pub model: String,
+    /// With a model the agent also serves `agent.run`, the LLM tool loop over its other tools.
+    pub llm: Option<agent_loop::AgentModel>,
 }
 
 impl AgentConfig {
@@ -56,6 +59,7 @@ impl AgentConfig {
             max_deliver: 5,
             tags: Vec::new(),
             model: String::new(),
+            llm: None,
         }
     }
 }
@@ -93,7 +97,7 @@ impl Agent {
                 config.workspace.display()
             )));
         }
-        let registry = build_registry(&config.tools).map_err(Error::Config)?;
+        let registry = build_registry(&config.tools, config.llm.clone()).map_err(Error::Config)?;
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
         for task_type in registry.names() {
@@ -164,7 +168,7 @@ impl Agent {
     }
 }
 
-fn build_registry(wanted: &[String]) -> Result<ToolRegistry, String> {
+fn build_registry(wanted: &[String], llm: Option<agent_loop::AgentModel>) -> Result<ToolRegistry, String> {
     let mut registry = ToolRegistry::default();
     let builtins = tools::builtin_tools();
     for tool in &builtins {
@@ -172,9 +176,16 @@ fn build_registry(wanted: &[String]) -> Result<ToolRegistry, String> {
             registry.register(tool.clone())?;
         }
     }
+    if let Some(model) = llm {
+        let loop_tools = registry.clone();
+        registry.register(Arc::new(agent_loop::AgentRun::new(model, loop_tools)))?;
+    }
     if let Some(unknown) = wanted.iter().find(|w| !registry.contains(w)) {
         let known: Vec<&str> = builtins.iter().map(|t| t.name()).collect();
-        return Err(format!("unknown tool `{unknown}`; available: {}", known.join(", ")));
+        return Err(format!(
+            "unknown tool `{unknown}`; available: {} (and agent.run with a model)",
+            known.join(", ")
+        ));
     }
     Ok(registry)
 }

@@ -28,6 +28,9 @@ pub struct LlmArgs {
     /// Model for planning; defaults to --llm-model.
     #[arg(long, env = "HERMES_PLANNER_MODEL")]
     pub planner_model: Option<String>,
+    /// Model for agent nodes (`agent.run`); defaults to --llm-model.
+    #[arg(long, env = "HERMES_AGENT_MODEL")]
+    pub agent_model: Option<String>,
     /// Model for writing goal answers; defaults to --llm-model.
     #[arg(long, env = "HERMES_SUMMARIZER_MODEL")]
     pub summarizer_model: Option<String>,
@@ -90,6 +93,11 @@ impl LlmArgs {
     /// The planner's model, or `None` when no LLM is configured.
     pub fn planner_model(&self) -> Result<Option<Arc<dyn ChatModel>>, LlmError> {
         self.model_named(self.planner_model.as_ref())
+    }
+
+    /// The model of agent nodes, or `None` when no LLM is configured.
+    pub fn agent_model(&self) -> Result<Option<Arc<dyn ChatModel>>, LlmError> {
+        self.model_named(self.agent_model.as_ref())
     }
 
     /// The summarizer's model, or `None` when no LLM is configured.

@@ -1,0 +1,153 @@
+//! The `agent.run` tool loop with the scripted OpenAI-compatible server (the real client) and the
+//! real built-in tools over a temporary workspace.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hermes_executor::agent_loop::{AgentModel, AgentRun};
+use hermes_executor::{Tool, ToolContext, ToolRegistry};
+use hermes_llm::{OpenAiChat, OpenAiConfig};
+use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
+use serde_json::{Value, json};
+
+const MODEL: &str = "agent-model";
+
+struct Setup {
+    llm: ScriptedLlm,
+    agent: AgentRun,
+    ctx: ToolContext,
+    _workspace: tempfile::TempDir,
+}
+
+async fn setup() -> Setup {
+    let llm = ScriptedLlm::start().await;
+    let mut config = OpenAiConfig::new(llm.base_url(), MODEL);
+    config.backoff = Duration::from_millis(10);
+    let model = AgentModel(Arc::new(OpenAiChat::new(config).unwrap()));
+    let mut tools = ToolRegistry::default();
+    for tool in hermes_executor::tools::builtin_tools() {
+        tools.register(tool).unwrap();
+    }
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::write(workspace.path().join("sales.csv"), "category,amount\ntoys,10\nbooks,5\ntoys,7\n")
+        .unwrap();
+    let ctx = ToolContext { workspace: workspace.path().to_path_buf() };
+    Setup { llm, agent: AgentRun::new(model, tools), ctx, _workspace: workspace }
+}
+
+fn tool_messages(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| {
+            m["role"] == "tool" || m["content"].as_str().is_some_and(|c| c.starts_with("Observation:"))
+        })
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_multi_step_task_reads_aggregates_computes_and_answers() {
+    let s = setup().await;
+    s.llm.push(
+        MODEL,
+        ScriptedResponse::tool_call(
+            "table__aggregate",
+            r#"{"path": "sales.csv", "op": "sum", "value_column": "amount", "group_by": "category"}"#,
+        ),
+    );
+    s.llm.push(
+        MODEL,
+        ScriptedResponse::tool_call(
+            "math__evaluate",
+            r#"{"expression": "toys / total * 100", "variables": {"toys": 17, "total": 22}}"#,
+        ),
+    );
+    s.llm.push(MODEL, ScriptedResponse::content("Toys are 77.3% of sales (17 of 22)."));
+    let out = s.agent.run(json!({"instruction": "What share of sales are toys?"}), &s.ctx).await.unwrap();
+    assert_eq!(out["answer"], "Toys are 77.3% of sales (17 of 22).");
+    let steps = out["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    assert_eq!(steps[0]["tool"], "table.aggregate");
+    assert_eq!(steps[0]["output"]["total"], 22.0);
+    assert_eq!(steps[1]["tool"], "math.evaluate");
+    assert!((steps[1]["output"]["value"].as_f64().unwrap() - 77.2727).abs() < 0.01);
+    // The model saw each result before its next step, and was offered the tools as functions.
+    let requests = s.llm.requests_for(MODEL);
+    assert_eq!(requests.len(), 3);
+    assert!(tool_messages(&requests[1])[0].contains("\"total\":22.0"));
+    let offered: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(offered.contains(&"table__aggregate") && !offered.contains(&"agent__run"), "{offered:?}");
+}
+
+#[tokio::test]
+async fn a_schema_violation_is_corrected_from_the_structured_error() {
+    let s = setup().await;
+    s.llm.push(MODEL, ScriptedResponse::tool_call("math__evaluate", r#"{"expression": 42}"#));
+    s.llm.push(MODEL, ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "6 * 7"}"#));
+    s.llm.push(MODEL, ScriptedResponse::content("42"));
+    let out = s.agent.run(json!({"instruction": "six times seven"}), &s.ctx).await.unwrap();
+    assert_eq!(out["answer"], "42");
+    let feedback = &tool_messages(&s.llm.requests_for(MODEL)[1])[0];
+    assert!(feedback.contains("INVALID_ARGUMENT") && feedback.contains("/expression"), "{feedback}");
+    assert_eq!(out["steps"][0]["ok"], false);
+    assert_eq!(out["steps"][1]["output"]["value"], 42.0);
+}
+
+#[tokio::test]
+async fn three_identical_calls_with_identical_output_are_no_progress() {
+    let s = setup().await;
+    for _ in 0..3 {
+        s.llm.push(
+            MODEL,
+            ScriptedResponse::tool_call("time__add", r#"{"time": "2026-01-01T00:00:00Z", "days": 1}"#),
+        );
+    }
+    let err = s.agent.run(json!({"instruction": "loop"}), &s.ctx).await.unwrap_err();
+    assert_eq!(err.code.as_str(), "NO_PROGRESS");
+    assert_eq!(s.llm.requests_for(MODEL).len(), 3);
+}
+
+#[tokio::test]
+async fn the_step_budget_ends_the_task_with_budget_exceeded() {
+    let s = setup().await;
+    for day in 0..2 {
+        let args = json!({"time": "2026-01-01T00:00:00Z", "days": day}).to_string();
+        s.llm.push(MODEL, ScriptedResponse::tool_call("time__add", &args));
+    }
+    let err = s.agent.run(json!({"instruction": "keep going", "max_steps": 2}), &s.ctx).await.unwrap_err();
+    assert_eq!(err.code.as_str(), "BUDGET_EXCEEDED");
+    assert!(err.message.contains("2 steps"), "{}", err.message);
+}
+
+#[tokio::test]
+async fn the_token_budget_ends_the_task_with_budget_exceeded() {
+    let s = setup().await;
+    s.llm.push(MODEL, ScriptedResponse::content("a long answer").with_usage(900, 200));
+    let err = s.agent.run(json!({"instruction": "x", "max_tokens": 1000}), &s.ctx).await.unwrap_err();
+    assert_eq!(err.code.as_str(), "BUDGET_EXCEEDED");
+    assert!(err.message.contains("1100 tokens"), "{}", err.message);
+}
+
+#[tokio::test]
+async fn the_react_fallback_runs_tools_for_models_without_function_calling() {
+    let s = setup().await;
+    s.llm.push(
+        MODEL,
+        ScriptedResponse::content(
+            "Thought: add them\nAction: math.evaluate\nAction Input: {'expression': '2 + 3',}",
+        ),
+    );
+    s.llm.push(MODEL, ScriptedResponse::content("Final Answer: 5"));
+    let out = s.agent.run(json!({"instruction": "add 2 and 3"}), &s.ctx).await.unwrap();
+    assert_eq!(out["answer"], "5");
+    assert_eq!(out["steps"][0]["output"]["value"], 5.0);
+    let observations = tool_messages(&s.llm.requests_for(MODEL)[1]);
+    assert!(observations[0].starts_with("Observation: {\"value\":5.0}"), "{observations:?}");
+}
