@@ -1,6 +1,8 @@
 //! The tool abstraction and the per-agent tool registry. A tool declares a JSON Schema for its
 //! parameters (derived from a Rust type with `schemars`); the registry validates arguments against
-//! it before the tool runs and bounds every run with the tool's timeout.
+//! it before the tool runs, bounds every run with the tool's timeout, retries retryable failures
+//! with backoff (3 tries, 0.5 s × 2^n), and keeps a circuit breaker per tool: after 5 consecutive
+//! failures calls fail fast until a cool-down has passed, then one trial call decides.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,6 +17,44 @@ use serde_json::Value;
 
 /// Default bound on one tool run.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a tool is retried and when its breaker opens.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Tries in all, the first included.
+    pub attempts: u32,
+    /// Wait before the second try; doubles each time.
+    pub backoff: Duration,
+    /// Consecutive failures that open the breaker.
+    pub breaker_threshold: u32,
+    /// How long an open breaker rejects calls before it lets one through.
+    pub breaker_cooldown: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 3,
+            backoff: Duration::from_millis(500),
+            breaker_threshold: 5,
+            breaker_cooldown: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A circuit breaker's state, as metrics and tests see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+#[derive(Debug, Default)]
+struct Breaker {
+    consecutive_failures: u32,
+    opened_at: Option<std::time::Instant>,
+}
 
 /// A typed tool failure.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -59,6 +99,9 @@ pub trait Tool: Send + Sync + 'static {
     fn side_effects(&self) -> bool {
         false
     }
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::default()
+    }
     /// Runs with arguments already validated against [`Tool::params_schema`].
     fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>>;
 }
@@ -76,6 +119,7 @@ pub fn schema_of<T: schemars::JsonSchema>() -> Value {
 struct RegisteredTool {
     tool: Arc<dyn Tool>,
     schema: InputSchema,
+    breaker: std::sync::Mutex<Breaker>,
 }
 
 /// The tools one agent serves, by name.
@@ -90,7 +134,8 @@ impl ToolRegistry {
         hermes_core::topology::validate_task_type(tool.name()).map_err(|e| e.to_string())?;
         let schema = InputSchema::compile(tool.params_schema())
             .map_err(|e| format!("tool {}: schema does not compile: {e}", tool.name()))?;
-        self.tools.insert(tool.name().to_owned(), Arc::new(RegisteredTool { tool, schema }));
+        let breaker = std::sync::Mutex::new(Breaker::default());
+        self.tools.insert(tool.name().to_owned(), Arc::new(RegisteredTool { tool, schema, breaker }));
         Ok(())
     }
 
@@ -100,6 +145,18 @@ impl ToolRegistry {
 
     pub fn contains(&self, name: &str) -> bool {
         self.tools.contains_key(name)
+    }
+
+    /// The breaker state of a tool.
+    pub fn breaker_state(&self, name: &str) -> Option<BreakerState> {
+        let entry = self.tools.get(name)?;
+        let policy = entry.tool.retry_policy();
+        let breaker = entry.breaker.lock().ok()?;
+        Some(match breaker.opened_at {
+            None => BreakerState::Closed,
+            Some(at) if at.elapsed() < policy.breaker_cooldown => BreakerState::Open,
+            Some(_) => BreakerState::HalfOpen,
+        })
     }
 
     /// The wire description of every tool, for heartbeats and the catalogue.
@@ -130,8 +187,59 @@ impl ToolRegistry {
                 list.join("; ")
             )));
         }
-        let timeout = entry.tool.timeout();
-        match tokio::time::timeout(timeout, entry.tool.run(args, ctx)).await {
+        let policy = entry.tool.retry_policy();
+        let mut attempt = 0;
+        loop {
+            entry.admit(name, policy)?;
+            let result = entry.run_once(name, args.clone(), ctx).await;
+            entry.record(&result, policy);
+            match result {
+                Err(e) if e.code.retryable() && attempt + 1 < policy.attempts => {
+                    tokio::time::sleep(policy.backoff * 2u32.saturating_pow(attempt)).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+impl RegisteredTool {
+    /// Fails fast while the breaker is open; after the cool-down one call goes through.
+    fn admit(&self, name: &str, policy: RetryPolicy) -> Result<(), ToolError> {
+        let breaker = self.breaker.lock().map_err(|_| ToolError::failed("breaker lock poisoned"))?;
+        match breaker.opened_at {
+            Some(at) if at.elapsed() < policy.breaker_cooldown => Err(ToolError {
+                code: ErrorCode::ToolError,
+                message: format!(
+                    "tool `{name}` is unavailable: its circuit breaker opened after {} consecutive failures; retry in {} s",
+                    breaker.consecutive_failures,
+                    (policy.breaker_cooldown - at.elapsed()).as_secs().max(1)
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// A success closes the breaker; a failure of the tool counts toward opening it. Arguments the
+    /// tool rejects are the caller's mistake and count for neither.
+    fn record(&self, result: &Result<Value, ToolError>, policy: RetryPolicy) {
+        let Ok(mut breaker) = self.breaker.lock() else { return };
+        match result {
+            Err(e) if e.code == ErrorCode::InvalidArgument => {}
+            Ok(_) => *breaker = Breaker::default(),
+            Err(_) => {
+                breaker.consecutive_failures += 1;
+                if breaker.consecutive_failures >= policy.breaker_threshold {
+                    breaker.opened_at = Some(std::time::Instant::now());
+                }
+            }
+        }
+    }
+
+    async fn run_once(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        let timeout = self.tool.timeout();
+        match tokio::time::timeout(timeout, self.tool.run(args, ctx)).await {
             Ok(result) => result,
             Err(_) => Err(ToolError {
                 code: ErrorCode::Timeout,
