@@ -1,5 +1,6 @@
 //! Built-in tools. Every one is deterministic and works offline.
 
+mod fs;
 mod math;
 mod table;
 mod text;
@@ -7,6 +8,7 @@ mod time;
 
 use std::sync::Arc;
 
+pub use fs::{FsList, FsRead, FsWrite};
 pub use math::MathEvaluate;
 pub use table::TableAggregate;
 pub use text::TextTemplate;
@@ -23,5 +25,8 @@ pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(TimeSleep),
         Arc::new(TextTemplate),
         Arc::new(TableAggregate),
+        Arc::new(FsRead),
+        Arc::new(FsWrite),
+        Arc::new(FsList),
     ]
 }
