@@ -35,6 +35,9 @@ pub struct AgentArgs {
     /// Heartbeat period in milliseconds; the registry's TTL must be at least three periods.
     #[arg(long, env = "HERMES_HEARTBEAT_MS", default_value_t = 10_000)]
     pub heartbeat_ms: u64,
+    /// Comma-separated hosts `http.fetch` may reach (`*.example.com` for subdomains).
+    #[arg(long, env = "HERMES_AGENT_HTTP_ALLOW", value_delimiter = ',', default_value = "")]
+    pub http_allow: Vec<String>,
     /// The model for agent nodes; with one the agent also serves `agent.run`.
     #[command(flatten)]
     pub llm: hermes_llm::config::LlmArgs,
@@ -49,6 +52,7 @@ impl AgentArgs {
         config.max_concurrency = self.max_concurrency;
         config.heartbeat_interval = Duration::from_millis(self.heartbeat_ms.max(50));
         config.llm = self.llm.agent_model()?.map(crate::agent_loop::AgentModel);
+        config.http_allow = self.http_allow.iter().filter(|h| !h.is_empty()).cloned().collect();
         Ok(config)
     }
 }

@@ -44,6 +44,8 @@ pub struct AgentConfig {
     pub model: String,
     /// With a model the agent also serves `agent.run`, the LLM tool loop over its other tools.
     pub llm: Option<agent_loop::AgentModel>,
+    /// Hosts `http.fetch` may reach (`*.example.com` for subdomains); empty denies all.
+    pub http_allow: Vec<String>,
 }
 
 impl AgentConfig {
@@ -60,6 +62,7 @@ impl AgentConfig {
             tags: Vec::new(),
             model: String::new(),
             llm: None,
+            http_allow: Vec::new(),
         }
     }
 }
@@ -97,7 +100,8 @@ impl Agent {
                 config.workspace.display()
             )));
         }
-        let registry = build_registry(&config.tools, config.llm.clone()).map_err(Error::Config)?;
+        let registry = build_registry(&config.tools, config.llm.clone(), config.http_allow.clone())
+            .map_err(Error::Config)?;
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
         for task_type in registry.names() {
@@ -168,9 +172,13 @@ impl Agent {
     }
 }
 
-fn build_registry(wanted: &[String], llm: Option<agent_loop::AgentModel>) -> Result<ToolRegistry, String> {
+fn build_registry(
+    wanted: &[String],
+    llm: Option<agent_loop::AgentModel>,
+    http_allow: Vec<String>,
+) -> Result<ToolRegistry, String> {
     let mut registry = ToolRegistry::default();
-    let builtins = tools::builtin_tools();
+    let builtins = tools::builtin_tools_with(http_allow);
     for tool in &builtins {
         if wanted.is_empty() || wanted.iter().any(|w| w == tool.name()) {
             registry.register(tool.clone())?;

@@ -1,6 +1,7 @@
 //! Built-in tools. Every one is deterministic and works offline.
 
 mod fs;
+mod http;
 mod math;
 mod table;
 mod text;
@@ -9,6 +10,7 @@ mod time;
 use std::sync::Arc;
 
 pub use fs::{FsList, FsRead, FsWrite};
+pub use http::HttpFetch;
 pub use math::MathEvaluate;
 pub use table::TableAggregate;
 pub use text::TextTemplate;
@@ -16,8 +18,13 @@ pub use time::{TimeAdd, TimeNow, TimeSleep};
 
 use crate::tool::Tool;
 
-/// Every built-in tool.
+/// Every built-in tool, `http.fetch` with no allowed host.
 pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
+    builtin_tools_with(Vec::new())
+}
+
+/// Every built-in tool, `http.fetch` limited to the `http_allow` hosts.
+pub fn builtin_tools_with(http_allow: Vec<String>) -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(MathEvaluate),
         Arc::new(TimeNow),
@@ -28,5 +35,6 @@ pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(FsRead),
         Arc::new(FsWrite),
         Arc::new(FsList),
+        Arc::new(HttpFetch::new(http_allow)),
     ]
 }
