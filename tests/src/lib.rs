@@ -31,6 +31,8 @@ pub struct StackOptions {
     /// `planner-model`, a summarizer using `summarizer-model`, and agents' `agent.run` using
     /// `agent-model`.
     pub llm_base_url: Option<String>,
+    /// The agents' workspace; the repository root (so the examples resolve) when unset.
+    pub workspace: Option<PathBuf>,
 }
 
 impl Default for StackOptions {
@@ -40,6 +42,7 @@ impl Default for StackOptions {
             max_concurrency: 16,
             max_nodes: hermes_core::plan::DEFAULT_MAX_NODES,
             llm_base_url: None,
+            workspace: None,
         }
     }
 }
@@ -70,7 +73,8 @@ impl TestStack {
         let nats = NatsServer::start();
         let agents = (1..=options.agents)
             .map(|i| {
-                let mut config = AgentConfig::new(format!("test-agent-{i}"), repo_root());
+                let workspace = options.workspace.clone().unwrap_or_else(repo_root);
+                let mut config = AgentConfig::new(format!("test-agent-{i}"), workspace);
                 config.max_concurrency = options.max_concurrency;
                 config.llm = options
                     .llm_base_url

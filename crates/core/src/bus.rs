@@ -72,6 +72,7 @@ struct BusInner {
     config: BusConfig,
     goals: kv::Store,
     agents: kv::Store,
+    ledger: kv::Store,
 }
 
 /// What the server said about a publish.
@@ -96,8 +97,8 @@ impl Bus {
             .map_err(|source| Error::Connect { url: config.url.clone(), source })?;
         check_server_version(&client.server_info().version)?;
         let js = jetstream::new(client.clone());
-        let (goals, agents) = ensure_topology(&js, &config).await?;
-        Ok(Bus { inner: Arc::new(BusInner { client, js, config, goals, agents }) })
+        let (goals, agents, ledger) = ensure_topology(&js, &config).await?;
+        Ok(Bus { inner: Arc::new(BusInner { client, js, config, goals, agents, ledger }) })
     }
 
     pub fn client(&self) -> &async_nats::Client {
@@ -124,6 +125,11 @@ impl Bus {
     /// The `hermes_agents` bucket: agent id to last `AgentHeartbeat`.
     pub fn agents(&self) -> &kv::Store {
         &self.inner.agents
+    }
+
+    /// The `hermes_ledger` bucket: side-effect idempotency key to the recorded outcome.
+    pub fn ledger(&self) -> &kv::Store {
+        &self.inner.ledger
     }
 
     /// Publishes `message` to a JetStream subject and waits for the ack. `msg_id` must be
@@ -362,7 +368,10 @@ pub fn check_server_version(version: &str) -> Result<()> {
     }
 }
 
-async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<(kv::Store, kv::Store)> {
+async fn ensure_topology(
+    js: &jetstream::Context,
+    config: &BusConfig,
+) -> Result<(kv::Store, kv::Store, kv::Store)> {
     let t = &config.topology;
     let dedupe = Duration::from_secs(120);
     let streams = [
@@ -444,7 +453,19 @@ async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<
         },
     )
     .await?;
-    Ok((goals, agents))
+    let ledger = ensure_bucket(
+        js,
+        kv::Config {
+            bucket: t.ledger_bucket(),
+            description: "Hermes side-effect ledger: what a side-effecting tool call did".into(),
+            history: 1,
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            num_replicas: config.replicas,
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok((goals, agents, ledger))
 }
 
 async fn ensure_bucket(js: &jetstream::Context, config: kv::Config) -> Result<kv::Store> {

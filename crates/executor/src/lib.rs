@@ -141,7 +141,7 @@ impl Agent {
         let shared = Arc::new(Shared {
             bus: self.bus.clone(),
             registry: self.registry.clone(),
-            ctx: ToolContext { workspace: self.config.workspace.clone() },
+            workspace: self.config.workspace.clone(),
             agent_id: self.config.agent_id.clone(),
             ack_wait: self.config.ack_wait,
             in_flight: AtomicU32::new(0),
@@ -201,7 +201,7 @@ fn build_registry(
 struct Shared {
     bus: Bus,
     registry: ToolRegistry,
-    ctx: ToolContext,
+    workspace: PathBuf,
     agent_id: String,
     ack_wait: Duration,
     in_flight: AtomicU32,
@@ -383,7 +383,17 @@ async fn run_tool(shared: &Shared, task: &TaskMessage) -> Result<serde_json::Val
             .map_err(|e| ToolError::invalid_argument(format!("inputs are not valid JSON: {e}")))?
     };
     info!(event = "tool_called", tool = %task.task_type, "tool called");
-    let result = shared.registry.call(&task.task_type, args, &shared.ctx).await;
+    let ctx = ToolContext {
+        workspace: shared.workspace.clone(),
+        ledger: Some(tool::Ledger {
+            store: shared.bus.ledger().clone(),
+            goal_id: task.goal_id.clone(),
+            node_id: task.node_id.clone(),
+            attempt: task.attempt,
+            calls: Default::default(),
+        }),
+    };
+    let result = shared.registry.call(&task.task_type, args, &ctx).await;
     info!(event = "tool_result_received", tool = %task.task_type, ok = result.is_ok(), "tool returned");
     result
 }

@@ -83,6 +83,41 @@ impl ToolError {
 pub struct ToolContext {
     /// The agent's workspace dir; file tools are confined to it.
     pub workspace: PathBuf,
+    /// Where side-effecting calls of this task are recorded; `None` outside a task.
+    pub ledger: Option<Ledger>,
+}
+
+/// The side-effect ledger of one task attempt. Before a tool with side effects runs, its key
+/// (goal, node, attempt, call index, arguments hash) is created in the `hermes_ledger` bucket;
+/// after it ran, the outcome is stored under the key. A redelivered task finds the outcome and
+/// returns it instead of running the tool again.
+#[derive(Clone)]
+pub struct Ledger {
+    pub store: async_nats::jetstream::kv::Store,
+    pub goal_id: String,
+    pub node_id: String,
+    pub attempt: u32,
+    pub calls: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ledger({}.{}.{})", self.goal_id, self.node_id, self.attempt)
+    }
+}
+
+/// Namespace of ledger argument hashes (UUID v5, stable across releases).
+const LEDGER_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x2f9d_61c4_8a0e_4b73_a5c1_0d9e_33f7_41b2);
+
+/// What the ledger holds for a key.
+const PENDING: &[u8] = b"pending";
+
+impl Ledger {
+    fn key(&self, tool: &str, args: &Value) -> String {
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let hash = uuid::Uuid::new_v5(&LEDGER_NAMESPACE, format!("{tool}\n{args}").as_bytes()).simple();
+        format!("{}.{}.{}.{call}.{hash}", self.goal_id, self.node_id, self.attempt)
+    }
 }
 
 /// A deterministic capability an agent offers as a task type.
@@ -187,6 +222,41 @@ impl ToolRegistry {
                 list.join("; ")
             )));
         }
+        let ledger = match (&ctx.ledger, entry.tool.side_effects()) {
+            (Some(ledger), true) => Some((ledger, ledger.key(name, &args))),
+            _ => None,
+        };
+        if let Some((ledger, key)) = &ledger {
+            match ledger.store.create(key, bytes::Bytes::from_static(PENDING)).await {
+                Ok(_) => {}
+                Err(e) if e.kind() == async_nats::jetstream::kv::CreateErrorKind::AlreadyExists => {
+                    return recorded(ledger, key, name).await;
+                }
+                Err(e) => {
+                    return Err(ToolError { code: ErrorCode::Unavailable, message: format!("ledger: {e}") });
+                }
+            }
+        }
+        let result = self.call_with_retries(entry, name, args, ctx).await;
+        if let Some((ledger, key)) = &ledger {
+            let outcome = match &result {
+                Ok(value) => serde_json::json!({"ok": value}),
+                Err(e) => serde_json::json!({"error": {"code": e.code.as_str(), "message": e.message}}),
+            };
+            if let Err(e) = ledger.store.put(key, outcome.to_string().into()).await {
+                tracing::warn!(key, error = %e, "cannot record a side effect in the ledger");
+            }
+        }
+        result
+    }
+
+    async fn call_with_retries(
+        &self,
+        entry: &RegisteredTool,
+        name: &str,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<Value, ToolError> {
         let policy = entry.tool.retry_policy();
         let mut attempt = 0;
         loop {
@@ -246,5 +316,43 @@ impl RegisteredTool {
                 message: format!("tool `{name}` did not finish within {} ms", timeout.as_millis()),
             }),
         }
+    }
+}
+
+/// The outcome a previous delivery recorded for a side-effecting call, instead of running it again.
+async fn recorded(ledger: &Ledger, key: &str, name: &str) -> Result<Value, ToolError> {
+    let stored = ledger
+        .store
+        .get(key)
+        .await
+        .map_err(|e| ToolError { code: ErrorCode::Unavailable, message: format!("ledger: {e}") })?
+        .unwrap_or_default();
+    if stored.as_ref() == PENDING {
+        // The previous delivery started the call and stopped before recording what happened.
+        return Err(ToolError {
+            code: ErrorCode::ToolError,
+            message: format!(
+                "`{name}` was started by an earlier delivery whose outcome is unknown; not repeating a side effect"
+            ),
+        });
+    }
+    tracing::info!(
+        key,
+        tool = name,
+        event = "ledger_hit",
+        "side effect already done; reusing its recorded outcome"
+    );
+    let outcome: Value = serde_json::from_slice(&stored).unwrap_or(Value::Null);
+    match (outcome.get("ok"), outcome.get("error")) {
+        (Some(value), _) => Ok(value.clone()),
+        (None, Some(error)) => Err(ToolError {
+            code: error
+                .get("code")
+                .and_then(Value::as_str)
+                .and_then(ErrorCode::parse)
+                .unwrap_or(ErrorCode::ToolError),
+            message: error.get("message").and_then(Value::as_str).unwrap_or_default().to_owned(),
+        }),
+        _ => Err(ToolError::failed(format!("the ledger entry for `{name}` is unreadable"))),
     }
 }
