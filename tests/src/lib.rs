@@ -33,6 +33,9 @@ pub struct StackOptions {
     pub llm_base_url: Option<String>,
     /// The agents' workspace; the repository root (so the examples resolve) when unset.
     pub workspace: Option<PathBuf>,
+    /// Tools whose calls wait for approval, and how long.
+    pub confirm_tools: Vec<String>,
+    pub approval_timeout: Duration,
 }
 
 impl Default for StackOptions {
@@ -43,6 +46,8 @@ impl Default for StackOptions {
             max_nodes: hermes_core::plan::DEFAULT_MAX_NODES,
             llm_base_url: None,
             workspace: None,
+            confirm_tools: Vec::new(),
+            approval_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -76,6 +81,8 @@ impl TestStack {
                 let workspace = options.workspace.clone().unwrap_or_else(repo_root);
                 let mut config = AgentConfig::new(format!("test-agent-{i}"), workspace);
                 config.max_concurrency = options.max_concurrency;
+                config.confirm_tools = options.confirm_tools.clone();
+                config.approval_timeout = options.approval_timeout;
                 config.llm = options
                     .llm_base_url
                     .as_deref()

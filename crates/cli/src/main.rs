@@ -87,6 +87,24 @@ enum Command {
         #[command(flatten)]
         server: ServerArg,
     },
+    /// Approve a tool call that waits for confirmation.
+    Approve {
+        goal_id: String,
+        call_id: String,
+        #[arg(long, default_value = "")]
+        note: String,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Deny a tool call that waits for confirmation.
+    Deny {
+        goal_id: String,
+        call_id: String,
+        #[arg(long, default_value = "")]
+        note: String,
+        #[command(flatten)]
+        server: ServerArg,
+    },
     /// Show a goal.
     Get {
         goal_id: String,
@@ -205,6 +223,12 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        Command::Approve { goal_id, call_id, note, server } => {
+            decide(&server.server, goal_id, call_id, true, note).await
+        }
+        Command::Deny { goal_id, call_id, note, server } => {
+            decide(&server.server, goal_id, call_id, false, note).await
+        }
         Command::Get { goal_id, server } => {
             let mut client = connect(&server.server).await?;
             let goal = client.get_goal(GetGoalRequest { goal_id }).await.map_err(status_error)?.into_inner();
@@ -293,6 +317,25 @@ async fn up(
     result
 }
 
+async fn decide(
+    server: &str,
+    goal_id: String,
+    call_id: String,
+    approve: bool,
+    note: String,
+) -> anyhow::Result<i32> {
+    let mut client = connect(server).await?;
+    let request = hermes_proto::ApproveToolCallRequest { goal_id, call_id: call_id.clone(), approve, note };
+    let reply = client.approve_tool_call(request).await.map_err(status_error)?.into_inner();
+    let verdict = match (reply.approved, reply.timed_out) {
+        (true, _) => "approved",
+        (false, true) => "denied (timed out)",
+        (false, false) => "denied",
+    };
+    println!("call {call_id}: {verdict}");
+    Ok(if reply.approved == approve { 0 } else { 1 })
+}
+
 async fn channel(server: &str) -> anyhow::Result<Channel> {
     let url = if server.contains("://") { server.to_owned() } else { format!("http://{server}") };
     Channel::from_shared(url.clone())
@@ -369,11 +412,24 @@ async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> an
             Some(Kind::PlanPatched(p)) => {
                 println!("{at} replanned: removed [{}], added [{}]", p.removed.join(", "), p.added.join(", "))
             }
+            Some(Kind::ApprovalRequired(a)) => {
+                println!("{at} approval needed for {} on node {}: {}", a.tool, a.node_id, a.arguments_json);
+                println!("             hermes approve {goal_id} {}   (or: hermes deny ...)", a.call_id);
+            }
+            Some(Kind::ApprovalDecided(d)) => {
+                let verdict = if d.approved {
+                    "approved"
+                } else if d.timed_out {
+                    "timed out"
+                } else {
+                    "denied"
+                };
+                println!("{at} {verdict}: {}", d.call_id);
+            }
             Some(Kind::GoalNeedsInput(n)) => {
                 println!("{at} needs input: {}", n.explanation);
                 return Ok(1);
             }
-            Some(other) => println!("{at} {other:?}"),
             None => {}
         }
     }

@@ -73,6 +73,7 @@ struct BusInner {
     goals: kv::Store,
     agents: kv::Store,
     ledger: kv::Store,
+    approvals: kv::Store,
 }
 
 /// What the server said about a publish.
@@ -97,8 +98,8 @@ impl Bus {
             .map_err(|source| Error::Connect { url: config.url.clone(), source })?;
         check_server_version(&client.server_info().version)?;
         let js = jetstream::new(client.clone());
-        let (goals, agents, ledger) = ensure_topology(&js, &config).await?;
-        Ok(Bus { inner: Arc::new(BusInner { client, js, config, goals, agents, ledger }) })
+        let [goals, agents, ledger, approvals] = ensure_topology(&js, &config).await?;
+        Ok(Bus { inner: Arc::new(BusInner { client, js, config, goals, agents, ledger, approvals }) })
     }
 
     pub fn client(&self) -> &async_nats::Client {
@@ -125,6 +126,11 @@ impl Bus {
     /// The `hermes_agents` bucket: agent id to last `AgentHeartbeat`.
     pub fn agents(&self) -> &kv::Store {
         &self.inner.agents
+    }
+
+    /// The `hermes_approvals` bucket: call id to `Approval`.
+    pub fn approvals(&self) -> &kv::Store {
+        &self.inner.approvals
     }
 
     /// The `hermes_ledger` bucket: side-effect idempotency key to the recorded outcome.
@@ -368,10 +374,7 @@ pub fn check_server_version(version: &str) -> Result<()> {
     }
 }
 
-async fn ensure_topology(
-    js: &jetstream::Context,
-    config: &BusConfig,
-) -> Result<(kv::Store, kv::Store, kv::Store)> {
+async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<[kv::Store; 4]> {
     let t = &config.topology;
     let dedupe = Duration::from_secs(120);
     let streams = [
@@ -465,7 +468,19 @@ async fn ensure_topology(
         },
     )
     .await?;
-    Ok((goals, agents, ledger))
+    let approvals = ensure_bucket(
+        js,
+        kv::Config {
+            bucket: t.approvals_bucket(),
+            description: "Hermes tool-call approvals, pending and decided".into(),
+            history: 1,
+            max_age: Duration::from_secs(30 * 24 * 3600),
+            num_replicas: config.replicas,
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok([goals, agents, ledger, approvals])
 }
 
 async fn ensure_bucket(js: &jetstream::Context, config: kv::Config) -> Result<kv::Store> {

@@ -73,6 +73,9 @@ impl Topology {
     pub fn goals_bucket(&self) -> String {
         self.bucket_name("goals")
     }
+    pub fn approvals_bucket(&self) -> String {
+        self.bucket_name("approvals")
+    }
     pub fn ledger_bucket(&self) -> String {
         self.bucket_name("ledger")
     }

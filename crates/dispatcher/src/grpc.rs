@@ -8,8 +8,8 @@ use futures::{Stream, StreamExt};
 use hermes_core::Error;
 use hermes_proto::dispatcher_server::{Dispatcher as DispatcherApi, DispatcherServer};
 use hermes_proto::{
-    CancelGoalRequest, Event, GetGoalRequest, Goal, GoalState, ListGoalsRequest, ListGoalsResponse,
-    SubmitGoalRequest, SubmitGoalResponse, WatchGoalRequest,
+    ApproveToolCallRequest, ApproveToolCallResponse, CancelGoalRequest, Event, GetGoalRequest, Goal,
+    GoalState, ListGoalsRequest, ListGoalsResponse, SubmitGoalRequest, SubmitGoalResponse, WatchGoalRequest,
 };
 use prost::Message as _;
 use tokio::net::TcpListener;
@@ -161,6 +161,20 @@ impl DispatcherApi for Api {
         let req = request.into_inner();
         let state = self.service.cancel(goal_id_arg(&req.goal_id)?, &req.reason).await?;
         Ok(Response::new(to_goal(state)))
+    }
+
+    async fn approve_tool_call(
+        &self,
+        request: Request<ApproveToolCallRequest>,
+    ) -> Result<Response<ApproveToolCallResponse>, Status> {
+        let req = request.into_inner();
+        let goal_id = goal_id_arg(&req.goal_id)?;
+        let decision = self.service.decide_approval(goal_id, &req.call_id, req.approve, &req.note).await?;
+        Ok(Response::new(ApproveToolCallResponse {
+            approved: decision.approved,
+            timed_out: decision.timed_out,
+            note: decision.note,
+        }))
     }
 
     async fn list_goals(

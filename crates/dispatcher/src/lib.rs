@@ -260,6 +260,77 @@ impl GoalService {
         }
     }
 
+    /// Records a human's decision on a tool call waiting for approval, and announces it. A call
+    /// already decided (or timed out) keeps its decision, which is returned.
+    pub async fn decide_approval(
+        &self,
+        goal_id: &str,
+        call_id: &str,
+        approve: bool,
+        note: &str,
+    ) -> Result<hermes_proto::ApprovalDecision> {
+        use async_nats::jetstream::kv;
+        use prost::Message as _;
+        let not_found = || Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") };
+        if call_id.is_empty() || call_id.len() > 256 || call_id.contains(['*', '>', ' ']) {
+            return Err(not_found());
+        }
+        let store = self.bus.approvals();
+        for _ in 0..16 {
+            let entry = store
+                .entry(call_id)
+                .await
+                .map_err(|e| Error::JetStream { operation: "load approval", reason: e.to_string() })?;
+            let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
+                return Err(not_found());
+            };
+            let mut approval = hermes_proto::Approval::decode(entry.value)
+                .map_err(|e| Error::Decode { kind: "Approval", reason: e.to_string() })?;
+            if approval.goal_id != goal_id {
+                return Err(not_found());
+            }
+            if let Some(decision) = approval.decision {
+                return Ok(decision);
+            }
+            let decision = hermes_proto::ApprovalDecision {
+                approved: approve,
+                note: note.to_owned(),
+                decided_unix_ms: now_unix_ms(),
+                timed_out: false,
+            };
+            approval.decision = Some(decision.clone());
+            match store.update(call_id, approval.encode_to_vec().into(), entry.revision).await {
+                Ok(_) => {
+                    let event = Event {
+                        goal_id: goal_id.to_owned(),
+                        at_unix_ms: now_unix_ms(),
+                        kind: Some(Kind::ApprovalDecided(hermes_proto::ApprovalDecided {
+                            call_id: call_id.to_owned(),
+                            approved: approve,
+                            note: note.to_owned(),
+                            timed_out: false,
+                        })),
+                    };
+                    let msg_id = engine::event_msg_id(&event);
+                    self.bus.publish(self.bus.topology().event(goal_id), &event, &msg_id, None).await?;
+                    info!(
+                        goal_id,
+                        call_id,
+                        approved = approve,
+                        event = "approval_decided",
+                        "approval decided"
+                    );
+                    return Ok(decision);
+                }
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) => {
+                    return Err(Error::JetStream { operation: "decide approval", reason: e.to_string() });
+                }
+            }
+        }
+        Err(Error::Unavailable(format!("approval {call_id}: too many concurrent updates")))
+    }
+
     /// The newest goals first.
     pub async fn list(&self, limit: usize) -> Result<Vec<GoalState>> {
         let keys = self.store.keys().await?;

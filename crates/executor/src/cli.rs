@@ -38,6 +38,12 @@ pub struct AgentArgs {
     /// Comma-separated hosts `http.fetch` may reach (`*.example.com` for subdomains).
     #[arg(long, env = "HERMES_AGENT_HTTP_ALLOW", value_delimiter = ',', default_value = "")]
     pub http_allow: Vec<String>,
+    /// Comma-separated tools whose calls wait for a human's approval (`hermes approve`).
+    #[arg(long, env = "HERMES_AGENT_CONFIRM", value_delimiter = ',', default_value = "")]
+    pub confirm: Vec<String>,
+    /// Seconds a call waits for approval before it counts as denied.
+    #[arg(long, env = "HERMES_APPROVAL_TIMEOUT_SECS", default_value_t = 600)]
+    pub approval_timeout_secs: u64,
     /// The model for agent nodes; with one the agent also serves `agent.run`.
     #[command(flatten)]
     pub llm: hermes_llm::config::LlmArgs,
@@ -53,6 +59,8 @@ impl AgentArgs {
         config.heartbeat_interval = Duration::from_millis(self.heartbeat_ms.max(50));
         config.llm = self.llm.agent_model()?.map(crate::agent_loop::AgentModel);
         config.http_allow = self.http_allow.iter().filter(|h| !h.is_empty()).cloned().collect();
+        config.confirm_tools = self.confirm.iter().filter(|t| !t.is_empty()).cloned().collect();
+        config.approval_timeout = Duration::from_secs(self.approval_timeout_secs.max(1));
         Ok(config)
     }
 }

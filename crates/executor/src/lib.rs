@@ -4,6 +4,7 @@
 //! than losing it. It also heartbeats its capabilities to the registry.
 
 pub mod agent_loop;
+mod approval;
 pub mod cli;
 pub mod tool;
 pub mod tools;
@@ -46,6 +47,10 @@ pub struct AgentConfig {
     pub llm: Option<agent_loop::AgentModel>,
     /// Hosts `http.fetch` may reach (`*.example.com` for subdomains); empty denies all.
     pub http_allow: Vec<String>,
+    /// Tools whose calls wait for a human's approval.
+    pub confirm_tools: Vec<String>,
+    /// How long a call waits for approval before it counts as denied.
+    pub approval_timeout: Duration,
 }
 
 impl AgentConfig {
@@ -63,6 +68,8 @@ impl AgentConfig {
             model: String::new(),
             llm: None,
             http_allow: Vec::new(),
+            confirm_tools: Vec::new(),
+            approval_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -100,8 +107,9 @@ impl Agent {
                 config.workspace.display()
             )));
         }
-        let registry = build_registry(&config.tools, config.llm.clone(), config.http_allow.clone())
+        let mut registry = build_registry(&config.tools, config.llm.clone(), config.http_allow.clone())
             .map_err(Error::Config)?;
+        registry.require_confirm(&config.confirm_tools).map_err(Error::Config)?;
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
         for task_type in registry.names() {
@@ -142,6 +150,7 @@ impl Agent {
             bus: self.bus.clone(),
             registry: self.registry.clone(),
             workspace: self.config.workspace.clone(),
+            approval_timeout: self.config.approval_timeout,
             agent_id: self.config.agent_id.clone(),
             ack_wait: self.config.ack_wait,
             in_flight: AtomicU32::new(0),
@@ -202,6 +211,7 @@ struct Shared {
     bus: Bus,
     registry: ToolRegistry,
     workspace: PathBuf,
+    approval_timeout: Duration,
     agent_id: String,
     ack_wait: Duration,
     in_flight: AtomicU32,
@@ -385,12 +395,13 @@ async fn run_tool(shared: &Shared, task: &TaskMessage) -> Result<serde_json::Val
     info!(event = "tool_called", tool = %task.task_type, "tool called");
     let ctx = ToolContext {
         workspace: shared.workspace.clone(),
-        ledger: Some(tool::Ledger {
-            store: shared.bus.ledger().clone(),
+        task: Some(tool::TaskScope {
+            bus: shared.bus.clone(),
             goal_id: task.goal_id.clone(),
             node_id: task.node_id.clone(),
             attempt: task.attempt,
             calls: Default::default(),
+            approval_timeout: shared.approval_timeout,
         }),
     };
     let result = shared.registry.call(&task.task_type, args, &ctx).await;

@@ -83,27 +83,38 @@ impl ToolError {
 pub struct ToolContext {
     /// The agent's workspace dir; file tools are confined to it.
     pub workspace: PathBuf,
-    /// Where side-effecting calls of this task are recorded; `None` outside a task.
-    pub ledger: Option<Ledger>,
+    /// The task the call belongs to; `None` outside a task (then side effects are not recorded
+    /// and calls needing confirmation are denied).
+    pub task: Option<TaskScope>,
 }
 
-/// The side-effect ledger of one task attempt. Before a tool with side effects runs, its key
-/// (goal, node, attempt, call index, arguments hash) is created in the `hermes_ledger` bucket;
-/// after it ran, the outcome is stored under the key. A redelivered task finds the outcome and
-/// returns it instead of running the tool again.
+/// The task a tool call belongs to: it names the call in the side-effect ledger and in the
+/// approvals bucket. Before a tool with side effects runs, its ledger key (goal, node, attempt,
+/// call index, arguments hash) is created in `hermes_ledger`; after it ran, the outcome is stored
+/// under the key, so a redelivered task returns the outcome instead of running the tool again.
 #[derive(Clone)]
-pub struct Ledger {
-    pub store: async_nats::jetstream::kv::Store,
+pub struct TaskScope {
+    pub bus: hermes_core::Bus,
     pub goal_id: String,
     pub node_id: String,
     pub attempt: u32,
+    /// Calls made so far in this task, for the call index.
     pub calls: Arc<std::sync::atomic::AtomicU32>,
+    /// How long a call needing confirmation waits for a human before it counts as denied.
+    pub approval_timeout: Duration,
 }
 
-impl std::fmt::Debug for Ledger {
+impl std::fmt::Debug for TaskScope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Ledger({}.{}.{})", self.goal_id, self.node_id, self.attempt)
+        write!(f, "TaskScope({}.{}.{})", self.goal_id, self.node_id, self.attempt)
     }
+}
+
+/// One call's names: its ledger key (per attempt) and its approval id (the same for every
+/// attempt of the node, so an approval survives restarts and reassignment).
+pub(crate) struct CallIds {
+    pub ledger_key: String,
+    pub approval_id: String,
 }
 
 /// Namespace of ledger argument hashes (UUID v5, stable across releases).
@@ -112,11 +123,14 @@ const LEDGER_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x2f9d_61c4_8a0e_4b73
 /// What the ledger holds for a key.
 const PENDING: &[u8] = b"pending";
 
-impl Ledger {
-    fn key(&self, tool: &str, args: &Value) -> String {
+impl TaskScope {
+    pub(crate) fn next_call(&self, tool: &str, args: &Value) -> CallIds {
         let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let hash = uuid::Uuid::new_v5(&LEDGER_NAMESPACE, format!("{tool}\n{args}").as_bytes()).simple();
-        format!("{}.{}.{}.{call}.{hash}", self.goal_id, self.node_id, self.attempt)
+        CallIds {
+            ledger_key: format!("{}.{}.{}.{call}.{hash}", self.goal_id, self.node_id, self.attempt),
+            approval_id: format!("{}.{}.{call}.{hash}", self.goal_id, self.node_id),
+        }
     }
 }
 
@@ -136,6 +150,10 @@ pub trait Tool: Send + Sync + 'static {
     }
     fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::default()
+    }
+    /// Calls wait for a human's approval.
+    fn require_confirm(&self) -> bool {
+        false
     }
     /// Runs with arguments already validated against [`Tool::params_schema`].
     fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>>;
@@ -161,6 +179,8 @@ struct RegisteredTool {
 #[derive(Default, Clone)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<RegisteredTool>>,
+    /// Tools whose calls wait for a human's approval on this agent.
+    confirm: std::collections::BTreeSet<String>,
 }
 
 impl ToolRegistry {
@@ -171,6 +191,17 @@ impl ToolRegistry {
             .map_err(|e| format!("tool {}: schema does not compile: {e}", tool.name()))?;
         let breaker = std::sync::Mutex::new(Breaker::default());
         self.tools.insert(tool.name().to_owned(), Arc::new(RegisteredTool { tool, schema, breaker }));
+        Ok(())
+    }
+
+    /// Makes calls of these tools wait for a human's approval.
+    pub fn require_confirm(&mut self, tools: &[String]) -> Result<(), String> {
+        for tool in tools {
+            if !self.tools.contains_key(tool) {
+                return Err(format!("cannot require confirmation for unknown tool `{tool}`"));
+            }
+            self.confirm.insert(tool.clone());
+        }
         Ok(())
     }
 
@@ -203,7 +234,7 @@ impl ToolRegistry {
                 description: t.tool.description().to_owned(),
                 params_schema_json: t.schema.raw().to_string(),
                 side_effects: t.tool.side_effects(),
-                require_confirm: false,
+                require_confirm: self.confirm.contains(t.tool.name()) || t.tool.require_confirm(),
             })
             .collect()
     }
@@ -222,15 +253,25 @@ impl ToolRegistry {
                 list.join("; ")
             )));
         }
-        let ledger = match (&ctx.ledger, entry.tool.side_effects()) {
-            (Some(ledger), true) => Some((ledger, ledger.key(name, &args))),
+        let ids = ctx.task.as_ref().map(|scope| (scope, scope.next_call(name, &args)));
+        if self.confirm.contains(name) || entry.tool.require_confirm() {
+            let Some((scope, ids)) = &ids else {
+                return Err(ToolError {
+                    code: ErrorCode::Denied,
+                    message: format!("`{name}` needs approval, which only a task can ask for"),
+                });
+            };
+            crate::approval::gate(scope, &ids.approval_id, name, &args).await?;
+        }
+        let ledger = match (&ids, entry.tool.side_effects()) {
+            (Some((scope, ids)), true) => Some((scope.bus.ledger(), ids.ledger_key.as_str())),
             _ => None,
         };
-        if let Some((ledger, key)) = &ledger {
-            match ledger.store.create(key, bytes::Bytes::from_static(PENDING)).await {
+        if let Some((store, key)) = ledger {
+            match store.create(key, bytes::Bytes::from_static(PENDING)).await {
                 Ok(_) => {}
                 Err(e) if e.kind() == async_nats::jetstream::kv::CreateErrorKind::AlreadyExists => {
-                    return recorded(ledger, key, name).await;
+                    return recorded(store, key, name).await;
                 }
                 Err(e) => {
                     return Err(ToolError { code: ErrorCode::Unavailable, message: format!("ledger: {e}") });
@@ -238,12 +279,12 @@ impl ToolRegistry {
             }
         }
         let result = self.call_with_retries(entry, name, args, ctx).await;
-        if let Some((ledger, key)) = &ledger {
+        if let Some((store, key)) = ledger {
             let outcome = match &result {
                 Ok(value) => serde_json::json!({"ok": value}),
                 Err(e) => serde_json::json!({"error": {"code": e.code.as_str(), "message": e.message}}),
             };
-            if let Err(e) = ledger.store.put(key, outcome.to_string().into()).await {
+            if let Err(e) = store.put(key, outcome.to_string().into()).await {
                 tracing::warn!(key, error = %e, "cannot record a side effect in the ledger");
             }
         }
@@ -320,9 +361,12 @@ impl RegisteredTool {
 }
 
 /// The outcome a previous delivery recorded for a side-effecting call, instead of running it again.
-async fn recorded(ledger: &Ledger, key: &str, name: &str) -> Result<Value, ToolError> {
-    let stored = ledger
-        .store
+async fn recorded(
+    store: &async_nats::jetstream::kv::Store,
+    key: &str,
+    name: &str,
+) -> Result<Value, ToolError> {
+    let stored = store
         .get(key)
         .await
         .map_err(|e| ToolError { code: ErrorCode::Unavailable, message: format!("ledger: {e}") })?

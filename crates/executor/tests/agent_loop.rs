@@ -31,7 +31,7 @@ async fn setup() -> Setup {
     let workspace = tempfile::tempdir().unwrap();
     std::fs::write(workspace.path().join("sales.csv"), "category,amount\ntoys,10\nbooks,5\ntoys,7\n")
         .unwrap();
-    let ctx = ToolContext { workspace: workspace.path().to_path_buf(), ledger: None };
+    let ctx = ToolContext { workspace: workspace.path().to_path_buf(), task: None };
     Setup { llm, agent: AgentRun::new(model, tools), ctx, _workspace: workspace }
 }
 

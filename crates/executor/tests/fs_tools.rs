@@ -31,7 +31,7 @@ fn dirs() -> Dirs {
 #[tokio::test]
 async fn read_write_and_list_work_inside_the_workspace() {
     let d = dirs();
-    let ctx = ToolContext { workspace: d.workspace.path().to_path_buf(), ledger: None };
+    let ctx = ToolContext { workspace: d.workspace.path().to_path_buf(), task: None };
     let t = tools();
     let out = t.call("fs.read", json!({"path": "notes/a.txt"}), &ctx).await.unwrap();
     assert_eq!(out["text"], "hello");
@@ -50,7 +50,7 @@ async fn read_write_and_list_work_inside_the_workspace() {
 #[tokio::test]
 async fn every_traversal_attempt_is_denied() {
     let d = dirs();
-    let ctx = ToolContext { workspace: d.workspace.path().to_path_buf(), ledger: None };
+    let ctx = ToolContext { workspace: d.workspace.path().to_path_buf(), task: None };
     let t = tools();
     let absolute_outside = d.outside.path().join("secret.txt").to_str().unwrap().to_owned();
     let attempts = [

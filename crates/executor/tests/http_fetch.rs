@@ -29,7 +29,7 @@ fn tools(allow: &[&str]) -> ToolRegistry {
 #[tokio::test]
 async fn fetches_only_allowed_hosts() {
     let base = server().await;
-    let ctx = ToolContext { workspace: std::env::temp_dir(), ledger: None };
+    let ctx = ToolContext { workspace: std::env::temp_dir(), task: None };
     let allowed = tools(&["127.0.0.1"]);
     let out = allowed.call("http.fetch", json!({"url": format!("{base}/hello")}), &ctx).await.unwrap();
     assert_eq!(out["status"], 200);
@@ -50,7 +50,7 @@ async fn fetches_only_allowed_hosts() {
 #[tokio::test]
 async fn redirects_off_the_allowlist_and_oversized_bodies_fail() {
     let base = server().await;
-    let ctx = ToolContext { workspace: std::env::temp_dir(), ledger: None };
+    let ctx = ToolContext { workspace: std::env::temp_dir(), task: None };
     let allowed = tools(&["127.0.0.1"]);
     let err = allowed.call("http.fetch", json!({"url": format!("{base}/away")}), &ctx).await.unwrap_err();
     assert!(err.message.contains("not on the allowlist"), "{}", err.message);

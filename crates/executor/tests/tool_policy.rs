@@ -58,7 +58,7 @@ fn registry(tool: Flaky) -> ToolRegistry {
 }
 
 fn ctx() -> ToolContext {
-    ToolContext { workspace: std::env::temp_dir(), ledger: None }
+    ToolContext { workspace: std::env::temp_dir(), task: None }
 }
 
 #[tokio::test]

@@ -1,0 +1,154 @@
+//! The approval gate: a call to a tool that needs confirmation is parked until a human decides
+//! through `Dispatcher.ApproveToolCall` (`hermes approve` / `hermes deny`). The pending approval
+//! is stored in the `hermes_approvals` KV bucket under an id that is the same for every attempt of
+//! the node, so a restarted or replacement agent finds it and keeps waiting for the same decision.
+//! Nobody deciding before the deadline counts as a denial. The task stays alive meanwhile: the
+//! agent keeps sending progress acks.
+
+use std::time::Duration;
+
+use async_nats::jetstream::kv;
+use hermes_core::{ErrorCode, now_unix_ms};
+use hermes_proto::event::Kind;
+use hermes_proto::{Approval, ApprovalDecided, ApprovalDecision, ApprovalRequired, Event};
+use prost::Message as _;
+use serde_json::Value;
+use tracing::info;
+
+use crate::tool::{TaskScope, ToolError};
+
+/// How often a waiting call looks for the decision.
+const POLL: Duration = Duration::from_millis(100);
+
+fn unavailable(e: impl std::fmt::Display) -> ToolError {
+    ToolError { code: ErrorCode::Unavailable, message: format!("approvals: {e}") }
+}
+
+/// Waits for the decision on `call_id`; `Ok` when approved, `DENIED` otherwise.
+pub(crate) async fn gate(
+    scope: &TaskScope,
+    call_id: &str,
+    tool: &str,
+    args: &Value,
+) -> Result<(), ToolError> {
+    let store = scope.bus.approvals();
+    let (mut approval, mut revision) = match load(store, call_id).await? {
+        Some(found) => found,
+        None => ask(scope, call_id, tool, args).await?,
+    };
+    loop {
+        if let Some(decision) = &approval.decision {
+            return decided(tool, decision);
+        }
+        if now_unix_ms() >= approval.expires_unix_ms {
+            let decision = ApprovalDecision {
+                approved: false,
+                note: "no decision in time".into(),
+                decided_unix_ms: now_unix_ms(),
+                timed_out: true,
+            };
+            let mut expired = approval.clone();
+            expired.decision = Some(decision.clone());
+            match store.update(call_id, expired.encode_to_vec().into(), revision).await {
+                Ok(_) => {
+                    publish_decided(scope, call_id, &decision).await;
+                    return decided(tool, &decision);
+                }
+                // Someone decided at the last moment: read what they decided.
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {}
+                Err(e) => return Err(unavailable(e)),
+            }
+        }
+        tokio::time::sleep(POLL).await;
+        if let Some((latest, latest_revision)) = load(store, call_id).await? {
+            approval = latest;
+            revision = latest_revision;
+        }
+    }
+}
+
+async fn load(store: &kv::Store, call_id: &str) -> Result<Option<(Approval, u64)>, ToolError> {
+    match store.entry(call_id).await.map_err(unavailable)? {
+        Some(entry) if entry.operation == kv::Operation::Put => {
+            let approval = Approval::decode(entry.value).map_err(unavailable)?;
+            Ok(Some((approval, entry.revision)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Stores a pending approval and announces it with `ApprovalRequired`.
+async fn ask(
+    scope: &TaskScope,
+    call_id: &str,
+    tool: &str,
+    args: &Value,
+) -> Result<(Approval, u64), ToolError> {
+    let approval = Approval {
+        call_id: call_id.to_owned(),
+        goal_id: scope.goal_id.clone(),
+        node_id: scope.node_id.clone(),
+        tool: tool.to_owned(),
+        arguments_json: args.to_string(),
+        reason: format!("`{tool}` needs confirmation on this agent"),
+        expires_unix_ms: now_unix_ms() + scope.approval_timeout.as_millis() as u64,
+        decision: None,
+    };
+    let revision = match scope.bus.approvals().create(call_id, approval.encode_to_vec().into()).await {
+        Ok(revision) => revision,
+        Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+            return load(scope.bus.approvals(), call_id)
+                .await?
+                .ok_or_else(|| unavailable("the approval vanished"));
+        }
+        Err(e) => return Err(unavailable(e)),
+    };
+    let event = Event {
+        goal_id: scope.goal_id.clone(),
+        at_unix_ms: now_unix_ms(),
+        kind: Some(Kind::ApprovalRequired(ApprovalRequired {
+            call_id: call_id.to_owned(),
+            node_id: scope.node_id.clone(),
+            tool: tool.to_owned(),
+            arguments_json: approval.arguments_json.clone(),
+            reason: approval.reason.clone(),
+            expires_unix_ms: approval.expires_unix_ms,
+        })),
+    };
+    let subject = scope.bus.topology().event(&scope.goal_id);
+    let msg_id = format!("{}:approval:{call_id}", scope.goal_id);
+    scope.bus.publish(subject, &event, &msg_id, None).await.map_err(unavailable)?;
+    info!(goal_id = %scope.goal_id, node_id = %scope.node_id, call_id, tool, event = "approval_required", "waiting for approval");
+    Ok((approval, revision))
+}
+
+async fn publish_decided(scope: &TaskScope, call_id: &str, decision: &ApprovalDecision) {
+    let event = Event {
+        goal_id: scope.goal_id.clone(),
+        at_unix_ms: now_unix_ms(),
+        kind: Some(Kind::ApprovalDecided(ApprovalDecided {
+            call_id: call_id.to_owned(),
+            approved: decision.approved,
+            note: decision.note.clone(),
+            timed_out: decision.timed_out,
+        })),
+    };
+    let subject = scope.bus.topology().event(&scope.goal_id);
+    let _ = scope.bus.publish(subject, &event, &format!("{}:decided:{call_id}", scope.goal_id), None).await;
+}
+
+fn decided(tool: &str, decision: &ApprovalDecision) -> Result<(), ToolError> {
+    match (decision.approved, decision.timed_out) {
+        (true, _) => Ok(()),
+        (false, true) => {
+            Err(ToolError { code: ErrorCode::Denied, message: format!("`{tool}` was not approved in time") })
+        }
+        (false, false) => Err(ToolError {
+            code: ErrorCode::Denied,
+            message: format!(
+                "`{tool}` was denied: {}",
+                if decision.note.is_empty() { "no reason given" } else { &decision.note }
+            ),
+        }),
+    }
+}

@@ -1,0 +1,115 @@
+//! Human approval over real gRPC: a tool that needs confirmation parks its task until someone
+//! approves, denies, or lets the approval time out.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use hermes_proto::event::Kind;
+use hermes_proto::{ApproveToolCallRequest, TaskPlan, WatchGoalRequest};
+use hermes_tests::{StackOptions, TestStack, kind_name, node};
+use serde_json::json;
+
+async fn stack(workspace: &tempfile::TempDir, timeout: Duration) -> TestStack {
+    TestStack::start_with(StackOptions {
+        workspace: Some(workspace.path().to_path_buf()),
+        confirm_tools: vec!["fs.write".into()],
+        approval_timeout: timeout,
+        ..Default::default()
+    })
+    .await
+}
+
+fn write_plan() -> TaskPlan {
+    TaskPlan {
+        nodes: vec![node("w", "fs.write", json!({"path": "approved.txt", "content": "yes"}), &[])],
+        ..Default::default()
+    }
+}
+
+/// Follows the goal's events until `ApprovalRequired`; returns its call id.
+async fn wait_for_approval(t: &mut TestStack, goal_id: &str) -> String {
+    let mut events =
+        t.client.watch_goal(WatchGoalRequest { goal_id: goal_id.into() }).await.unwrap().into_inner();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.next().await {
+            if let Some(Kind::ApprovalRequired(a)) = event.unwrap().kind {
+                assert_eq!(a.tool, "fs.write");
+                assert!(a.arguments_json.contains("approved.txt"));
+                return a.call_id;
+            }
+        }
+        panic!("the watch ended without an approval request");
+    })
+    .await
+    .expect("ApprovalRequired within 10 s")
+}
+
+async fn decide(t: &mut TestStack, goal_id: &str, call_id: &str, approve: bool) {
+    let request = ApproveToolCallRequest {
+        goal_id: goal_id.into(),
+        call_id: call_id.into(),
+        approve,
+        note: "checked by ops".into(),
+    };
+    let reply = t.client.approve_tool_call(request).await.unwrap().into_inner();
+    assert_eq!(reply.approved, approve);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_approved_call_runs() {
+    let workspace = tempfile::tempdir().unwrap();
+    let mut t = stack(&workspace, Duration::from_secs(60)).await;
+    let goal_id = t.submit(write_plan()).await.unwrap();
+    let call_id = wait_for_approval(&mut t, &goal_id).await;
+    assert!(!workspace.path().join("approved.txt").exists(), "ran before approval");
+    decide(&mut t, &goal_id, &call_id, true).await;
+    let events = t.events(&goal_id).await;
+    let names: Vec<String> = events.iter().map(kind_name).collect();
+    assert!(matches!(events.last().unwrap().kind, Some(Kind::GoalCompleted(_))), "{names:?}");
+    assert!(events.iter().any(|e| matches!(&e.kind, Some(Kind::ApprovalDecided(d)) if d.approved)));
+    assert_eq!(std::fs::read_to_string(workspace.path().join("approved.txt")).unwrap(), "yes");
+    // A second decision does not change the first.
+    let request =
+        ApproveToolCallRequest { goal_id: goal_id.clone(), call_id, approve: false, note: String::new() };
+    assert!(t.client.approve_tool_call(request).await.unwrap().into_inner().approved);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_denied_call_fails_the_node_with_denied() {
+    let workspace = tempfile::tempdir().unwrap();
+    let mut t = stack(&workspace, Duration::from_secs(60)).await;
+    let goal_id = t.submit(write_plan()).await.unwrap();
+    let call_id = wait_for_approval(&mut t, &goal_id).await;
+    decide(&mut t, &goal_id, &call_id, false).await;
+    let events = t.events(&goal_id).await;
+    let Some(Kind::GoalFailed(failed)) = &events.last().unwrap().kind else { panic!("goal should fail") };
+    let error = failed.error.clone().unwrap();
+    assert_eq!(error.code, "DENIED");
+    assert!(error.message.contains("checked by ops"), "{}", error.message);
+    assert!(!workspace.path().join("approved.txt").exists());
+    // Unknown calls are NOT_FOUND.
+    let request = ApproveToolCallRequest {
+        goal_id: goal_id.clone(),
+        call_id: "nope".into(),
+        approve: true,
+        note: String::new(),
+    };
+    assert_eq!(t.client.approve_tool_call(request).await.unwrap_err().code(), tonic::Code::NotFound);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_approval_nobody_gives_times_out_as_a_denial() {
+    let workspace = tempfile::tempdir().unwrap();
+    let mut t = stack(&workspace, Duration::from_millis(800)).await;
+    let goal_id = t.submit(write_plan()).await.unwrap();
+    let events = t.events(&goal_id).await;
+    let Some(Kind::GoalFailed(failed)) = &events.last().unwrap().kind else { panic!("goal should fail") };
+    let error = failed.error.clone().unwrap();
+    assert_eq!(error.code, "DENIED");
+    assert!(error.message.contains("not approved in time"), "{}", error.message);
+    assert!(events.iter().any(|e| matches!(&e.kind, Some(Kind::ApprovalDecided(d)) if d.timed_out)));
+    assert!(!workspace.path().join("approved.txt").exists());
+    t.stop().await;
+}
