@@ -26,8 +26,26 @@ fn write_plan() -> TaskPlan {
     }
 }
 
+/// A write whose content looks like a credential: it must not appear in the approval request.
+fn secret_plan() -> TaskPlan {
+    TaskPlan {
+        nodes: vec![node(
+            "w",
+            "fs.write",
+            json!({"path": "approved.txt", "content": "Bearer s3cr3t-canary"}),
+            &[],
+        )],
+        ..Default::default()
+    }
+}
+
 /// Follows the goal's events until `ApprovalRequired`; returns its call id.
 async fn wait_for_approval(t: &mut TestStack, goal_id: &str) -> String {
+    wait_for_approval_args(t, goal_id).await.0
+}
+
+/// The call id and the arguments the approval request shows.
+async fn wait_for_approval_args(t: &mut TestStack, goal_id: &str) -> (String, String) {
     let mut events =
         t.client.watch_goal(WatchGoalRequest { goal_id: goal_id.into() }).await.unwrap().into_inner();
     tokio::time::timeout(Duration::from_secs(10), async {
@@ -35,7 +53,7 @@ async fn wait_for_approval(t: &mut TestStack, goal_id: &str) -> String {
             if let Some(Kind::ApprovalRequired(a)) = event.unwrap().kind {
                 assert_eq!(a.tool, "fs.write");
                 assert!(a.arguments_json.contains("approved.txt"));
-                return a.call_id;
+                return (a.call_id, a.arguments_json);
             }
         }
         panic!("the watch ended without an approval request");
@@ -111,5 +129,24 @@ async fn an_approval_nobody_gives_times_out_as_a_denial() {
     assert!(error.message.contains("not approved in time"), "{}", error.message);
     assert!(events.iter().any(|e| matches!(&e.kind, Some(Kind::ApprovalDecided(d)) if d.timed_out)));
     assert!(!workspace.path().join("approved.txt").exists());
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn secrets_in_the_arguments_are_redacted_in_the_request_but_used_by_the_call() {
+    let workspace = tempfile::tempdir().unwrap();
+    let mut t = stack(&workspace, Duration::from_secs(60)).await;
+    let goal_id = t.submit(secret_plan()).await.unwrap();
+    let (call_id, shown) = wait_for_approval_args(&mut t, &goal_id).await;
+    assert!(!shown.contains("s3cr3t-canary") && shown.contains("[REDACTED]"), "{shown}");
+    let stored = t.bus.approvals().get(&call_id).await.unwrap().unwrap();
+    assert!(!String::from_utf8_lossy(&stored).contains("s3cr3t-canary"));
+    decide(&mut t, &goal_id, &call_id, true).await;
+    let events = t.events(&goal_id).await;
+    assert!(matches!(events.last().unwrap().kind, Some(Kind::GoalCompleted(_))));
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("approved.txt")).unwrap(),
+        "Bearer s3cr3t-canary"
+    );
     t.stop().await;
 }

@@ -7,6 +7,7 @@ pub mod error;
 pub mod ids;
 pub mod json_ref;
 pub mod plan;
+pub mod redact;
 pub mod schema;
 pub mod shutdown;
 pub mod telemetry;

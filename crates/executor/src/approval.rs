@@ -89,7 +89,8 @@ async fn ask(
         goal_id: scope.goal_id.clone(),
         node_id: scope.node_id.clone(),
         tool: tool.to_owned(),
-        arguments_json: args.to_string(),
+        // Secrets never reach the bucket or the event stream; the call itself keeps them.
+        arguments_json: hermes_core::redact::redact(args).to_string(),
         reason: format!("`{tool}` needs confirmation on this agent"),
         expires_unix_ms: now_unix_ms() + scope.approval_timeout.as_millis() as u64,
         decision: None,

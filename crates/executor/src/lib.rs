@@ -194,13 +194,16 @@ fn build_registry(
         }
     }
     if let Some(model) = llm {
+        if wanted.is_empty() || wanted.iter().any(|w| w == "text.summarize") {
+            registry.register(Arc::new(tools::TextSummarize::new(model.clone())))?;
+        }
         let loop_tools = registry.clone();
         registry.register(Arc::new(agent_loop::AgentRun::new(model, loop_tools)))?;
     }
     if let Some(unknown) = wanted.iter().find(|w| !registry.contains(w)) {
         let known: Vec<&str> = builtins.iter().map(|t| t.name()).collect();
         return Err(format!(
-            "unknown tool `{unknown}`; available: {} (and agent.run with a model)",
+            "unknown tool `{unknown}`; available: {} (and agent.run, text.summarize with a model)",
             known.join(", ")
         ));
     }

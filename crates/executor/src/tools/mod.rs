@@ -3,6 +3,7 @@
 mod fs;
 mod http;
 mod math;
+mod summarize;
 mod table;
 mod text;
 mod time;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 pub use fs::{FsList, FsRead, FsWrite};
 pub use http::HttpFetch;
 pub use math::MathEvaluate;
+pub use summarize::TextSummarize;
 pub use table::TableAggregate;
 pub use text::TextTemplate;
 pub use time::{TimeAdd, TimeNow, TimeSleep};
