@@ -160,6 +160,7 @@ pub fn kind_name(event: &Event) -> String {
         Some(Kind::GoalCompleted(_)) => "completed".into(),
         Some(Kind::GoalFailed(_)) => "goal_failed".into(),
         Some(Kind::GoalCancelled(_)) => "cancelled".into(),
+        Some(Kind::ToolCalled(e)) => format!("tool:{}:{}", e.node_id, e.tool),
         Some(other) => format!("{other:?}"),
         None => "none".into(),
     }

@@ -294,5 +294,19 @@ async fn an_agent_node_runs_its_tool_loop_through_the_stack() {
     assert_eq!(output["answer"], "The result is 57.");
     assert_eq!(output["steps"][0]["tool"], "math.evaluate");
     assert_eq!(output["steps"][0]["output"]["value"], 57.0);
+    // The call also appeared on the goal's event stream while it happened.
+    let called: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(Kind::ToolCalled(c)) => Some(c.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(called.len(), 1, "{:?}", events.iter().map(kind_name).collect::<Vec<_>>());
+    assert_eq!(
+        (called[0].node_id.as_str(), called[0].tool.as_str(), called[0].ok),
+        ("think", "math.evaluate", true)
+    );
+    assert!(called[0].arguments_json.contains("19 * 3"));
     t.stop().await;
 }

@@ -412,6 +412,13 @@ async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> an
             Some(Kind::PlanPatched(p)) => {
                 println!("{at} replanned: removed [{}], added [{}]", p.removed.join(", "), p.added.join(", "))
             }
+            Some(Kind::ToolCalled(c)) => {
+                let outcome = if c.ok { "ok".to_owned() } else { c.error_code.clone() };
+                println!(
+                    "{at}   {} step {}: {} {} -> {outcome} in {} ms",
+                    c.node_id, c.step, c.tool, c.arguments_json, c.elapsed_ms
+                )
+            }
             Some(Kind::ApprovalRequired(a)) => {
                 println!("{at} approval needed for {} on node {}: {}", a.tool, a.node_id, a.arguments_json);
                 println!("             hermes approve {goal_id} {}   (or: hermes deny ...)", a.call_id);

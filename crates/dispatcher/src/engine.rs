@@ -667,6 +667,9 @@ pub fn event_msg_id(event: &Event) -> String {
         Some(Kind::PlanRequested(e)) => format!("{goal}:plan-requested:{}", e.request_id),
         Some(Kind::PlanPatched(e)) => format!("{goal}:plan-patched:{}", e.request_id),
         Some(Kind::GoalNeedsInput(_)) => format!("{goal}:needs-input"),
+        Some(Kind::ToolCalled(e)) => {
+            format!("{goal}:tool:{}:{}:{}:{}", e.node_id, e.attempt, e.step, e.index)
+        }
         None => format!("{goal}:empty:{}", event.at_unix_ms),
     }
 }

@@ -213,6 +213,7 @@ pub async fn run_loop(
         messages.push(assistant);
         for call in calls {
             // TOOL_RUNNING
+            let started = std::time::Instant::now();
             let tool = by_function.get(&call.name).cloned().unwrap_or_else(|| call.name.replace("__", "."));
             let outcome = match repair_json(&call.arguments) {
                 Err(e) => Err(ToolError::invalid_argument(format!("the arguments are not JSON: {e}"))),
@@ -243,6 +244,24 @@ pub async fn run_loop(
                 ),
             };
             info!(event = "tool_result_received", tool = %tool, step, ok = outcome.is_ok(), "agent tool result");
+            if let Some(scope) = &ctx.task {
+                let arguments = match &outcome {
+                    Ok((args, _)) => args.clone(),
+                    Err(_) => {
+                        serde_json::from_str(&call.arguments).unwrap_or(Value::String(call.arguments.clone()))
+                    }
+                };
+                publish_tool_called(
+                    scope,
+                    step,
+                    steps.len() as u32,
+                    &tool,
+                    &arguments,
+                    outcome.as_ref().err(),
+                    started,
+                )
+                .await;
+            }
             steps.push(record);
             history.push((tool.clone(), call.arguments.clone(), observation.clone()));
             if history.len() >= NO_PROGRESS_REPEATS
@@ -268,6 +287,40 @@ pub async fn run_loop(
         }
     }
     Err(error(ErrorCode::BudgetExceeded, format!("no answer within {} steps", budget.max_steps)))
+}
+
+/// Announces one tool call on the goal's event stream, so `hermes watch` and the events show
+/// each step of an agent node. Best effort: the call's outcome does not depend on it.
+async fn publish_tool_called(
+    scope: &crate::tool::TaskScope,
+    step: u32,
+    index: u32,
+    tool: &str,
+    arguments: &Value,
+    error: Option<&ToolError>,
+    started: std::time::Instant,
+) {
+    let arguments: String = hermes_core::redact::redact(arguments).to_string().chars().take(500).collect();
+    let event = hermes_proto::Event {
+        goal_id: scope.goal_id.clone(),
+        at_unix_ms: hermes_core::now_unix_ms(),
+        kind: Some(hermes_proto::event::Kind::ToolCalled(hermes_proto::ToolCalled {
+            node_id: scope.node_id.clone(),
+            attempt: scope.attempt,
+            step,
+            index,
+            tool: tool.to_owned(),
+            arguments_json: arguments,
+            ok: error.is_none(),
+            error_code: error.map(|e| e.code.as_str().to_owned()).unwrap_or_default(),
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        })),
+    };
+    let msg_id = format!("{}:tool:{}:{}:{step}:{index}", scope.goal_id, scope.node_id, scope.attempt);
+    let subject = scope.bus.topology().event(&scope.goal_id);
+    if let Err(e) = scope.bus.publish(subject, &event, &msg_id, None).await {
+        tracing::warn!(error = %e, "cannot publish a tool call event");
+    }
 }
 
 /// A tool output as the model sees it: whole when short, else its shape and first part.
