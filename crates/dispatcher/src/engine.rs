@@ -915,24 +915,8 @@ mod tests {
         assert!(is_terminal_event(&fx.events[0]));
         assert!(!cancel(&mut s, "again", 3, &mut Effects::default()));
         // A late result for the running node is ignored.
-        let late = TaskResult {
-            node_id: "a".into(),
-            task_id: "g-1.a.1".into(),
-            attempt: 1,
-            status: TaskStatus::Succeeded as i32,
-            output_json: "{}".into(),
-            ..Default::default()
-        };
-        assert_eq!(
-            apply_result(
-                &mut s,
-                &late,
-                Limits { node_timeout_ms: 1000, planner: false, summarizer: false },
-                4,
-                &mut Effects::default()
-            ),
-            Applied::Stale
-        );
+        let late = ok("a", 1, json!({}));
+        assert_eq!(apply_result(&mut s, &late, LIMITS, 4, &mut Effects::default()), Applied::Stale);
     }
 
     #[test]
@@ -942,7 +926,7 @@ mod tests {
             ..Default::default()
         };
         let mut s = running(plan);
-        let limits = Limits { node_timeout_ms: 1000, planner: false, summarizer: false };
+        let limits = LIMITS;
         dispatch_ready(&mut s, limits, 1, &mut Effects::default());
         let mut fx = Effects::default();
         assert_eq!(
@@ -955,14 +939,7 @@ mod tests {
             reassign(&mut s, "a", "g-1.a.1", "again", limits, 3, &mut Effects::default()),
             Applied::Stale
         );
-        let late = TaskResult {
-            node_id: "a".into(),
-            task_id: "g-1.a.1".into(),
-            attempt: 1,
-            status: TaskStatus::Succeeded as i32,
-            output_json: "{}".into(),
-            ..Default::default()
-        };
+        let late = ok("a", 1, json!({}));
         assert_eq!(apply_result(&mut s, &late, limits, 4, &mut Effects::default()), Applied::Stale);
         let err = wire_error(ErrorCode::NoCapableAgent, "none");
         assert_eq!(
