@@ -902,12 +902,7 @@ mod tests {
             ..Default::default()
         };
         let mut s = running(plan);
-        dispatch_ready(
-            &mut s,
-            Limits { node_timeout_ms: 1000, planner: false, summarizer: false },
-            1,
-            &mut Effects::default(),
-        );
+        dispatch_ready(&mut s, LIMITS, 1, &mut Effects::default());
         let mut fx = Effects::default();
         assert!(cancel(&mut s, "user asked", 2, &mut fx));
         assert_eq!(s.status, GoalStatus::Cancelled as i32);
