@@ -22,16 +22,47 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::info;
 
-use crate::tool::{Tool, ToolContext, ToolError, ToolRegistry, parse_args, schema_of};
+use crate::tool::{RetryPolicy, Tool, ToolContext, ToolError, ToolRegistry, parse_args, schema_of};
 
-/// Steps when the node does not say.
+/// Steps when neither the node nor the agent config says.
 pub const DEFAULT_MAX_STEPS: u32 = 8;
-/// Tokens when the node does not say.
+/// Tokens when neither the node nor the agent config says.
 pub const DEFAULT_MAX_TOKENS: u64 = 50_000;
+/// Wall-clock bound of one agent task when the agent config does not say.
+pub const DEFAULT_MAX_WALL: Duration = Duration::from_secs(180);
 /// Identical calls with identical output that count as no progress.
 const NO_PROGRESS_REPEATS: usize = 3;
 /// Tool output longer than this reaches the model as a summary.
 const MAX_OBSERVATION_CHARS: usize = 2000;
+/// Turns kept verbatim when older ones are folded into the summary.
+const VERBATIM_TURNS: usize = 2;
+/// Turns after which older ones are folded into the rolling summary.
+const SUMMARY_EVERY: usize = 5;
+/// Share of the model's window a prompt may take before the context is compressed.
+const COMPRESS_AT: f64 = 0.6;
+
+/// How an agent's loop runs: its own instructions and its limits. Nodes may lower the step and
+/// token budgets for themselves (`max_steps`, `max_tokens` in the node's inputs).
+#[derive(Debug, Clone)]
+pub struct LoopSettings {
+    /// The agent's system prompt, placed before Hermes's rules for the loop.
+    pub system_prompt: Option<String>,
+    pub max_steps: u32,
+    pub max_tokens: u64,
+    /// Wall-clock bound of one agent task; past it the task ends `TIMEOUT`.
+    pub max_wall: Duration,
+}
+
+impl Default for LoopSettings {
+    fn default() -> Self {
+        Self {
+            system_prompt: None,
+            max_steps: DEFAULT_MAX_STEPS,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            max_wall: DEFAULT_MAX_WALL,
+        }
+    }
+}
 
 /// The model an agent's `agent.run` uses.
 #[derive(Clone)]
@@ -51,11 +82,11 @@ struct Args {
     /// Tools the loop may use; empty means every tool of the agent.
     #[serde(default)]
     tools: Vec<String>,
-    /// Most model turns (default 8).
+    /// Most model turns (default: the agent's, 8 unless configured).
     #[serde(default)]
     #[schemars(range(min = 1, max = 50))]
     max_steps: Option<u32>,
-    /// Most tokens over all model turns (default 50000).
+    /// Most tokens over all model turns (default: the agent's, 50000 unless configured).
     #[serde(default)]
     max_tokens: Option<u64>,
 }
@@ -64,12 +95,18 @@ struct Args {
 pub struct AgentRun {
     model: AgentModel,
     tools: ToolRegistry,
+    settings: LoopSettings,
 }
 
 impl AgentRun {
     /// `tools` are the tools the loop may call (never `agent.run` itself).
     pub fn new(model: AgentModel, tools: ToolRegistry) -> Self {
-        Self { model, tools }
+        Self { model, tools, settings: LoopSettings::default() }
+    }
+
+    pub fn with_settings(mut self, settings: LoopSettings) -> Self {
+        self.settings = settings;
+        self
     }
 }
 
@@ -87,17 +124,25 @@ impl Tool for AgentRun {
     }
 
     fn timeout(&self) -> Duration {
-        Duration::from_secs(180)
+        self.settings.max_wall
+    }
+
+    /// One try: the loop's tool calls already retry on their own, and a second run of the loop
+    /// would repeat its calls under new call indexes. The dispatcher retries the node by policy.
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy { attempts: 1, ..RetryPolicy::default() }
     }
 
     fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
             let budget = Budget {
-                max_steps: args.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
-                max_tokens: args.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+                max_steps: args.max_steps.unwrap_or(self.settings.max_steps),
+                max_tokens: args.max_tokens.unwrap_or(self.settings.max_tokens),
             };
-            run_loop(self.model.0.as_ref(), &self.tools, ctx, &args.instruction, &args.tools, budget).await
+            let system_prompt = self.settings.system_prompt.as_deref();
+            let model = self.model.0.as_ref();
+            run_loop(model, &self.tools, ctx, system_prompt, &args.instruction, &args.tools, budget).await
         })
     }
 }
@@ -118,11 +163,12 @@ fn error(code: ErrorCode, message: impl Into<String>) -> ToolError {
     ToolError { code, message: message.into() }
 }
 
-/// Runs the loop and returns `{answer, steps, tokens}`.
+/// Runs the loop and returns `{answer, steps, tokens, context}`.
 pub async fn run_loop(
     model: &dyn ChatModel,
     registry: &ToolRegistry,
     ctx: &ToolContext,
+    system_prompt: Option<&str>,
     instruction: &str,
     subset: &[String],
     budget: Budget,
@@ -145,24 +191,32 @@ pub async fn run_loop(
             parameters: serde_json::from_str(&s.params_schema_json).unwrap_or(json!({"type": "object"})),
         })
         .collect();
-    let system = format!(
-        "You are a Hermes agent. Task: {instruction}\n\
-         Use the tools to get facts; never invent results. Call one tool at a time when a result feeds the next.\n\
+    let rules = format!(
+        "Use the tools to get facts; never invent results. Call one tool at a time when a result feeds the next.\n\
          When a tool returns an error, fix the arguments it names and call again.\n\
          When you have the answer, reply with the answer only.\n\
          If you cannot call functions, reply with lines `Action: <tool name>` and `Action Input: <JSON>`, or `Final Answer: <answer>`.\n\
          Tools: {}",
         specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
     );
-    let mut messages = vec![Message::system(system), Message::user(instruction.to_owned())];
+    let system = match system_prompt {
+        Some(prompt) if !prompt.trim().is_empty() => format!("{}\n\n{rules}", prompt.trim()),
+        _ => format!("You are a Hermes agent.\n{rules}"),
+    };
+    let tool_tokens = tools
+        .iter()
+        .map(|t| model.count_tokens(&format!("{} {} {}", t.name, t.description, t.parameters)) + 8)
+        .sum();
+    let mut context = Context::new(model, system, instruction, tool_tokens);
     let mut usage = Usage::default();
     let mut steps: Vec<Value> = Vec::new();
     let mut history: Vec<(String, String, String)> = Vec::new();
     for step in 1..=budget.max_steps {
         // PLANNING
+        context.fit();
         let response = model
             .chat(ChatRequest {
-                messages: messages.clone(),
+                messages: context.messages(),
                 tools: tools.clone(),
                 temperature: Some(0.2),
                 ..Default::default()
@@ -194,9 +248,9 @@ pub async fn run_loop(
                         arguments: input.to_string(),
                     });
                 }
-                Ok(ReactStep::Final { answer, .. }) => return Ok(finished(answer, steps, usage)),
+                Ok(ReactStep::Final { answer, .. }) => return Ok(finished(answer, steps, usage, &context)),
                 Err(_) if !content.trim().is_empty() => {
-                    return Ok(finished(content.trim().to_owned(), steps, usage));
+                    return Ok(finished(content.trim().to_owned(), steps, usage, &context));
                 }
                 Err(_) => {
                     return Err(error(
@@ -210,7 +264,7 @@ pub async fn run_loop(
         if !react {
             assistant.tool_calls = calls.clone();
         }
-        messages.push(assistant);
+        let mut turn = Turn { messages: vec![assistant], digest: Vec::new() };
         for call in calls {
             // TOOL_RUNNING
             let started = std::time::Instant::now();
@@ -263,6 +317,11 @@ pub async fn run_loop(
                 .await;
             }
             steps.push(record);
+            turn.digest.push(format!(
+                "step {step}: {tool}({}) -> {}",
+                clip(&call.arguments, 120),
+                clip(&observation, 200)
+            ));
             history.push((tool.clone(), call.arguments.clone(), observation.clone()));
             if history.len() >= NO_PROGRESS_REPEATS
                 && history[history.len() - NO_PROGRESS_REPEATS..].windows(2).all(|w| w[0] == w[1])
@@ -274,7 +333,7 @@ pub async fn run_loop(
                     ),
                 ));
             }
-            messages.push(if react {
+            turn.messages.push(if react {
                 Message::user(format!("Observation: {observation}"))
             } else {
                 Message {
@@ -285,6 +344,8 @@ pub async fn run_loop(
                 }
             });
         }
+        // OBSERVING ends the turn; every few turns the older ones fold into the summary.
+        context.push(turn);
     }
     Err(error(ErrorCode::BudgetExceeded, format!("no answer within {} steps", budget.max_steps)))
 }
@@ -323,22 +384,191 @@ async fn publish_tool_called(
     }
 }
 
-/// A tool output as the model sees it: whole when short, else its shape and first part.
+/// A tool output as the model sees it: whole when short, else a summary of its shape: scalar
+/// fields as they are, long strings by length and head, and lists of rows by row count, fields,
+/// numeric stats and the first rows.
 fn observe(output: &Value) -> String {
     let text = output.to_string();
     if text.chars().count() <= MAX_OBSERVATION_CHARS {
         return text;
     }
-    let fields: Vec<&str> =
-        output.as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
-    let head: String = text.chars().take(MAX_OBSERVATION_CHARS / 2).collect();
-    format!("(large output: {} characters, fields: {}) {head}...", text.len(), fields.join(", "))
+    let parts: Vec<String> = match output {
+        Value::Object(map) => map.iter().map(|(key, value)| format!("{key}: {}", describe(value))).collect(),
+        other => vec![describe(other)],
+    };
+    clip(
+        &format!("(large output, {} characters, summarised) {}", text.len(), parts.join("; ")),
+        MAX_OBSERVATION_CHARS,
+    )
 }
 
-fn finished(answer: String, steps: Vec<Value>, usage: Usage) -> Value {
+/// A short description of one value for [`observe`].
+fn describe(value: &Value) -> String {
+    match value {
+        Value::String(s) if s.chars().count() > 200 => {
+            format!("text of {} characters starting {:?}", s.chars().count(), clip(s, 150))
+        }
+        Value::Array(rows) => {
+            let mut fields: Vec<&str> = Vec::new();
+            let mut stats: std::collections::BTreeMap<&str, (f64, f64, f64, usize)> = Default::default();
+            for row in rows {
+                if let Value::Object(map) = row {
+                    for (key, v) in map {
+                        if !fields.contains(&key.as_str()) {
+                            fields.push(key);
+                        }
+                        if let Some(x) = v.as_f64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+                        {
+                            let e = stats.entry(key).or_insert((f64::INFINITY, f64::NEG_INFINITY, 0.0, 0));
+                            *e = (e.0.min(x), e.1.max(x), e.2 + x, e.3 + 1);
+                        }
+                    }
+                }
+            }
+            let stats: Vec<String> = stats
+                .iter()
+                .map(|(k, (min, max, sum, n))| format!("{k} min {min} max {max} mean {:.4}", sum / *n as f64))
+                .collect();
+            let head: Vec<String> = rows.iter().take(3).map(|r| clip(&r.to_string(), 200)).collect();
+            format!(
+                "{} rows; fields [{}]; stats [{}]; first rows {}",
+                rows.len(),
+                fields.join(", "),
+                stats.join("; "),
+                head.join(", ")
+            )
+        }
+        other => clip(&other.to_string(), 300),
+    }
+}
+
+/// At most `max` characters of `text`, marked when cut.
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(max.saturating_sub(3)).collect();
+    format!("{head}...")
+}
+
+/// One model turn: the model's message and the observations of its calls.
+struct Turn {
+    messages: Vec<Message>,
+    /// One line per call for the rolling summary.
+    digest: Vec<String>,
+}
+
+/// What the model sees each turn. The system prompt with a one-line brief of the task and the
+/// instruction always lead; then a rolling summary of older turns; then recent turns verbatim.
+/// Every [`SUMMARY_EVERY`] turns, turns older than the last [`VERBATIM_TURNS`] fold into the
+/// summary; and before a request, a prompt over [`COMPRESS_AT`] of the model's window is
+/// compressed the same way at once, then by shortening what is left.
+struct Context<'m> {
+    model: &'m dyn ChatModel,
+    head: Vec<Message>,
+    summary: Vec<String>,
+    turns: Vec<Turn>,
+    turns_since_fold: usize,
+    /// Tokens the offered tool definitions take.
+    tool_tokens: usize,
+    folds: u32,
+    compressions: u32,
+}
+
+impl<'m> Context<'m> {
+    fn new(model: &'m dyn ChatModel, system: String, instruction: &str, tool_tokens: usize) -> Self {
+        let brief = clip(instruction.lines().find(|l| !l.trim().is_empty()).unwrap_or_default().trim(), 160);
+        let head = vec![
+            Message::system(format!("{system}\nTask brief: {brief}")),
+            Message::user(instruction.to_owned()),
+        ];
+        Self {
+            model,
+            head,
+            summary: Vec::new(),
+            turns: Vec::new(),
+            turns_since_fold: 0,
+            tool_tokens,
+            folds: 0,
+            compressions: 0,
+        }
+    }
+
+    fn messages(&self) -> Vec<Message> {
+        let mut messages = self.head.clone();
+        if !self.summary.is_empty() {
+            messages.push(Message::user(format!(
+                "Summary of your earlier steps in this task (oldest first):\n{}",
+                self.summary.join("\n")
+            )));
+        }
+        messages.extend(self.turns.iter().flat_map(|t| t.messages.iter().cloned()));
+        messages
+    }
+
+    fn push(&mut self, turn: Turn) {
+        self.turns.push(turn);
+        self.turns_since_fold += 1;
+        if self.turns_since_fold >= SUMMARY_EVERY {
+            self.fold();
+        }
+    }
+
+    /// Moves every turn but the last few into the summary.
+    fn fold(&mut self) {
+        let keep = self.turns.len().min(VERBATIM_TURNS);
+        let old: Vec<Turn> = self.turns.drain(..self.turns.len() - keep).collect();
+        if !old.is_empty() {
+            self.summary.extend(old.into_iter().flat_map(|t| t.digest));
+            self.folds += 1;
+        }
+        self.turns_since_fold = 0;
+    }
+
+    fn tokens(&self) -> usize {
+        self.tool_tokens
+            + self
+                .messages()
+                .iter()
+                .map(|m| {
+                    4 + self.model.count_tokens(&m.content)
+                        + m.tool_calls
+                            .iter()
+                            .map(|c| self.model.count_tokens(&c.arguments) + 8)
+                            .sum::<usize>()
+                })
+                .sum::<usize>()
+    }
+
+    /// Keeps the prompt under [`COMPRESS_AT`] of the window: fold, then keep only the latest
+    /// summary lines, then shorten the verbatim observations.
+    fn fit(&mut self) {
+        let limit = (self.model.context_window() as f64 * COMPRESS_AT) as usize;
+        if self.tokens() <= limit {
+            return;
+        }
+        self.compressions += 1;
+        self.fold();
+        if self.tokens() > limit && self.summary.len() > 10 {
+            let dropped = self.summary.len() - 10;
+            self.summary.drain(..dropped);
+            self.summary.insert(0, format!("({dropped} earlier steps omitted)"));
+        }
+        if self.tokens() > limit {
+            for message in self.turns.iter_mut().flat_map(|t| t.messages.iter_mut()) {
+                if message.role == Role::Tool || message.content.starts_with("Observation:") {
+                    message.content = clip(&message.content, 400);
+                }
+            }
+        }
+    }
+}
+
+fn finished(answer: String, steps: Vec<Value>, usage: Usage, context: &Context<'_>) -> Value {
     json!({
         "answer": answer,
         "steps": steps,
         "tokens": {"input": usage.input_tokens, "output": usage.output_tokens},
+        "context": {"summaries": context.folds, "compressions": context.compressions},
     })
 }

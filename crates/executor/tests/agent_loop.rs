@@ -20,9 +20,14 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
+    setup_with_window(hermes_llm::DEFAULT_CONTEXT_WINDOW).await
+}
+
+async fn setup_with_window(context_window: usize) -> Setup {
     let llm = ScriptedLlm::start().await;
     let mut config = OpenAiConfig::new(llm.base_url(), MODEL);
     config.backoff = Duration::from_millis(10);
+    config.context_window = context_window;
     let model = AgentModel(Arc::new(OpenAiChat::new(config).unwrap()));
     let mut tools = ToolRegistry::default();
     for tool in hermes_executor::tools::builtin_tools() {
@@ -174,4 +179,98 @@ async fn text_summarize_asks_the_model_and_returns_its_summary() {
     assert_eq!(request["messages"][1]["content"], text);
     let err = tools.call("text.summarize", json!({"text": "x", "max_words": 1}), &ctx).await.unwrap_err();
     assert_eq!(err.code.as_str(), "INVALID_ARGUMENT");
+}
+
+fn system_message(request: &Value) -> String {
+    request["messages"][0]["content"].as_str().unwrap().to_owned()
+}
+
+fn summary_message(request: &Value) -> Option<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .find(|c| c.starts_with("Summary of your earlier steps"))
+        .map(str::to_owned)
+}
+
+fn push_distinct_calls(llm: &ScriptedLlm, n: i64) {
+    for day in 1..=n {
+        let args = json!({"time": "2026-01-01T00:00:00Z", "days": day}).to_string();
+        llm.push(MODEL, ScriptedResponse::tool_call("time__add", &args));
+    }
+    llm.push(MODEL, ScriptedResponse::content("done"));
+}
+
+#[tokio::test]
+async fn older_turns_fold_into_a_rolling_summary_every_five_turns() {
+    let s = setup().await;
+    push_distinct_calls(&s.llm, 7);
+    let out = s
+        .agent
+        .run(json!({"instruction": "Add days one by one.\nThen stop.", "max_steps": 10}), &s.ctx)
+        .await
+        .unwrap();
+    assert_eq!(out["answer"], "done");
+    assert_eq!(out["context"]["summaries"], 1);
+    assert_eq!(out["context"]["compressions"], 0);
+    let requests = s.llm.requests_for(MODEL);
+    assert_eq!(requests.len(), 8);
+    // The brief leads every turn.
+    for request in &requests {
+        assert!(system_message(request).contains("Task brief: Add days one by one."));
+    }
+    // Until five turns have passed, every turn is verbatim and there is no summary.
+    assert_eq!(tool_messages(&requests[4]).len(), 4);
+    assert!(summary_message(&requests[4]).is_none());
+    // After the fifth, turns 1-3 are in the summary and the last two stay verbatim.
+    let summary = summary_message(&requests[5]).expect("a summary after five turns");
+    assert!(summary.contains("step 1: time.add") && summary.contains("step 3: time.add"), "{summary}");
+    assert!(!summary.contains("step 4:"), "{summary}");
+    assert_eq!(tool_messages(&requests[5]).len(), 2);
+    assert!(tool_messages(&requests[5])[0].contains("2026-01-05"), "{:?}", tool_messages(&requests[5]));
+    assert_eq!(tool_messages(&requests[7]).len(), 4);
+}
+
+#[tokio::test]
+async fn a_prompt_over_sixty_percent_of_the_window_is_compressed() {
+    // A small window: the tool definitions and a few turns pass 60% of it.
+    let s = setup_with_window(2600).await;
+    push_distinct_calls(&s.llm, 4);
+    let out = s.agent.run(json!({"instruction": "Add days one by one."}), &s.ctx).await.unwrap();
+    assert_eq!(out["answer"], "done");
+    assert!(out["context"]["compressions"].as_u64().unwrap() >= 1, "{}", out["context"]);
+    let requests = s.llm.requests_for(MODEL);
+    let last = requests.last().unwrap();
+    // Fewer than five turns, so only the compression can have folded them.
+    assert!(summary_message(last).is_some_and(|s| s.contains("step 1: time.add")));
+    assert!(tool_messages(last).len() <= 2);
+    assert!(system_message(last).contains("Task brief: Add days one by one."));
+}
+
+#[tokio::test]
+async fn large_tool_outputs_reach_the_model_as_rows_fields_stats_and_first_rows() {
+    let s = setup().await;
+    let mut csv = String::from("region,amount\n");
+    for i in 0..400 {
+        csv.push_str(&format!("r{},{}\n", i % 7, i));
+    }
+    std::fs::write(s.ctx.workspace.join("big.csv"), csv).unwrap();
+    s.llm.push(
+        MODEL,
+        ScriptedResponse::tool_call(
+            "table__aggregate",
+            r#"{"path": "big.csv", "op": "count", "group_by": "region"}"#,
+        ),
+    );
+    s.llm.push(MODEL, ScriptedResponse::tool_call("fs__read", r#"{"path": "big.csv"}"#));
+    s.llm.push(MODEL, ScriptedResponse::content("ok"));
+    s.agent.run(json!({"instruction": "look"}), &s.ctx).await.unwrap();
+    let observation = tool_messages(&s.llm.requests_for(MODEL)[2])[1].clone();
+    assert!(observation.len() <= 2100, "{}", observation.len());
+    assert!(
+        observation.contains("summarised") && observation.contains("characters starting"),
+        "{observation}"
+    );
 }

@@ -40,6 +40,10 @@ pub struct LlmArgs {
     /// File holding the API key (used when the variable is unset), e.g. a mounted secret.
     #[arg(long, env = "HERMES_LLM_API_KEY_FILE")]
     pub llm_api_key_file: Option<PathBuf>,
+    /// The context window of the OpenAI-compatible model, in tokens; agents compress their
+    /// context when a prompt passes 60% of it.
+    #[arg(long, env = "HERMES_LLM_CONTEXT_TOKENS", default_value_t = crate::DEFAULT_CONTEXT_WINDOW)]
+    pub llm_context_tokens: usize,
     /// Per-request timeout in seconds.
     #[arg(long, env = "HERMES_LLM_TIMEOUT_SECS", default_value_t = 60)]
     pub llm_timeout_secs: u64,
@@ -68,6 +72,10 @@ impl LlmArgs {
         let mut config = OpenAiConfig::new(base_url, model)
             .with_api_key_from(Some(&self.llm_api_key_env), self.llm_api_key_file.as_deref())?;
         config.timeout = Duration::from_secs(self.llm_timeout_secs.max(1));
+        config.context_window = match self.llm_context_tokens {
+            0 => crate::DEFAULT_CONTEXT_WINDOW,
+            tokens => tokens.max(256),
+        };
         Ok(Some(Arc::new(OpenAiChat::new(config)?)))
     }
 
@@ -98,6 +106,15 @@ impl LlmArgs {
     /// The model of agent nodes, or `None` when no LLM is configured.
     pub fn agent_model(&self) -> Result<Option<Arc<dyn ChatModel>>, LlmError> {
         self.model_named(self.agent_model.as_ref())
+    }
+
+    /// A model by name on the configured provider (an agent config naming its own model), or
+    /// the agent model when `name` is `None`. The local provider has one model and ignores it.
+    pub fn agent_model_named(&self, name: Option<&str>) -> Result<Option<Arc<dyn ChatModel>>, LlmError> {
+        match name {
+            Some(name) => self.model_named(Some(&name.to_owned())),
+            None => self.agent_model(),
+        }
     }
 
     /// The summarizer's model, or `None` when no LLM is configured.

@@ -143,9 +143,27 @@ impl LlmError {
 }
 
 /// Chat with a model. Implementations: [`OpenAiChat`].
+/// The window assumed for a model that does not say.
+pub const DEFAULT_CONTEXT_WINDOW: usize = 8192;
+
+/// About four characters a token, rounded up: a cautious estimate for prompts to models whose
+/// tokenizer is not at hand.
+pub fn estimate_tokens(text: &str) -> usize {
+    text.chars().count().div_ceil(4)
+}
+
 pub trait ChatModel: Send + Sync {
     /// `openai`, `local`, ... for telemetry.
     fn provider(&self) -> &str;
     fn model(&self) -> &str;
+    /// Tokens the model can attend to, prompt and answer together.
+    fn context_window(&self) -> usize {
+        DEFAULT_CONTEXT_WINDOW
+    }
+    /// Tokens `text` takes in this model's prompt. The default estimates about four
+    /// characters a token, which errs high for English; models with a tokenizer count exactly.
+    fn count_tokens(&self, text: &str) -> usize {
+        estimate_tokens(text)
+    }
     fn chat<'a>(&'a self, request: ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
 }

@@ -47,6 +47,8 @@ impl LocalConfig {
 #[derive(Clone)]
 pub struct LocalChat {
     inner: Arc<Mutex<Inner>>,
+    /// A copy outside the lock, for counting tokens while a request runs.
+    tokenizer: tokenizers::Tokenizer,
     name: String,
     max_tokens: usize,
 }
@@ -120,6 +122,7 @@ impl LocalChat {
         let name =
             path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "local".into());
         Ok(Self {
+            tokenizer: tokenizer.clone(),
             inner: Arc::new(Mutex::new(Inner {
                 model,
                 tokenizer,
@@ -259,6 +262,15 @@ impl ChatModel for LocalChat {
 
     fn model(&self) -> &str {
         &self.name
+    }
+
+    /// SmolLM2 was trained with an 8k context.
+    fn context_window(&self) -> usize {
+        8192
+    }
+
+    fn count_tokens(&self, text: &str) -> usize {
+        self.tokenizer.encode(text, false).map(|e| e.len()).unwrap_or_else(|_| crate::estimate_tokens(text))
     }
 
     fn chat<'a>(&'a self, request: ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {

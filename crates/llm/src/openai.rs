@@ -31,6 +31,8 @@ pub struct OpenAiConfig {
     pub backoff: Duration,
     /// Requests in flight at once from this process.
     pub max_concurrency: usize,
+    /// The model's context window in tokens, for agents that keep their context under it.
+    pub context_window: usize,
 }
 
 impl OpenAiConfig {
@@ -43,6 +45,7 @@ impl OpenAiConfig {
             max_retries: 3,
             backoff: Duration::from_millis(500),
             max_concurrency: 8,
+            context_window: crate::DEFAULT_CONTEXT_WINDOW,
         }
     }
 
@@ -147,6 +150,10 @@ impl ChatModel for OpenAiChat {
 
     fn model(&self) -> &str {
         &self.config.model
+    }
+
+    fn context_window(&self) -> usize {
+        self.config.context_window
     }
 
     fn chat<'a>(&'a self, request: ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
