@@ -44,9 +44,13 @@ enum Command {
         /// Where the local nats-server keeps its store.
         #[arg(long, env = "HERMES_DATA_DIR", default_value = ".hermes")]
         data_dir: PathBuf,
-        /// Executor agents to run.
+        /// Executor agents to run (ignored with --agents-config).
         #[arg(long, env = "HERMES_AGENTS", default_value_t = 2)]
         agents: u32,
+        /// An agent config file (TOML) describing the agents to run instead of --agents
+        /// identical ones; see docs/agents.md.
+        #[arg(long, env = "HERMES_AGENTS_CONFIG")]
+        agents_config: Option<PathBuf>,
         /// Tasks each agent runs at once.
         #[arg(long, env = "HERMES_AGENT_MAX_CONCURRENCY", default_value_t = 16)]
         max_concurrency: u32,
@@ -153,9 +157,22 @@ async fn main() {
 
 async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Command::Up { grpc_listen, nats_url, data_dir, agents, max_concurrency, workspace, llm } => {
+        Command::Up {
+            grpc_listen,
+            nats_url,
+            data_dir,
+            agents,
+            agents_config,
+            max_concurrency,
+            workspace,
+            llm,
+        } => {
             hermes_core::telemetry::init_logging();
-            up(grpc_listen, nats_url, data_dir, agents, max_concurrency, workspace, llm).await?;
+            let agents = match agents_config {
+                Some(path) => AgentsToRun::File(path),
+                None => AgentsToRun::Identical { count: agents, max_concurrency, workspace },
+            };
+            up(grpc_listen, nats_url, data_dir, agents, llm).await?;
             Ok(0)
         }
         Command::Submit { text, plan, watch, idempotency_key, session, timeout_secs, server } => {
@@ -268,13 +285,19 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
+/// The agents `hermes up` runs.
+enum AgentsToRun {
+    /// `count` agents `local-1..n` with every built-in tool.
+    Identical { count: u32, max_concurrency: u32, workspace: PathBuf },
+    /// The agents of a config file.
+    File(PathBuf),
+}
+
 async fn up(
     grpc_listen: SocketAddr,
     nats_url: Option<String>,
     data_dir: PathBuf,
-    agents: u32,
-    max_concurrency: u32,
-    workspace: PathBuf,
+    agents: AgentsToRun,
     llm: hermes_llm::config::LlmArgs,
 ) -> anyhow::Result<()> {
     let planner = llm.planner_model()?.map(hermes_planner::PlannerConfig::new);
@@ -294,15 +317,22 @@ async fn up(
             url
         }
     };
-    let workspace = workspace.canonicalize().with_context(|| format!("workspace {}", workspace.display()))?;
-    let agents = (1..=agents)
-        .map(|i| {
-            let mut config = hermes_executor::AgentConfig::new(format!("local-{i}"), workspace.clone());
-            config.max_concurrency = max_concurrency;
-            config.llm = agent_model.clone();
-            config
-        })
-        .collect();
+    let agents = match agents {
+        AgentsToRun::File(path) => hermes_executor::cli::load_agents(&path, &[], &llm)?,
+        AgentsToRun::Identical { count, max_concurrency, workspace } => {
+            let workspace =
+                workspace.canonicalize().with_context(|| format!("workspace {}", workspace.display()))?;
+            (1..=count)
+                .map(|i| {
+                    let mut config =
+                        hermes_executor::AgentConfig::new(format!("local-{i}"), workspace.clone());
+                    config.max_concurrency = max_concurrency;
+                    config.llm = agent_model.clone();
+                    config
+                })
+                .collect()
+        }
+    };
     let config = StackConfig {
         nats_url: nats_url.clone(),
         registry: Default::default(),

@@ -6,6 +6,7 @@
 pub mod agent_loop;
 mod approval;
 pub mod cli;
+pub mod config;
 pub mod tool;
 pub mod tools;
 
@@ -51,6 +52,12 @@ pub struct AgentConfig {
     pub confirm_tools: Vec<String>,
     /// How long a call waits for approval before it counts as denied.
     pub approval_timeout: Duration,
+    /// The `agent.run` loop's system prompt and budgets.
+    pub loop_settings: agent_loop::LoopSettings,
+    /// `code.python`, when enabled (it is off by default).
+    pub code_python: Option<tools::CodePythonConfig>,
+    /// MCP servers whose tools are mounted.
+    pub mcp: Vec<config::McpServerSpec>,
 }
 
 impl AgentConfig {
@@ -70,6 +77,9 @@ impl AgentConfig {
             http_allow: Vec::new(),
             confirm_tools: Vec::new(),
             approval_timeout: Duration::from_secs(600),
+            loop_settings: agent_loop::LoopSettings::default(),
+            code_python: None,
+            mcp: Vec::new(),
         }
     }
 }
@@ -107,8 +117,7 @@ impl Agent {
                 config.workspace.display()
             )));
         }
-        let mut registry = build_registry(&config.tools, config.llm.clone(), config.http_allow.clone())
-            .map_err(Error::Config)?;
+        let mut registry = build_registry(&config).await.map_err(Error::Config)?;
         registry.require_confirm(&config.confirm_tools).map_err(Error::Config)?;
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
@@ -181,29 +190,45 @@ impl Agent {
     }
 }
 
-fn build_registry(
-    wanted: &[String],
-    llm: Option<agent_loop::AgentModel>,
-    http_allow: Vec<String>,
-) -> Result<ToolRegistry, String> {
+/// The agent's tools: the built-ins it asks for (all but `code.python` when it names none),
+/// `code.python` when enabled, the tools of its MCP servers, and with a model `text.summarize`
+/// and `agent.run` over all the others.
+pub async fn build_registry(config: &AgentConfig) -> Result<ToolRegistry, String> {
+    let wanted = &config.tools;
+    let wants = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
     let mut registry = ToolRegistry::default();
-    let builtins = tools::builtin_tools_with(http_allow);
+    let builtins = tools::builtin_tools_with(config.http_allow.clone());
     for tool in &builtins {
-        if wanted.is_empty() || wanted.iter().any(|w| w == tool.name()) {
+        if wants(tool.name()) {
             registry.register(tool.clone())?;
         }
     }
-    if let Some(model) = llm {
-        if wanted.is_empty() || wanted.iter().any(|w| w == "text.summarize") {
+    match &config.code_python {
+        Some(python) if wants("code.python") => {
+            registry.register(Arc::new(tools::CodePython::new(python.clone())))?;
+        }
+        None if wanted.iter().any(|w| w == "code.python") => {
+            return Err("`code.python` is disabled; enable it with a [agent.code_python] section".into());
+        }
+        _ => {}
+    }
+    for server in &config.mcp {
+        for tool in tools::mcp::mount(server).await? {
+            registry.register(tool)?;
+        }
+    }
+    if let Some(model) = config.llm.clone() {
+        if wants("text.summarize") {
             registry.register(Arc::new(tools::TextSummarize::new(model.clone())))?;
         }
         let loop_tools = registry.clone();
-        registry.register(Arc::new(agent_loop::AgentRun::new(model, loop_tools)))?;
+        let run = agent_loop::AgentRun::new(model, loop_tools).with_settings(config.loop_settings.clone());
+        registry.register(Arc::new(run))?;
     }
     if let Some(unknown) = wanted.iter().find(|w| !registry.contains(w)) {
         let known: Vec<&str> = builtins.iter().map(|t| t.name()).collect();
         return Err(format!(
-            "unknown tool `{unknown}`; available: {} (and agent.run, text.summarize with a model)",
+            "unknown tool `{unknown}`; available: {} (code.python when enabled, agent.run and text.summarize with a model, and MCP tools as <server>.<tool>)",
             known.join(", ")
         ));
     }

@@ -137,9 +137,9 @@ impl TaskScope {
 /// A deterministic capability an agent offers as a task type.
 pub trait Tool: Send + Sync + 'static {
     /// Name with a domain prefix, e.g. `table.aggregate`. It is the task type.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
     /// What the tool does, written for a model choosing among tools.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
     /// JSON Schema of the parameters.
     fn params_schema(&self) -> Value;
     fn timeout(&self) -> Duration {

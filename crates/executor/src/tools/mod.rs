@@ -3,6 +3,8 @@
 mod fs;
 mod http;
 mod math;
+pub mod mcp;
+pub mod python;
 mod summarize;
 mod table;
 mod text;
@@ -13,6 +15,7 @@ use std::sync::Arc;
 pub use fs::{FsList, FsRead, FsWrite};
 pub use http::HttpFetch;
 pub use math::MathEvaluate;
+pub use python::{CodePython, CodePythonConfig};
 pub use summarize::TextSummarize;
 pub use table::TableAggregate;
 pub use text::TextTemplate;
