@@ -89,9 +89,13 @@ pub struct ToolContext {
 }
 
 /// The task a tool call belongs to: it names the call in the side-effect ledger and in the
-/// approvals bucket. Before a tool with side effects runs, its ledger key (goal, node, attempt,
-/// call index, arguments hash) is created in `hermes_ledger`; after it ran, the outcome is stored
-/// under the key, so a redelivered task returns the outcome instead of running the tool again.
+/// approvals bucket. Before a tool with side effects runs, its ledger key (goal, node, call
+/// index, arguments hash) is created in `hermes_ledger` with `create`; after it ran, the outcome
+/// is stored under the key with the attempt that produced it. A redelivered task, or a new
+/// attempt of the node (after its agent died), finds a recorded success and returns it instead of
+/// running the tool again. A recorded failure is returned to the same attempt, and a later
+/// attempt may try again. A call whose outcome was never recorded (the agent died while the tool
+/// ran) is not repeated at all: it fails with a message saying the outcome is unknown.
 #[derive(Clone)]
 pub struct TaskScope {
     pub bus: hermes_core::Bus,
@@ -110,8 +114,8 @@ impl std::fmt::Debug for TaskScope {
     }
 }
 
-/// One call's names: its ledger key (per attempt) and its approval id (the same for every
-/// attempt of the node, so an approval survives restarts and reassignment).
+/// One call's name, the same for every delivery and attempt of the node: the key of its ledger
+/// entry and the id of its approval, so both survive restarts and reassignment.
 pub(crate) struct CallIds {
     pub ledger_key: String,
     pub approval_id: String,
@@ -120,17 +124,26 @@ pub(crate) struct CallIds {
 /// Namespace of ledger argument hashes (UUID v5, stable across releases).
 const LEDGER_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x2f9d_61c4_8a0e_4b73_a5c1_0d9e_33f7_41b2);
 
-/// What the ledger holds for a key.
-const PENDING: &[u8] = b"pending";
+/// A ledger entry: `{"attempt": n, "pending": true}` while the call runs, then
+/// `{"attempt": n, "ok": output}` or `{"attempt": n, "error": {code, message}}`.
+fn ledger_entry(attempt: u32, outcome: Option<&Result<Value, ToolError>>) -> bytes::Bytes {
+    let value = match outcome {
+        None => serde_json::json!({"attempt": attempt, "pending": true}),
+        Some(Ok(output)) => serde_json::json!({"attempt": attempt, "ok": output}),
+        Some(Err(e)) => serde_json::json!({
+            "attempt": attempt,
+            "error": {"code": e.code.as_str(), "message": e.message},
+        }),
+    };
+    value.to_string().into()
+}
 
 impl TaskScope {
     pub(crate) fn next_call(&self, tool: &str, args: &Value) -> CallIds {
         let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let hash = uuid::Uuid::new_v5(&LEDGER_NAMESPACE, format!("{tool}\n{args}").as_bytes()).simple();
-        CallIds {
-            ledger_key: format!("{}.{}.{}.{call}.{hash}", self.goal_id, self.node_id, self.attempt),
-            approval_id: format!("{}.{}.{call}.{hash}", self.goal_id, self.node_id),
-        }
+        let id = format!("{}.{}.{call}.{hash}", self.goal_id, self.node_id);
+        CallIds { ledger_key: id.clone(), approval_id: id }
     }
 }
 
@@ -264,29 +277,19 @@ impl ToolRegistry {
             crate::approval::gate(scope, &ids.approval_id, name, &args).await?;
         }
         let ledger = match (&ids, entry.tool.side_effects()) {
-            (Some((scope, ids)), true) => Some((scope.bus.ledger(), ids.ledger_key.as_str())),
+            (Some((scope, ids)), true) => Some((scope.bus.ledger(), ids.ledger_key.as_str(), scope.attempt)),
             _ => None,
         };
-        if let Some((store, key)) = ledger {
-            match store.create(key, bytes::Bytes::from_static(PENDING)).await {
-                Ok(_) => {}
-                Err(e) if e.kind() == async_nats::jetstream::kv::CreateErrorKind::AlreadyExists => {
-                    return recorded(store, key, name).await;
-                }
-                Err(e) => {
-                    return Err(ToolError { code: ErrorCode::Unavailable, message: format!("ledger: {e}") });
-                }
-            }
+        if let Some((store, key, attempt)) = ledger
+            && let Some(recorded) = claim(store, key, attempt, name).await?
+        {
+            return recorded;
         }
         let result = self.call_with_retries(entry, name, args, ctx).await;
-        if let Some((store, key)) = ledger {
-            let outcome = match &result {
-                Ok(value) => serde_json::json!({"ok": value}),
-                Err(e) => serde_json::json!({"error": {"code": e.code.as_str(), "message": e.message}}),
-            };
-            if let Err(e) = store.put(key, outcome.to_string().into()).await {
-                tracing::warn!(key, error = %e, "cannot record a side effect in the ledger");
-            }
+        if let Some((store, key, attempt)) = ledger
+            && let Err(e) = store.put(key, ledger_entry(attempt, Some(&result))).await
+        {
+            tracing::warn!(key, error = %e, "cannot record a side effect in the ledger");
         }
         result
     }
@@ -360,43 +363,62 @@ impl RegisteredTool {
     }
 }
 
-/// The outcome a previous delivery recorded for a side-effecting call, instead of running it again.
-async fn recorded(
+/// Claims a side-effecting call in the ledger before it runs. `None`: the call is ours to run.
+/// `Some(outcome)`: a previous delivery or attempt already decided it, and that is the result.
+async fn claim(
     store: &async_nats::jetstream::kv::Store,
     key: &str,
+    attempt: u32,
     name: &str,
-) -> Result<Value, ToolError> {
-    let stored = store
-        .get(key)
-        .await
-        .map_err(|e| ToolError { code: ErrorCode::Unavailable, message: format!("ledger: {e}") })?
-        .unwrap_or_default();
-    if stored.as_ref() == PENDING {
-        // The previous delivery started the call and stopped before recording what happened.
-        return Err(ToolError {
-            code: ErrorCode::ToolError,
-            message: format!(
-                "`{name}` was started by an earlier delivery whose outcome is unknown; not repeating a side effect"
-            ),
-        });
+) -> Result<Option<Result<Value, ToolError>>, ToolError> {
+    let unavailable = |e: &dyn std::fmt::Display| ToolError {
+        code: ErrorCode::Unavailable,
+        message: format!("ledger: {e}"),
+    };
+    match store.create(key, ledger_entry(attempt, None)).await {
+        Ok(_) => return Ok(None),
+        Err(e) if e.kind() == async_nats::jetstream::kv::CreateErrorKind::AlreadyExists => {}
+        Err(e) => return Err(unavailable(&e)),
     }
-    tracing::info!(
-        key,
-        tool = name,
-        event = "ledger_hit",
-        "side effect already done; reusing its recorded outcome"
-    );
-    let outcome: Value = serde_json::from_slice(&stored).unwrap_or(Value::Null);
-    match (outcome.get("ok"), outcome.get("error")) {
-        (Some(value), _) => Ok(value.clone()),
-        (None, Some(error)) => Err(ToolError {
+    let entry = store
+        .entry(key)
+        .await
+        .map_err(|e| unavailable(&e))?
+        .ok_or_else(|| unavailable(&"the entry vanished"))?;
+    let recorded: Value = serde_json::from_slice(&entry.value).unwrap_or(Value::Null);
+    let recorded_attempt = recorded.get("attempt").and_then(Value::as_u64).unwrap_or(0) as u32;
+    if let Some(output) = recorded.get("ok") {
+        tracing::info!(
+            key,
+            tool = name,
+            event = "ledger_hit",
+            "side effect already done; reusing its recorded outcome"
+        );
+        return Ok(Some(Ok(output.clone())));
+    }
+    if let Some(error) = recorded.get("error") {
+        let error = ToolError {
             code: error
                 .get("code")
                 .and_then(Value::as_str)
                 .and_then(ErrorCode::parse)
                 .unwrap_or(ErrorCode::ToolError),
             message: error.get("message").and_then(Value::as_str).unwrap_or_default().to_owned(),
-        }),
-        _ => Err(ToolError::failed(format!("the ledger entry for `{name}` is unreadable"))),
+        };
+        if recorded_attempt >= attempt {
+            return Ok(Some(Err(error)));
+        }
+        // An earlier attempt failed; this one may try again, if no other delivery claims it first.
+        return match store.update(key, ledger_entry(attempt, None), entry.revision).await {
+            Ok(_) => Ok(None),
+            Err(e) => Err(unavailable(&format!("another delivery claimed `{name}` first: {e}"))),
+        };
     }
+    // Pending: a delivery started the call and stopped before recording what happened.
+    Ok(Some(Err(ToolError {
+        code: ErrorCode::ToolError,
+        message: format!(
+            "`{name}` was started by an earlier delivery (attempt {recorded_attempt}) whose outcome is unknown; not repeating a side effect"
+        ),
+    })))
 }
