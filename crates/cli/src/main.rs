@@ -78,9 +78,14 @@ enum Command {
         /// A plan file (YAML or JSON).
         #[arg(long)]
         plan: Option<PathBuf>,
-        /// Print live progress and the final output; exit non-zero if the goal fails.
+        /// Print live progress and the final output; exit non-zero if the goal fails. When stdin
+        /// is a terminal, calls waiting for approval are offered as a y/n question.
         #[arg(long)]
         watch: bool,
+        /// With --watch, ask y/n for approvals even when stdin is not a terminal (answers are
+        /// read line by line from stdin).
+        #[arg(long, requires = "watch")]
+        interactive: bool,
         #[arg(long, default_value = "")]
         idempotency_key: String,
         #[arg(long, default_value = "")]
@@ -175,7 +180,16 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             up(grpc_listen, nats_url, data_dir, agents, llm).await?;
             Ok(0)
         }
-        Command::Submit { text, plan, watch, idempotency_key, session, timeout_secs, server } => {
+        Command::Submit {
+            text,
+            plan,
+            watch,
+            interactive,
+            idempotency_key,
+            session,
+            timeout_secs,
+            server,
+        } => {
             let plan = match (&text, &plan) {
                 (Some(_), Some(_)) => bail!("give either goal text or --plan, not both"),
                 (None, None) => bail!("give goal text or --plan FILE"),
@@ -202,7 +216,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 println!("goal {}", reply.goal_id);
             }
             if watch {
-                return watch_goal(&mut client, &reply.goal_id).await;
+                use std::io::IsTerminal as _;
+                let ask = interactive || std::io::stdin().is_terminal();
+                return watch_goal(&mut client, &reply.goal_id, ask).await;
             }
             Ok(0)
         }
@@ -253,8 +269,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Watch { goal_id, server } => {
+            use std::io::IsTerminal as _;
             let mut client = connect(&server.server).await?;
-            watch_goal(&mut client, &goal_id).await
+            watch_goal(&mut client, &goal_id, std::io::stdin().is_terminal()).await
         }
         Command::Cancel { goal_id, reason, server } => {
             let mut client = connect(&server.server).await?;
@@ -384,15 +401,51 @@ fn status_error(status: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{}", status.message())
 }
 
-async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> anyhow::Result<i32> {
+/// Prints the goal's events until it ends. With `ask`, each approval request is put to the
+/// user as a y/n question (oldest first), answered from stdin; a decision made elsewhere (another
+/// terminal, a timeout) withdraws the question.
+async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str, ask: bool) -> anyhow::Result<i32> {
     let mut events = client
         .watch_goal(WatchGoalRequest { goal_id: goal_id.to_owned() })
         .await
         .map_err(status_error)?
         .into_inner();
+    let mut answers = if ask { Some(stdin_lines()) } else { None };
+    let mut pending: std::collections::VecDeque<(String, String)> = Default::default();
     let mut start = None;
-    while let Some(event) = events.next().await {
-        let event = event.map_err(status_error)?;
+    loop {
+        let event = tokio::select! {
+            event = events.next() => match event {
+                Some(event) => event.map_err(status_error)?,
+                None => break,
+            },
+            Some(line) = async { answers.as_mut()?.recv().await }, if !pending.is_empty() => {
+                let verdict = match line.trim().to_ascii_lowercase().as_str() {
+                    "y" | "yes" => Some(true),
+                    "n" | "no" => Some(false),
+                    _ => None,
+                };
+                let Some(approve) = verdict else {
+                    println!("answer y or n: approve {}? [y/n]", pending[0].1);
+                    continue;
+                };
+                let (call_id, _) = pending.pop_front().unwrap_or_default();
+                let note = if approve { "" } else { "denied at the terminal" };
+                let request = hermes_proto::ApproveToolCallRequest {
+                    goal_id: goal_id.to_owned(),
+                    call_id,
+                    approve,
+                    note: note.to_owned(),
+                };
+                if let Err(e) = client.approve_tool_call(request).await {
+                    println!("could not record the decision: {}", e.message());
+                }
+                if let Some((_, tool)) = pending.front() {
+                    println!("approve {tool}? [y/n]");
+                }
+                continue;
+            }
+        };
         let t0 = *start.get_or_insert(event.at_unix_ms);
         let at = format!("[+{:>7.3}s]", event.at_unix_ms.saturating_sub(t0) as f64 / 1000.0);
         match event.kind {
@@ -452,6 +505,13 @@ async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> an
             Some(Kind::ApprovalRequired(a)) => {
                 println!("{at} approval needed for {} on node {}: {}", a.tool, a.node_id, a.arguments_json);
                 println!("             hermes approve {goal_id} {}   (or: hermes deny ...)", a.call_id);
+                if ask && !pending.iter().any(|(id, _)| *id == a.call_id) {
+                    let what = format!("{} on node {}", a.tool, a.node_id);
+                    if pending.is_empty() {
+                        println!("approve {what}? [y/n]");
+                    }
+                    pending.push_back((a.call_id, what));
+                }
             }
             Some(Kind::ApprovalDecided(d)) => {
                 let verdict = if d.approved {
@@ -462,6 +522,7 @@ async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> an
                     "denied"
                 };
                 println!("{at} {verdict}: {}", d.call_id);
+                pending.retain(|(id, _)| *id != d.call_id);
             }
             Some(Kind::GoalNeedsInput(n)) => {
                 println!("{at} needs input: {}", n.explanation);
@@ -471,6 +532,19 @@ async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str) -> an
         }
     }
     bail!("the event stream ended before the goal did")
+}
+
+/// Lines of stdin, read on a thread of their own so the event stream keeps printing.
+fn stdin_lines() -> tokio::sync::mpsc::Receiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines().map_while(Result::ok) {
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 /// Prints an output: a summarized answer with its sources, a top-level `text` as text, anything

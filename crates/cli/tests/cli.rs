@@ -21,10 +21,15 @@ impl Drop for Up {
 
 /// Starts `hermes up` and waits for its ready line; returns the gRPC address.
 fn hermes_up(nats_url: &str, data_dir: &Path) -> (Up, String) {
+    hermes_up_with(nats_url, data_dir, &[])
+}
+
+fn hermes_up_with(nats_url: &str, data_dir: &Path, extra: &[&str]) -> (Up, String) {
     let listen = format!("127.0.0.1:{}", hermes_test_util::free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_hermes"))
         .args(["up", "--grpc-listen", &listen, "--nats-url", nats_url, "--data-dir"])
         .arg(data_dir)
+        .args(extra)
         .current_dir(repo_root())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -132,4 +137,68 @@ fn a_nats_server_older_than_2_10_is_refused() {
     let shown = text(&out);
     assert!(shown.contains("2.9.10 is too old"), "{shown}");
     assert!(shown.contains("make tools"), "{shown}");
+}
+
+/// `hermes up --agents-config` runs the file's agents; `hermes submit --watch --interactive`
+/// puts each approval to the user as y/n and records the answer.
+#[test]
+fn submit_watch_asks_y_or_n_for_approvals() {
+    let nats = hermes_test_util::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let agents = work.path().join("agents.toml");
+    std::fs::write(
+        &agents,
+        "[[agent]]\nid = \"writer-${HERMES_TEST_SUFFIX:-1}\"\ntools = [\"fs.write\"]\nconfirm = [\"fs.write\"]\nworkspace = \".\"\n",
+    )
+    .unwrap();
+    let (_up, server) =
+        hermes_up_with(&nats.url(), data.path(), &["--agents-config", agents.to_str().unwrap()]);
+    let out = hermes(&["agents", "--server", &server]);
+    assert!(text(&out).contains("writer-1"), "{}", text(&out));
+
+    let plan = work.path().join("plan.yaml");
+    for (answer, content, code) in [("n", "no", 1), ("y", "yes", 0)] {
+        std::fs::write(
+            &plan,
+            format!("nodes:\n  - id: w\n    task_type: fs.write\n    inputs: {{path: {content}.txt, content: {content}}}\n"),
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hermes"))
+            .args([
+                "submit",
+                "--plan",
+                plan.to_str().unwrap(),
+                "--watch",
+                "--interactive",
+                "--server",
+                &server,
+            ])
+            .current_dir(repo_root())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines().map_while(Result::ok);
+        let mut shown = Vec::new();
+        for line in lines.by_ref() {
+            shown.push(line.clone());
+            if line.starts_with("approve fs.write on node w? [y/n]") {
+                // An unclear answer is asked again.
+                std::io::Write::write_all(&mut stdin, format!("maybe\n{answer}\n").as_bytes()).unwrap();
+                break;
+            }
+        }
+        shown.extend(lines);
+        let status = child.wait().unwrap();
+        let shown = shown.join("\n");
+        assert_eq!(status.code(), Some(code), "{shown}");
+        assert!(shown.contains("answer y or n"), "{shown}");
+        assert_eq!(work.path().join(format!("{content}.txt")).exists(), answer == "y", "{shown}");
+        if answer == "n" {
+            assert!(shown.contains("DENIED") && shown.contains("denied at the terminal"), "{shown}");
+        }
+    }
 }
