@@ -91,6 +91,11 @@ async fn a_side_effect_runs_once_when_its_agent_is_killed_before_the_ack() {
         assert!(Instant::now() < deadline, "the outcome was never recorded");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // ... and once its model was asked for the next step, so the script stays in step.
+    wait_for(Duration::from_secs(10), "the first agent's second model turn", || {
+        llm.requests_for(MODEL).len() >= 2
+    })
+    .await;
     first.kill().unwrap();
     let _ = first.wait();
 

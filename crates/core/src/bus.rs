@@ -40,6 +40,11 @@ pub struct BusConfig {
     pub events_max_age: Duration,
     /// Stream replicas; 1 for a single server, 3 in production.
     pub replicas: usize,
+    /// Payloads above this travel as artifacts (see [`crate::artifacts`]); keep it below the
+    /// server's `max_payload`.
+    pub inline_limit: usize,
+    /// The longest an artifact is kept (the object store's max age).
+    pub artifacts_max_age: Duration,
 }
 
 impl BusConfig {
@@ -51,6 +56,8 @@ impl BusConfig {
             connect_timeout: Duration::from_secs(5),
             events_max_age: Duration::from_secs(7 * 24 * 3600),
             replicas: 1,
+            inline_limit: crate::artifacts::DEFAULT_INLINE_LIMIT,
+            artifacts_max_age: Duration::from_secs(7 * 24 * 3600),
         }
     }
 
@@ -74,6 +81,7 @@ struct BusInner {
     agents: kv::Store,
     ledger: kv::Store,
     approvals: kv::Store,
+    artifacts: crate::artifacts::Artifacts,
 }
 
 /// What the server said about a publish.
@@ -98,8 +106,22 @@ impl Bus {
             .map_err(|source| Error::Connect { url: config.url.clone(), source })?;
         check_server_version(&client.server_info().version)?;
         let js = jetstream::new(client.clone());
+        let max_payload = client.server_info().max_payload;
+        if max_payload > 0 && config.inline_limit + 4096 > max_payload {
+            return Err(Error::InvalidArgument {
+                field: "inline_limit".into(),
+                reason: format!(
+                    "{} bytes does not leave room for headers under the server's max_payload of {max_payload}",
+                    config.inline_limit
+                ),
+            });
+        }
         let [goals, agents, ledger, approvals] = ensure_topology(&js, &config).await?;
-        Ok(Bus { inner: Arc::new(BusInner { client, js, config, goals, agents, ledger, approvals }) })
+        let store = ensure_object_store(&js, &config).await?;
+        let artifacts = crate::artifacts::Artifacts::new(store, config.inline_limit);
+        Ok(Bus {
+            inner: Arc::new(BusInner { client, js, config, goals, agents, ledger, approvals, artifacts }),
+        })
     }
 
     pub fn client(&self) -> &async_nats::Client {
@@ -131,6 +153,11 @@ impl Bus {
     /// The `hermes_approvals` bucket: call id to `Approval`.
     pub fn approvals(&self) -> &kv::Store {
         &self.inner.approvals
+    }
+
+    /// The `hermes_artifacts` object store: payloads too large to send inline.
+    pub fn artifacts(&self) -> &crate::artifacts::Artifacts {
+        &self.inner.artifacts
     }
 
     /// The `hermes_ledger` bucket: side-effect idempotency key to the recorded outcome.
@@ -481,6 +508,32 @@ async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<
     )
     .await?;
     Ok([goals, agents, ledger, approvals])
+}
+
+async fn ensure_object_store(
+    js: &jetstream::Context,
+    config: &BusConfig,
+) -> Result<jetstream::object_store::ObjectStore> {
+    let bucket = config.topology.artifacts_bucket();
+    if let Ok(store) = js.get_object_store(&bucket).await {
+        return Ok(store);
+    }
+    let created = js
+        .create_object_store(jetstream::object_store::Config {
+            bucket: bucket.clone(),
+            description: Some("Hermes artifacts: payloads too large to send inline".into()),
+            max_age: config.artifacts_max_age,
+            num_replicas: config.replicas,
+            ..Default::default()
+        })
+        .await;
+    match created {
+        Ok(store) => Ok(store),
+        Err(create_err) => js.get_object_store(&bucket).await.map_err(|_| Error::JetStream {
+            operation: "create object store",
+            reason: format!("{bucket}: {create_err}"),
+        }),
+    }
 }
 
 async fn ensure_bucket(js: &jetstream::Context, config: kv::Config) -> Result<kv::Store> {

@@ -76,6 +76,22 @@ pub fn lookup<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
     })
 }
 
+/// Replaces each reference for which `replace` returns a value, leaving the others in place.
+pub fn map_refs(value: &Value, replace: &dyn Fn(&RefTarget) -> Option<Value>) -> Value {
+    if let Some(target) = as_ref(value).and_then(RefTarget::parse)
+        && let Some(replacement) = replace(&target)
+    {
+        return replacement;
+    }
+    match value {
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), map_refs(v, replace))).collect())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(|v| map_refs(v, replace)).collect()),
+        other => other.clone(),
+    }
+}
+
 /// Replaces every reference in `value` using `output_of(node_id)`. Fails with a description of the
 /// first reference that cannot be resolved.
 pub fn resolve(value: &Value, output_of: &dyn Fn(&str) -> Option<Value>) -> Result<Value, String> {

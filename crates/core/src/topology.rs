@@ -82,6 +82,10 @@ impl Topology {
     pub fn agents_bucket(&self) -> String {
         self.bucket_name("agents")
     }
+    /// The object store of large payloads.
+    pub fn artifacts_bucket(&self) -> String {
+        self.bucket_name("artifacts")
+    }
 
     pub fn all_tasks(&self) -> String {
         format!("{}.task.>", self.prefix)

@@ -153,6 +153,18 @@ fn resolve_inputs(state: &GoalState, inputs_json: &str) -> Result<String, String
     if json_ref::collect_refs(&inputs).is_empty() {
         return Ok(inputs_json.to_owned());
     }
+    // A ref to an output kept as an artifact becomes a stub pointing into it; the executor loads
+    // the content, so large payloads never pass through the dispatcher.
+    let offloaded = |node_id: &str| {
+        state
+            .nodes
+            .iter()
+            .find(|n| n.node_id == node_id && !n.memory_ref.is_empty())
+            .map(|n| n.memory_ref.clone())
+    };
+    let inputs = json_ref::map_refs(&inputs, &|target| {
+        offloaded(&target.node_id).map(|reference| hermes_core::artifacts::stub_at(&reference, &target.path))
+    });
     let output_of = |node_id: &str| {
         state
             .nodes

@@ -384,6 +384,16 @@ impl GoalService {
     async fn publish_effects(&self, state: &GoalState, mut effects: Effects) -> Result<()> {
         use prost::Message as _;
         let topology = self.bus.topology();
+        // Inputs over the inline limit (several large refs resolved together) travel as an
+        // artifact; the executor loads them back.
+        for task in &mut effects.tasks {
+            if task.inputs_json.len() > self.bus.artifacts().inline_limit() {
+                let inputs = std::mem::take(&mut task.inputs_json);
+                let (stub, reference) = self.bus.artifacts().offload_json(inputs, &task.goal_id).await?;
+                task.inputs_json = stub;
+                task.memory_refs.extend(reference);
+            }
+        }
         let decisions = self.route(state, &effects.tasks).await;
         let subjects = self.apply_decisions(&mut effects.events, &effects.tasks, &decisions);
         let trace = TraceContext::parse(&state.traceparent);

@@ -399,10 +399,25 @@ async fn run_with_progress(shared: &Shared, delivery: &Delivery<TaskMessage>) ->
         ..Default::default()
     };
     match outcome {
-        Ok(output) => {
-            result.status = TaskStatus::Succeeded as i32;
-            result.output_json = output.to_string();
-        }
+        Ok(output) => match shared.bus.artifacts().offload_json(output.to_string(), &task.goal_id).await {
+            // Over the inline limit the output travels as an artifact and the result carries
+            // its stub (reference, size, preview).
+            Ok((output_json, reference)) => {
+                result.status = TaskStatus::Succeeded as i32;
+                result.output_json = output_json;
+                result.memory_ref = reference.unwrap_or_default();
+            }
+            Err(e) => {
+                result.status = TaskStatus::Failed as i32;
+                let error = ToolError {
+                    code: ErrorCode::Unavailable,
+                    message: format!("cannot store the large output: {e}"),
+                };
+                let mut error = error.to_proto();
+                error.node_id = task.node_id.clone();
+                result.error = Some(error);
+            }
+        },
         Err(e) => {
             result.status = TaskStatus::Failed as i32;
             let mut error = e.to_proto();
@@ -420,6 +435,14 @@ async fn run_tool(shared: &Shared, task: &TaskMessage) -> Result<serde_json::Val
         serde_json::from_str(&task.inputs_json)
             .map_err(|e| ToolError::invalid_argument(format!("inputs are not valid JSON: {e}")))?
     };
+    // Inputs that reference artifacts (large outputs of other nodes) get their content here.
+    let args = shared.bus.artifacts().resolve_value(args).await.map_err(|e| ToolError {
+        code: match e.code() {
+            code @ (ErrorCode::InvalidArgument | ErrorCode::NotFound) => code,
+            _ => ErrorCode::Unavailable,
+        },
+        message: format!("cannot resolve the inputs' artifacts: {e}"),
+    })?;
     info!(event = "tool_called", tool = %task.task_type, "tool called");
     let ctx = ToolContext {
         workspace: shared.workspace.clone(),

@@ -12,8 +12,9 @@ use serde_json::{Value, json};
 
 use crate::tool::{Tool, ToolContext, ToolError, parse_args, schema_of};
 
-/// Largest file `fs.read` returns and `fs.write` writes.
-const MAX_FILE_BYTES: usize = 1024 * 1024;
+/// Largest file `fs.read` returns and `fs.write` writes. Outputs over the inline limit travel as
+/// artifacts, so this bounds the agent's memory, not message sizes.
+const MAX_FILE_BYTES: usize = 64 * 1024 * 1024;
 /// Most entries `fs.list` returns.
 const MAX_ENTRIES: usize = 1000;
 
@@ -102,7 +103,7 @@ impl Tool for FsRead {
         "fs.read"
     }
     fn description(&self) -> &'static str {
-        "Reads a UTF-8 text file from the workspace (at most 1 MiB); returns {path, size, text}."
+        "Reads a UTF-8 text file from the workspace (at most 64 MiB); returns {path, size, text}."
     }
     fn params_schema(&self) -> Value {
         schema_of::<ReadArgs>()

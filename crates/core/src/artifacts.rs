@@ -1,0 +1,297 @@
+//! Artifacts: payloads too large to travel inline, kept by reference in the `hermes_artifacts`
+//! JetStream object store. A task output or input over the inline limit (64 KiB by default,
+//! always below the server's `max_payload`) is stored here and replaced on the wire by a small
+//! stub:
+//!
+//! ```json
+//! {"$artifact": "art-0193...", "size_bytes": 5242880, "content_type": "application/json", "preview": "..."}
+//! ```
+//!
+//! A `$ref` to a node whose output is an artifact resolves to `{"$artifact": ref, "path": [...]}`
+//! (the dispatcher never loads the payload); the executor replaces every such stub in a task's
+//! inputs with the value it stands for before the tool runs ([`Artifacts::resolve_value`]).
+//! Objects are written in 32 KiB chunks, so no NATS message of a transfer exceeds the limit.
+//! Each artifact records its content type, goal and expiry in the object's metadata; the bucket's
+//! max age is the retention ceiling, and the memory service deletes artifacts past their own TTL.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_nats::jetstream::object_store::{self, ObjectMetadata, ObjectStore};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+
+use crate::{Error, Result, now_unix_ms};
+
+/// Largest payload sent inline; bigger ones become artifacts.
+pub const DEFAULT_INLINE_LIMIT: usize = 64 * 1024;
+/// Chunk size of artifact transfers; below the inline limit.
+pub const CHUNK_SIZE: usize = 32 * 1024;
+/// The stub key naming an artifact.
+pub const ARTIFACT_KEY: &str = "$artifact";
+/// Characters of content kept in a stub's preview.
+const PREVIEW_CHARS: usize = 200;
+
+/// What is known about one artifact.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactInfo {
+    pub reference: String,
+    pub content_type: String,
+    pub size_bytes: u64,
+    pub goal_id: String,
+    pub created_unix_ms: u64,
+    /// 0: kept until the bucket's retention ends.
+    pub expires_unix_ms: u64,
+    pub preview: String,
+}
+
+/// The artifact store. Cheap to clone.
+#[derive(Clone)]
+pub struct Artifacts {
+    store: ObjectStore,
+    inline_limit: usize,
+}
+
+fn object_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
+    Error::JetStream { operation, reason: e.to_string() }
+}
+
+impl Artifacts {
+    pub fn new(store: ObjectStore, inline_limit: usize) -> Self {
+        Self { store, inline_limit }
+    }
+
+    /// Payloads longer than this are offloaded.
+    pub fn inline_limit(&self) -> usize {
+        self.inline_limit
+    }
+
+    /// Stores `bytes` and returns its info. `ttl` of `None` keeps it for the bucket's retention.
+    pub async fn put(
+        &self,
+        bytes: &[u8],
+        content_type: &str,
+        goal_id: &str,
+        ttl: Option<Duration>,
+    ) -> Result<ArtifactInfo> {
+        let reference = format!("art-{}", uuid::Uuid::now_v7().simple());
+        let created = now_unix_ms();
+        let expires = ttl.map(|t| created + t.as_millis() as u64).unwrap_or(0);
+        let preview = preview_of(bytes);
+        let metadata: HashMap<String, String> = [
+            ("content_type", content_type.to_owned()),
+            ("goal_id", goal_id.to_owned()),
+            ("created_unix_ms", created.to_string()),
+            ("expires_unix_ms", expires.to_string()),
+            ("preview", preview.clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let meta = ObjectMetadata {
+            name: reference.clone(),
+            chunk_size: Some(CHUNK_SIZE),
+            metadata,
+            ..Default::default()
+        };
+        let mut reader = bytes;
+        self.store.put(meta, &mut reader).await.map_err(|e| object_error("put artifact", e))?;
+        Ok(ArtifactInfo {
+            reference,
+            content_type: content_type.to_owned(),
+            size_bytes: bytes.len() as u64,
+            goal_id: goal_id.to_owned(),
+            created_unix_ms: created,
+            expires_unix_ms: expires,
+            preview,
+        })
+    }
+
+    /// The whole content of an artifact.
+    pub async fn get(&self, reference: &str) -> Result<Vec<u8>> {
+        let mut object = self.store.get(reference).await.map_err(|e| match e.kind() {
+            object_store::GetErrorKind::NotFound | object_store::GetErrorKind::InvalidName => {
+                Error::NotFound { what: "artifact", id: reference.to_owned() }
+            }
+            _ => object_error("get artifact", e),
+        })?;
+        let mut bytes = Vec::with_capacity(object.info().size);
+        object.read_to_end(&mut bytes).await.map_err(|e| object_error("read artifact", e))?;
+        Ok(bytes)
+    }
+
+    pub async fn info(&self, reference: &str) -> Result<ArtifactInfo> {
+        let info = self.store.info(reference).await.map_err(|e| match e.kind() {
+            object_store::InfoErrorKind::NotFound | object_store::InfoErrorKind::InvalidName => {
+                Error::NotFound { what: "artifact", id: reference.to_owned() }
+            }
+            _ => object_error("artifact info", e),
+        })?;
+        Ok(info_of(&info))
+    }
+
+    pub async fn delete(&self, reference: &str) -> Result<()> {
+        self.store.delete(reference).await.map_err(|e| object_error("delete artifact", e))
+    }
+
+    /// Every live artifact.
+    pub async fn list(&self) -> Result<Vec<ArtifactInfo>> {
+        let mut list = self.store.list().await.map_err(|e| object_error("list artifacts", e))?;
+        let mut out = Vec::new();
+        while let Some(info) = list.next().await {
+            let info = info.map_err(|e| object_error("list artifacts", e))?;
+            if !info.deleted {
+                out.push(info_of(&info));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes artifacts whose TTL has passed; returns how many.
+    pub async fn sweep_expired(&self, now_ms: u64) -> Result<usize> {
+        let mut deleted = 0;
+        for info in self.list().await? {
+            if info.expires_unix_ms != 0 && info.expires_unix_ms <= now_ms {
+                self.delete(&info.reference).await?;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Returns `json` as it is when it fits inline; otherwise stores it and returns the stub
+    /// and the reference.
+    pub async fn offload_json(&self, json: String, goal_id: &str) -> Result<(String, Option<String>)> {
+        if json.len() <= self.inline_limit {
+            return Ok((json, None));
+        }
+        let info = self.put(json.as_bytes(), "application/json", goal_id, None).await?;
+        Ok((stub(&info).to_string(), Some(info.reference)))
+    }
+
+    /// Replaces every artifact stub in `value` with the value it stands for (the stored JSON, or
+    /// its text when it is not JSON), following the stub's `path`. Each artifact is read once.
+    pub async fn resolve_value(&self, value: Value) -> Result<Value> {
+        let mut references = Vec::new();
+        collect_stubs(&value, &mut references);
+        if references.is_empty() {
+            return Ok(value);
+        }
+        let mut loaded = HashMap::new();
+        for reference in references {
+            if loaded.contains_key(&reference) {
+                continue;
+            }
+            let bytes = self.get(&reference).await?;
+            let content = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+            loaded.insert(reference, content);
+        }
+        substitute(value, &loaded)
+    }
+}
+
+/// The stub standing for an artifact in a message.
+pub fn stub(info: &ArtifactInfo) -> Value {
+    json!({
+        ARTIFACT_KEY: info.reference,
+        "size_bytes": info.size_bytes,
+        "content_type": info.content_type,
+        "preview": info.preview,
+    })
+}
+
+/// A stub pointing into an artifact's JSON content.
+pub fn stub_at(reference: &str, path: &[String]) -> Value {
+    json!({ARTIFACT_KEY: reference, "path": path})
+}
+
+/// The artifact a stub names, when `value` is one.
+pub fn stub_reference(value: &Value) -> Option<&str> {
+    let map = value.as_object()?;
+    let reference = map.get(ARTIFACT_KEY)?.as_str()?;
+    let known = ["path", "size_bytes", "content_type", "preview", ARTIFACT_KEY];
+    map.keys().all(|k| known.contains(&k.as_str())).then_some(reference)
+}
+
+fn collect_stubs(value: &Value, out: &mut Vec<String>) {
+    if let Some(reference) = stub_reference(value) {
+        out.push(reference.to_owned());
+        return;
+    }
+    match value {
+        Value::Object(map) => map.values().for_each(|v| collect_stubs(v, out)),
+        Value::Array(items) => items.iter().for_each(|v| collect_stubs(v, out)),
+        _ => {}
+    }
+}
+
+fn substitute(value: Value, loaded: &HashMap<String, Value>) -> Result<Value> {
+    if let Some(reference) = stub_reference(&value) {
+        let content = loaded
+            .get(reference)
+            .ok_or_else(|| Error::NotFound { what: "artifact", id: reference.to_owned() })?;
+        let path: Vec<String> = value
+            .get("path")
+            .and_then(Value::as_array)
+            .map(|p| p.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        return crate::json_ref::lookup(content, &path).cloned().ok_or_else(|| Error::InvalidArgument {
+            field: "inputs".into(),
+            reason: format!("path {} not found in artifact `{reference}`", path.join(".")),
+        });
+    }
+    Ok(match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter().map(|(k, v)| Ok((k, substitute(v, loaded)?))).collect::<Result<_>>()?,
+        ),
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(|v| substitute(v, loaded)).collect::<Result<_>>()?)
+        }
+        other => other,
+    })
+}
+
+fn preview_of(bytes: &[u8]) -> String {
+    let head = &bytes[..bytes.len().min(PREVIEW_CHARS * 4)];
+    String::from_utf8_lossy(head).chars().take(PREVIEW_CHARS).collect()
+}
+
+fn info_of(info: &object_store::ObjectInfo) -> ArtifactInfo {
+    let field = |k: &str| info.metadata.get(k).cloned().unwrap_or_default();
+    let number = |k: &str| field(k).parse().unwrap_or(0);
+    ArtifactInfo {
+        reference: info.name.clone(),
+        content_type: field("content_type"),
+        size_bytes: info.size as u64,
+        goal_id: field("goal_id"),
+        created_unix_ms: number("created_unix_ms"),
+        expires_unix_ms: number("expires_unix_ms"),
+        preview: field("preview"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stubs_are_recognised_only_with_known_keys() {
+        assert_eq!(stub_reference(&json!({"$artifact": "art-1", "path": ["a"]})), Some("art-1"));
+        assert_eq!(stub_reference(&json!({"$artifact": "art-1", "other": 1})), None);
+        assert_eq!(stub_reference(&json!({"$artifact": 3})), None);
+    }
+
+    #[test]
+    fn stubs_are_replaced_by_their_content_at_their_path() {
+        let loaded: HashMap<String, Value> =
+            [("art-1".to_owned(), json!({"rows": [{"x": 1}], "n": 1}))].into();
+        let value =
+            json!({"a": stub_at("art-1", &["rows".into(), "0".into()]), "b": [stub_at("art-1", &[])]});
+        let out = substitute(value, &loaded).unwrap();
+        assert_eq!(out, json!({"a": {"x": 1}, "b": [{"rows": [{"x": 1}], "n": 1}]}));
+        assert!(substitute(stub_at("art-1", &["nope".into()]), &loaded).is_err());
+        assert!(substitute(stub_at("art-2", &[]), &loaded).is_err());
+    }
+}
