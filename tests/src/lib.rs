@@ -36,6 +36,8 @@ pub struct StackOptions {
     /// Tools whose calls wait for approval, and how long.
     pub confirm_tools: Vec<String>,
     pub approval_timeout: Duration,
+    /// Runs the memory service in the stack.
+    pub memory: Option<hermes_memory::MemoryConfig>,
 }
 
 impl Default for StackOptions {
@@ -48,6 +50,7 @@ impl Default for StackOptions {
             workspace: None,
             confirm_tools: Vec::new(),
             approval_timeout: Duration::from_secs(600),
+            memory: None,
         }
     }
 }
@@ -107,6 +110,7 @@ impl TestStack {
                 .llm_base_url
                 .as_deref()
                 .map(|url| PlannerConfig::new(model(url, "planner-model"))),
+            memory: options.memory.clone(),
         };
         let shutdown = CancellationToken::new();
         let stack = Stack::start(config, shutdown.clone()).await.expect("stack starts");

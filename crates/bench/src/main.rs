@@ -62,6 +62,7 @@ async fn main() -> anyhow::Result<()> {
                 ..Default::default()
             },
             planner: None,
+            memory: None,
         },
         shutdown.clone(),
     )

@@ -60,6 +60,12 @@ enum Command {
         /// The LLM for the planner and summarizer; without one, goals must come as plans.
         #[command(flatten)]
         llm: hermes_llm::config::LlmArgs,
+        /// The memory service (sessions, semantic memory, artifacts' TTLs).
+        #[command(flatten)]
+        memory: hermes_memory::MemoryArgs,
+        /// Do not run the memory service in this process.
+        #[arg(long, env = "HERMES_NO_MEMORY")]
+        no_memory: bool,
     },
     /// Run one executor agent in this process (the same as the `hermes-executor` binary).
     Agent {
@@ -171,13 +177,16 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             max_concurrency,
             workspace,
             llm,
+            memory,
+            no_memory,
         } => {
             hermes_core::telemetry::init_logging();
             let agents = match agents_config {
                 Some(path) => AgentsToRun::File(path),
                 None => AgentsToRun::Identical { count: agents, max_concurrency, workspace },
             };
-            up(grpc_listen, nats_url, data_dir, agents, llm).await?;
+            let memory = (!no_memory).then_some(memory);
+            up(grpc_listen, nats_url, data_dir, agents, llm, memory).await?;
             Ok(0)
         }
         Command::Submit {
@@ -316,6 +325,7 @@ async fn up(
     data_dir: PathBuf,
     agents: AgentsToRun,
     llm: hermes_llm::config::LlmArgs,
+    memory: Option<hermes_memory::MemoryArgs>,
 ) -> anyhow::Result<()> {
     let planner = llm.planner_model()?.map(hermes_planner::PlannerConfig::new);
     let agent_model = llm.agent_model()?.map(hermes_executor::agent_loop::AgentModel);
@@ -356,6 +366,7 @@ async fn up(
         agents,
         dispatcher: hermes_dispatcher::DispatcherConfig { grpc_listen, summarizer, ..Default::default() },
         planner,
+        memory: memory.as_ref().map(|m| m.to_config(&llm)).transpose()?,
     };
     let stack = Stack::start(config, shutdown).await?;
     println!("hermes up: grpc {} nats {nats_url}", stack.grpc_addr());

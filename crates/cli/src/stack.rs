@@ -28,6 +28,8 @@ pub struct StackConfig {
     pub dispatcher: DispatcherConfig,
     /// Runs a planner in the stack; goals given as text need one.
     pub planner: Option<hermes_planner::PlannerConfig>,
+    /// Runs the memory service in the stack, its gRPC API on the dispatcher's port.
+    pub memory: Option<hermes_memory::MemoryConfig>,
 }
 
 /// A running stack.
@@ -71,6 +73,16 @@ impl Stack {
         dispatcher
             .extra_services()
             .add_service(RegistryGrpc::new(registry.clone(), shutdown.clone()).into_service());
+        if let Some(memory_config) = config.memory {
+            let token = shutdown.child_token();
+            let memory = hermes_memory::Memory::open(bus.clone(), memory_config, token.clone())
+                .await
+                .context("failed to start the memory service")?;
+            dispatcher
+                .extra_services()
+                .add_service(hermes_memory::grpc::MemoryGrpc::new(memory.clone()).into_service());
+            tasks.spawn(async move { ("memory", hermes_memory::run(memory, token).await) });
+        }
         let grpc_addr = dispatcher.local_addr()?;
         let mut stack = Stack {
             grpc_addr,

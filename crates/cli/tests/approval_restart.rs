@@ -29,6 +29,7 @@ async fn a_pending_approval_survives_an_agent_kill() {
         agents: vec![helper],
         dispatcher: DispatcherConfig { grpc_listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() },
         planner: None,
+        memory: None,
     };
     let mut stack = Stack::start(config, CancellationToken::new()).await.unwrap();
     let mut client = DispatcherClient::connect(stack.grpc_url()).await.unwrap();

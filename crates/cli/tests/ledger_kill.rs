@@ -40,6 +40,7 @@ async fn a_side_effect_runs_once_when_its_agent_is_killed_before_the_ack() {
         agents: Vec::new(),
         dispatcher: DispatcherConfig { grpc_listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() },
         planner: None,
+        memory: None,
     };
     let mut stack = Stack::start(config, CancellationToken::new()).await.unwrap();
     let mut client = DispatcherClient::connect(stack.grpc_url()).await.unwrap();

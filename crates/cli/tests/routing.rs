@@ -54,6 +54,7 @@ async fn start(agents: Vec<AgentConfig>, ttl: Duration, no_agent_wait: Duration)
             ..Default::default()
         },
         planner: None,
+        memory: None,
     };
     let stack = Stack::start(config, CancellationToken::new()).await.unwrap();
     let client = DispatcherClient::connect(stack.grpc_url()).await.unwrap();

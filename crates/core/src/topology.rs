@@ -82,6 +82,30 @@ impl Topology {
     pub fn agents_bucket(&self) -> String {
         self.bucket_name("agents")
     }
+    /// Sessions' recent turns and summaries.
+    pub fn sessions_bucket(&self) -> String {
+        self.bucket_name("sessions")
+    }
+    /// Semantic memory: documents with their embeddings.
+    pub fn vectors_bucket(&self) -> String {
+        self.bucket_name("vectors")
+    }
+    /// The memory service's request/reply subject for `method` (e.g. `context`).
+    pub fn memory_rpc(&self, method: &str) -> String {
+        format!("{}.memory.rpc.{method}", self.prefix)
+    }
+    /// Every memory request subject, which the service subscribes to.
+    pub fn all_memory_rpc(&self) -> String {
+        format!("{}.memory.rpc.*", self.prefix)
+    }
+    /// The queue group memory service replicas share requests in.
+    pub fn memory_queue_group(&self) -> String {
+        format!("{}-memory", self.prefix)
+    }
+    /// The memory service's durable consumer of goal events.
+    pub fn memory_consumer(&self) -> &'static str {
+        "memory"
+    }
     /// The object store of large payloads.
     pub fn artifacts_bucket(&self) -> String {
         self.bucket_name("artifacts")

@@ -9,8 +9,11 @@
 
 pub mod bounds;
 pub mod config;
+pub mod embed;
 #[cfg(feature = "local")]
 pub mod local;
+#[cfg(feature = "local")]
+pub mod local_embed;
 pub mod openai;
 pub mod params;
 pub mod react;

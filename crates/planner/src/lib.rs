@@ -70,6 +70,7 @@ impl PlannerConfig {
 pub struct Planner {
     config: PlannerConfig,
     catalog: Catalog,
+    memory: hermes_memory::MemoryClient,
 }
 
 /// What one model answer turned out to be.
@@ -80,7 +81,26 @@ enum Answer {
 
 impl Planner {
     pub fn new(bus: Bus, config: PlannerConfig) -> Self {
-        Self { catalog: Catalog::new(bus, Duration::from_secs(2)), config }
+        let memory = hermes_memory::MemoryClient::new(&bus).with_timeout(Duration::from_secs(5));
+        Self { catalog: Catalog::new(bus, Duration::from_secs(2)), config, memory }
+    }
+
+    /// The session window and recalled memories for a goal, from the memory service. Planning
+    /// goes on without them when no memory service runs or it fails.
+    async fn memory_context(&self, request: &PlanRequest) -> Option<hermes_proto::ContextReply> {
+        let ask = hermes_proto::ContextRequest {
+            session_id: request.session_id.clone(),
+            goal_text: request.goal_text.clone(),
+            goal_id: request.goal_id.clone(),
+            top_k: 0,
+        };
+        match self.memory.context(&ask).await {
+            Ok(reply) => Some(reply),
+            Err(e) => {
+                tracing::debug!(goal_id = %request.goal_id, error = %e, "planning without memory");
+                None
+            }
+        }
     }
 
     /// Plans one request. `Err` only for model failures worth retrying later.
@@ -97,9 +117,10 @@ impl Planner {
         };
         let entries = prompt::select_entries(snapshot.entries(), &request.goal_text, self.config.top_k);
         let schema = prompt::answer_schema(&entries);
+        let context = self.memory_context(request).await;
         let mut messages = vec![
             Message::system(prompt::system_message(&entries)),
-            Message::user(prompt::user_message(request)),
+            Message::user(prompt::user_message(request, context.as_ref())),
         ];
         let mut problems: Vec<String> = Vec::new();
         for attempt in 0..=self.config.max_corrections {

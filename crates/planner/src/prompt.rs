@@ -136,9 +136,40 @@ pub fn system_message(entries: &[&CatalogEntry]) -> String {
     text
 }
 
-/// The user message: the goal, and the replan context when there is one.
-pub fn user_message(request: &PlanRequest) -> String {
-    let mut text = format!("# Goal\n{}\n", request.goal_text);
+/// Recalled memories below this cosine similarity are left out of the prompt.
+pub const MIN_MEMORY_SCORE: f32 = 0.3;
+
+/// The user message: the session and recalled memories when there are any, the goal, and the
+/// replan context when there is one.
+pub fn user_message(request: &PlanRequest, context: Option<&hermes_proto::ContextReply>) -> String {
+    let mut text = String::new();
+    if let Some(context) = context {
+        if let Some(session) = context.session.as_ref().filter(|s| !s.turns.is_empty() || s.summary.is_some())
+        {
+            text.push_str(
+                "# Session\nEarlier in this conversation (use it to resolve references such as \"the same\" or \"that month\"):\n",
+            );
+            text.push_str(&hermes_memory::sessions::render(session));
+            text.push('\n');
+        }
+        let memories: Vec<_> = context.memories.iter().filter(|m| m.score >= MIN_MEMORY_SCORE).collect();
+        if !memories.is_empty() {
+            text.push_str(
+                "# Memory\nRecalled from earlier goals; may be outdated, use only what is relevant:\n",
+            );
+            for hit in memories {
+                let doc = hit.doc.clone().unwrap_or_default();
+                let recalled: String = doc.text.chars().take(600).collect();
+                text.push_str(&format!(
+                    "- (similarity {:.2}) {}\n",
+                    hit.score,
+                    recalled.replace('\n', " / ")
+                ));
+            }
+            text.push('\n');
+        }
+    }
+    text.push_str(&format!("# Goal\n{}\n", request.goal_text));
     if let Some(replan) = &request.replan {
         let error = replan.error.clone().unwrap_or_default();
         text.push_str(&format!(

@@ -58,10 +58,10 @@ fn short_goals_always_get_a_schema_valid_plan() {
         let request = ChatRequest {
             messages: vec![
                 Message::system(prompt::system_message(&offered)),
-                Message::user(prompt::user_message(&PlanRequest {
-                    goal_text: goal.into(),
-                    ..Default::default()
-                })),
+                Message::user(prompt::user_message(
+                    &PlanRequest { goal_text: goal.into(), ..Default::default() },
+                    None,
+                )),
             ],
             response_schema: Some(("task_plan".into(), schema.clone())),
             ..Default::default()

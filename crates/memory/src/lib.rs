@@ -1,0 +1,458 @@
+//! The memory service: artifacts by reference (the `hermes_artifacts` object store, see
+//! [`hermes_core::artifacts`]), session memory ([`sessions`]) and long-term semantic memory
+//! ([`vectors`]). It answers the gRPC `Memory` API and the same operations as NATS request/reply
+//! on `hermes.memory.rpc.<method>` in a queue group, so replicas share the load; it follows the
+//! goal events to record session turns and to remember each completed goal; and it deletes
+//! artifacts past their TTL.
+
+pub mod client;
+pub mod grpc;
+pub mod sessions;
+pub mod vectors;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{self, DeliverPolicy};
+use futures::StreamExt;
+use hermes_core::{Bus, Error, Result, now_unix_ms};
+use hermes_llm::ChatModel;
+use hermes_llm::embed::Embedder;
+use hermes_proto::event::Kind;
+use hermes_proto::{
+    AppendTurnRequest, ContextReply, ContextRequest, Event, GetDocRequest, GoalState, ListCollectionsReply,
+    ListCollectionsRequest, ListSessionsReply, ListSessionsRequest, MemoryDoc, SearchReply, SearchRequest,
+    SessionRequest, SessionState, SessionTurn, UpsertReply, UpsertRequest,
+};
+use prost::Message as _;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub use client::MemoryClient;
+pub use sessions::Sessions;
+pub use vectors::{DEFAULT_COLLECTION, Vectors};
+
+/// Header carrying the error code of a failed NATS request.
+pub const ERROR_CODE_HEADER: &str = "Hermes-Error-Code";
+/// Header carrying the error message of a failed NATS request.
+pub const ERROR_MESSAGE_HEADER: &str = "Hermes-Error-Message";
+
+/// How the memory service runs.
+#[derive(Clone)]
+pub struct MemoryConfig {
+    /// Session turns kept verbatim.
+    pub window: usize,
+    /// How long an idle session is kept.
+    pub sessions_ttl: Duration,
+    /// How often expired artifacts are deleted.
+    pub sweep_every: Duration,
+    /// Embeddings for semantic memory; without one, upsert and search answer FAILED_PRECONDITION.
+    pub embedder: Option<Arc<dyn Embedder>>,
+    /// Folds old session turns; without one, the extractive fallback does.
+    pub summarizer: Option<Arc<dyn ChatModel>>,
+    /// Memories recalled for a new goal.
+    pub recall_top_k: usize,
+    /// The longest an artifact is kept: set on the artifact store's stream at start.
+    pub artifacts_max_age: Duration,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            window: sessions::DEFAULT_WINDOW,
+            sessions_ttl: Duration::from_secs(30 * 24 * 3600),
+            sweep_every: Duration::from_secs(60),
+            embedder: None,
+            summarizer: None,
+            recall_top_k: 3,
+            artifacts_max_age: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+impl std::fmt::Debug for MemoryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryConfig")
+            .field("window", &self.window)
+            .field("embedder", &self.embedder.as_ref().map(|e| e.model().to_owned()))
+            .field("summarizer", &self.summarizer.as_ref().map(|m| m.model().to_owned()))
+            .finish()
+    }
+}
+
+/// Flags (each with an environment variable) of the memory service, shared by `hermes-memory`
+/// and `hermes up`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MemoryArgs {
+    /// Session turns kept verbatim; older ones are folded into the summary.
+    #[arg(long, env = "HERMES_SESSION_WINDOW", default_value_t = sessions::DEFAULT_WINDOW)]
+    pub session_window: usize,
+    /// Days an idle session is kept.
+    #[arg(long, env = "HERMES_SESSION_TTL_DAYS", default_value_t = 30)]
+    pub session_ttl_days: u64,
+    /// Days an artifact is kept at most (the object store's max age; per-artifact TTLs can be
+    /// shorter).
+    #[arg(long, env = "HERMES_ARTIFACT_RETENTION_DAYS", default_value_t = 7)]
+    pub artifact_retention_days: u64,
+    /// Memories recalled into the planner's prompt for a new goal.
+    #[arg(long, env = "HERMES_MEMORY_RECALL", default_value_t = 3)]
+    pub recall_top_k: usize,
+    #[command(flatten)]
+    pub embedding: hermes_llm::embed::EmbeddingArgs,
+}
+
+impl MemoryArgs {
+    pub fn artifacts_max_age(&self) -> Duration {
+        Duration::from_secs(self.artifact_retention_days.max(1) * 24 * 3600)
+    }
+
+    /// The config, with the summarizer model from `llm` when one is configured.
+    pub fn to_config(&self, llm: &hermes_llm::config::LlmArgs) -> anyhow::Result<MemoryConfig> {
+        Ok(MemoryConfig {
+            window: self.session_window.max(1),
+            sessions_ttl: Duration::from_secs(self.session_ttl_days.max(1) * 24 * 3600),
+            embedder: self.embedding.embedder()?,
+            summarizer: llm.summarizer_model()?,
+            recall_top_k: self.recall_top_k,
+            artifacts_max_age: self.artifacts_max_age(),
+            ..MemoryConfig::default()
+        })
+    }
+}
+
+/// The service's state; cheap to clone.
+#[derive(Clone)]
+pub struct Memory {
+    bus: Bus,
+    config: MemoryConfig,
+    sessions: Sessions,
+    vectors: Vectors,
+}
+
+impl Memory {
+    /// Opens the buckets and loads the vector index (then follows it until `shutdown`).
+    pub async fn open(bus: Bus, config: MemoryConfig, shutdown: CancellationToken) -> Result<Memory> {
+        let sessions_kv = Sessions::open_bucket(&bus, config.sessions_ttl).await?;
+        let sessions = Sessions::new(sessions_kv, config.window, config.summarizer.clone());
+        let vectors = Vectors::load(Vectors::open_bucket(&bus).await?, shutdown).await?;
+        set_artifact_retention(&bus, config.artifacts_max_age).await?;
+        Ok(Memory { bus, config, sessions, vectors })
+    }
+
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    pub async fn append_turn(&self, request: AppendTurnRequest) -> Result<SessionState> {
+        let turn = request
+            .turn
+            .ok_or_else(|| Error::InvalidArgument { field: "turn".into(), reason: "missing".into() })?;
+        self.sessions.append(turn).await
+    }
+
+    /// The session, empty when it has no turns yet.
+    pub async fn session(&self, request: SessionRequest) -> Result<SessionState> {
+        Ok(self
+            .sessions
+            .get(&request.session_id)
+            .await?
+            .unwrap_or(SessionState { session_id: request.session_id, ..Default::default() }))
+    }
+
+    pub async fn list_sessions(&self, _: ListSessionsRequest) -> Result<ListSessionsReply> {
+        Ok(ListSessionsReply { sessions: self.sessions.list().await? })
+    }
+
+    fn embedder(&self) -> Result<&Arc<dyn Embedder>> {
+        self.config.embedder.as_ref().ok_or_else(|| {
+            Error::FailedPrecondition(
+                "semantic memory needs an embedding model: set HERMES_EMBEDDING_PROVIDER (local or openai)"
+                    .into(),
+            )
+        })
+    }
+
+    pub async fn upsert(&self, request: UpsertRequest) -> Result<UpsertReply> {
+        let collection = collection_or_default(&request.collection);
+        vectors::validate_collection(&collection)?;
+        if request.docs.is_empty() {
+            return Ok(UpsertReply { upserted: 0 });
+        }
+        let embedder = self.embedder()?;
+        let texts: Vec<String> = request.docs.iter().map(|d| d.text.clone()).collect();
+        let vectors = embedder
+            .embed(&texts)
+            .await
+            .map_err(|e| Error::Unavailable(format!("the embedding model ({e})")))?;
+        let upserted = self.vectors.upsert(&collection, embedder.model(), request.docs, vectors).await?;
+        Ok(UpsertReply { upserted: upserted as u32 })
+    }
+
+    pub async fn search(&self, request: SearchRequest) -> Result<SearchReply> {
+        self.search_excluding(request, &[]).await
+    }
+
+    async fn search_excluding(&self, request: SearchRequest, exclude: &[String]) -> Result<SearchReply> {
+        let collection = collection_or_default(&request.collection);
+        vectors::validate_collection(&collection)?;
+        let embedder = self.embedder()?;
+        let query = embedder
+            .embed(std::slice::from_ref(&request.query))
+            .await
+            .map_err(|e| Error::Unavailable(format!("the embedding model ({e})")))?
+            .pop()
+            .unwrap_or_default();
+        self.vectors.index().check(&collection, embedder.model(), query.len())?;
+        let top_k = if request.top_k == 0 { 5 } else { request.top_k.min(1000) } as usize;
+        let filter: HashMap<String, String> = request.filter.into_iter().collect();
+        Ok(SearchReply { hits: self.vectors.index().search(&collection, &query, top_k, &filter, exclude) })
+    }
+
+    pub fn get_doc(&self, request: GetDocRequest) -> Result<MemoryDoc> {
+        let collection = collection_or_default(&request.collection);
+        self.vectors
+            .index()
+            .get(&collection, &request.id)
+            .ok_or(Error::NotFound { what: "memory document", id: request.id })
+    }
+
+    pub fn collections(&self, _: ListCollectionsRequest) -> ListCollectionsReply {
+        ListCollectionsReply { collections: self.vectors.index().collections() }
+    }
+
+    /// What the planner gets: the session window and the memories most related to the goal.
+    pub async fn context(&self, request: ContextRequest) -> Result<ContextReply> {
+        let session = match request.session_id.as_str() {
+            "" => None,
+            id => self.sessions.get(id).await?,
+        };
+        let mut memories = Vec::new();
+        if self.config.embedder.is_some() && !request.goal_text.trim().is_empty() {
+            let top_k = if request.top_k == 0 { self.config.recall_top_k as u32 } else { request.top_k };
+            let search = SearchRequest { query: request.goal_text.clone(), top_k, ..Default::default() };
+            match self.search_excluding(search, std::slice::from_ref(&request.goal_id)).await {
+                Ok(reply) => memories = reply.hits,
+                Err(e) => warn!(error = %e, "cannot recall memories for a goal"),
+            }
+        }
+        Ok(ContextReply { session, memories })
+    }
+
+    /// Records what a goal event means for memory: a goal with a session adds the user's turn when
+    /// accepted and the answer when it ends; a completed goal given as text is remembered.
+    async fn on_event(&self, event: &Event) -> Result<()> {
+        let kind = match &event.kind {
+            Some(
+                kind @ (Kind::GoalAccepted(_)
+                | Kind::GoalCompleted(_)
+                | Kind::GoalFailed(_)
+                | Kind::GoalNeedsInput(_)),
+            ) => kind,
+            _ => return Ok(()),
+        };
+        let Some(entry) = self
+            .bus
+            .goals()
+            .get(&event.goal_id)
+            .await
+            .map_err(|e| Error::JetStream { operation: "get goal", reason: e.to_string() })?
+        else {
+            return Ok(());
+        };
+        let state = GoalState::decode(entry)
+            .map_err(|e| Error::Decode { kind: "GoalState", reason: e.to_string() })?;
+        let spec = state.spec.clone().unwrap_or_default();
+        let turn = |role: &str, content: String| SessionTurn {
+            session_id: spec.session_id.clone(),
+            role: role.to_owned(),
+            content,
+            goal_id: event.goal_id.clone(),
+            at_unix_ms: event.at_unix_ms,
+        };
+        match kind {
+            Kind::GoalAccepted(_) if !spec.session_id.is_empty() => {
+                let content = if spec.text.trim().is_empty() {
+                    format!("(a plan of {} nodes)", state.nodes.len())
+                } else {
+                    spec.text.clone()
+                };
+                self.sessions.append(turn("user", content)).await?;
+            }
+            Kind::GoalCompleted(done) => {
+                let answer = answer_text(&done.output_json);
+                if !spec.session_id.is_empty() {
+                    self.sessions.append(turn("assistant", answer.clone())).await?;
+                }
+                if self.config.embedder.is_some() && !spec.text.trim().is_empty() {
+                    let mut metadata: HashMap<String, String> =
+                        [("kind", "goal"), ("goal", event.goal_id.as_str())]
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect();
+                    if !spec.session_id.is_empty() {
+                        metadata.insert("session".into(), spec.session_id.clone());
+                    }
+                    if let Some(tenant) = spec.labels.get("tenant") {
+                        metadata.insert("tenant".into(), tenant.clone());
+                    }
+                    let doc = MemoryDoc {
+                        id: event.goal_id.clone(),
+                        text: format!("Goal: {}\nAnswer: {}", spec.text.trim(), answer),
+                        metadata,
+                        updated_unix_ms: now_unix_ms(),
+                    };
+                    let request = UpsertRequest { collection: DEFAULT_COLLECTION.into(), docs: vec![doc] };
+                    self.upsert(request).await?;
+                }
+            }
+            Kind::GoalFailed(failed) if !spec.session_id.is_empty() => {
+                let e = failed.error.clone().unwrap_or_default();
+                self.sessions
+                    .append(turn("assistant", format!("The goal failed: {}: {}", e.code, e.message)))
+                    .await?;
+            }
+            Kind::GoalNeedsInput(needs) if !spec.session_id.is_empty() => {
+                self.sessions
+                    .append(turn("assistant", format!("Needs input: {}", needs.explanation)))
+                    .await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Makes the artifact store's max age the configured retention, whoever created it.
+async fn set_artifact_retention(bus: &Bus, max_age: Duration) -> Result<()> {
+    let name = format!("OBJ_{}", bus.topology().artifacts_bucket());
+    let js = bus.jetstream();
+    let jetstream_error = |e: &dyn std::fmt::Display| Error::JetStream {
+        operation: "artifact retention",
+        reason: e.to_string(),
+    };
+    let mut stream = js.get_stream(&name).await.map_err(|e| jetstream_error(&e))?;
+    let mut config = stream.info().await.map_err(|e| jetstream_error(&e))?.config.clone();
+    if config.max_age != max_age {
+        config.max_age = max_age;
+        js.update_stream(config).await.map_err(|e| jetstream_error(&e))?;
+        info!(days = max_age.as_secs() / 86_400, "artifact retention set");
+    }
+    Ok(())
+}
+
+fn collection_or_default(name: &str) -> String {
+    if name.is_empty() { DEFAULT_COLLECTION.to_owned() } else { name.to_owned() }
+}
+
+/// A goal's answer as text: the summarizer's `answer`, a top-level `text`, else the JSON.
+fn answer_text(output_json: &str) -> String {
+    let value: serde_json::Value = serde_json::from_str(output_json).unwrap_or(serde_json::Value::Null);
+    let text = value
+        .get("answer")
+        .or_else(|| value.get("text"))
+        .and_then(|v| v.as_str())
+        .map(str::to_owned)
+        .unwrap_or_else(|| output_json.to_owned());
+    text.chars().take(2000).collect()
+}
+
+/// Serves NATS requests, follows goal events and sweeps expired artifacts until `shutdown`.
+pub async fn run(memory: Memory, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let bus = memory.bus.clone();
+    let topology = bus.topology().clone();
+    let mut requests =
+        bus.client().queue_subscribe(topology.all_memory_rpc(), topology.memory_queue_group()).await?;
+    let consumer = bus
+        .jetstream()
+        .get_stream(topology.events_stream())
+        .await?
+        .get_or_create_consumer(
+            topology.memory_consumer(),
+            consumer::pull::Config {
+                durable_name: Some(topology.memory_consumer().to_owned()),
+                description: Some("Hermes memory: session turns and goal memories from goal events".into()),
+                // Events from before the first start are history, not new turns.
+                deliver_policy: DeliverPolicy::New,
+                ack_wait: Duration::from_secs(60),
+                max_deliver: 5,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let mut events = consumer.messages().await?;
+    let mut sweep = tokio::time::interval(memory.config.sweep_every);
+    info!(embedder = ?memory.config.embedder.as_ref().map(|e| e.model().to_owned()), "memory service serving");
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(request) = requests.next() => {
+                let memory = memory.clone();
+                tokio::spawn(async move { serve_request(&memory, request).await });
+            }
+            Some(message) = events.next() => {
+                let Ok(message) = message else { continue };
+                match Event::decode(message.payload.clone()) {
+                    Ok(event) => match memory.on_event(&event).await {
+                        Ok(()) => { let _ = message.ack().await; }
+                        Err(e) => {
+                            warn!(goal_id = %event.goal_id, error = %e, "cannot record a goal event in memory; will retry");
+                            let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(Some(Duration::from_secs(2)))).await;
+                        }
+                    },
+                    // Undecodable events are the dispatcher's to dead-letter; memory skips them.
+                    Err(_) => { let _ = message.ack().await; }
+                }
+            }
+            _ = sweep.tick() => {
+                match bus.artifacts().sweep_expired(now_unix_ms()).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(deleted = n, "expired artifacts deleted"),
+                    Err(e) => warn!(error = %e, "artifact sweep failed"),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Answers one NATS request: decode by method, run, reply with the proto or an error header.
+async fn serve_request(memory: &Memory, request: async_nats::Message) {
+    let Some(reply) = request.reply.clone() else { return };
+    let method = request.subject.rsplit('.').next().unwrap_or_default().to_owned();
+    let body = request.payload;
+    fn decode<T: prost::Message + Default>(body: bytes::Bytes) -> Result<T> {
+        T::decode(body).map_err(|e| Error::Decode { kind: "memory request", reason: e.to_string() })
+    }
+    let result: Result<Vec<u8>> = async {
+        Ok(match method.as_str() {
+            "context" => memory.context(decode(body)?).await?.encode_to_vec(),
+            "append_turn" => memory.append_turn(decode(body)?).await?.encode_to_vec(),
+            "session" => memory.session(decode(body)?).await?.encode_to_vec(),
+            "upsert" => memory.upsert(decode(body)?).await?.encode_to_vec(),
+            "search" => memory.search(decode(body)?).await?.encode_to_vec(),
+            "get_doc" => memory.get_doc(decode(body)?)?.encode_to_vec(),
+            "collections" => memory.collections(decode(body)?).encode_to_vec(),
+            other => {
+                return Err(Error::InvalidArgument {
+                    field: "method".into(),
+                    reason: format!("no memory method `{other}`"),
+                });
+            }
+        })
+    }
+    .await;
+    let client = memory.bus.client();
+    let sent = match result {
+        Ok(body) => client.publish(reply, body.into()).await,
+        Err(e) => {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(ERROR_CODE_HEADER, e.code().as_str());
+            headers.insert(ERROR_MESSAGE_HEADER, e.to_string().replace(['\r', '\n'], " ").as_str());
+            client.publish_with_headers(reply, headers, bytes::Bytes::new()).await
+        }
+    };
+    if let Err(e) = sent {
+        warn!(error = %e, "cannot reply to a memory request");
+    }
+}

@@ -1,0 +1,112 @@
+//! The memory service against a real nats-server: everything it keeps (sessions, artifacts,
+//! vectors) survives a restart of the service, and a collection refuses vectors of another
+//! embedding model or dimension, before and after the restart.
+
+use std::collections::HashMap;
+
+use hermes_core::{Bus, BusConfig};
+use hermes_memory::{Memory, MemoryConfig, Vectors};
+use hermes_proto::{AppendTurnRequest, MemoryDoc, SessionRequest, SessionTurn};
+use tokio_util::sync::CancellationToken;
+
+fn doc(id: &str, kind: &str) -> MemoryDoc {
+    MemoryDoc {
+        id: id.into(),
+        text: format!("text of {id}"),
+        metadata: [("kind".into(), kind.into())].into(),
+        ..Default::default()
+    }
+}
+
+fn turn(i: usize) -> AppendTurnRequest {
+    let role = if i.is_multiple_of(2) { "user" } else { "assistant" };
+    AppendTurnRequest {
+        turn: Some(SessionTurn {
+            session_id: "s-1".into(),
+            role: role.into(),
+            content: format!("turn {i}. I prefer short answers."),
+            ..Default::default()
+        }),
+    }
+}
+
+#[tokio::test]
+async fn sessions_artifacts_and_vectors_survive_a_restart_and_mismatches_are_refused() {
+    let nats = hermes_test_util::NatsServer::start();
+    let bus = Bus::connect(BusConfig::new(nats.url())).await.unwrap();
+    let first_run = CancellationToken::new();
+    let memory = Memory::open(bus.clone(), MemoryConfig::default(), first_run.clone()).await.unwrap();
+    for i in 0..13 {
+        memory.append_turn(turn(i)).await.unwrap();
+    }
+    let artifact =
+        bus.artifacts().put(&vec![7u8; 300_000], "application/octet-stream", "g-1", None).await.unwrap();
+    let vectors = Vectors::load(Vectors::open_bucket(&bus).await.unwrap(), first_run.clone()).await.unwrap();
+    vectors
+        .upsert(
+            "notes",
+            "model-a",
+            vec![doc("near", "goal"), doc("far", "note")],
+            vec![vec![1.0, 0.0, 0.0], vec![0.0, 1.0, 0.0]],
+        )
+        .await
+        .unwrap();
+    let err =
+        vectors.upsert("notes", "model-b", vec![doc("x", "goal")], vec![vec![1.0; 4]]).await.unwrap_err();
+    assert_eq!(err.code().as_str(), "FAILED_PRECONDITION");
+    assert!(err.to_string().contains("3-dimensional vectors of `model-a`"), "{err}");
+    first_run.cancel();
+    drop((memory, vectors));
+
+    // A new service process: a new connection, the same server.
+    let bus = Bus::connect(BusConfig::new(nats.url())).await.unwrap();
+    let second_run = CancellationToken::new();
+    let memory = Memory::open(bus.clone(), MemoryConfig::default(), second_run.clone()).await.unwrap();
+    let session = memory.session(SessionRequest { session_id: "s-1".into() }).await.unwrap();
+    assert_eq!(session.total_turns, 13);
+    assert_eq!(session.turns.len(), 10);
+    assert_eq!(session.turns[0].content, "turn 3. I prefer short answers.");
+    let summary = session.summary.unwrap();
+    assert!(summary.preferences.iter().any(|p| p.contains("I prefer short answers")), "{summary:?}");
+    assert_eq!(bus.artifacts().get(&artifact.reference).await.unwrap(), vec![7u8; 300_000]);
+
+    let vectors = Vectors::load(Vectors::open_bucket(&bus).await.unwrap(), second_run.clone()).await.unwrap();
+    let hits = vectors.index().search("notes", &[0.9, 0.1, 0.0], 1, &HashMap::new(), &[]);
+    assert_eq!(hits[0].doc.as_ref().unwrap().id, "near");
+    let filter = [("kind".to_owned(), "note".to_owned())].into();
+    assert_eq!(vectors.index().search("notes", &[0.9, 0.1, 0.0], 5, &filter, &[]).len(), 1);
+    let err =
+        vectors.upsert("notes", "model-a", vec![doc("y", "goal")], vec![vec![1.0; 5]]).await.unwrap_err();
+    assert_eq!(err.code().as_str(), "FAILED_PRECONDITION", "{err}");
+    let collections = vectors.index().collections();
+    assert_eq!((collections[0].dimension, collections[0].documents), (3, 2));
+    second_run.cancel();
+}
+
+#[tokio::test]
+async fn semantic_requests_without_an_embedding_model_say_how_to_get_one() {
+    let nats = hermes_test_util::NatsServer::start();
+    let bus = Bus::connect(BusConfig::new(nats.url())).await.unwrap();
+    let run = CancellationToken::new();
+    let memory = Memory::open(bus.clone(), MemoryConfig::default(), run.clone()).await.unwrap();
+    tokio::spawn(hermes_memory::run(memory, run.clone()));
+    let client = hermes_memory::MemoryClient::new(&bus);
+    let mut ready = false;
+    for _ in 0..100 {
+        match client.collections().await {
+            Ok(_) => {
+                ready = true;
+                break;
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+    assert!(ready, "the memory service answers over NATS");
+    let err = client
+        .search(&hermes_proto::SearchRequest { query: "x".into(), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().as_str(), "FAILED_PRECONDITION");
+    assert!(err.to_string().contains("HERMES_EMBEDDING_PROVIDER"), "{err}");
+    run.cancel();
+}
