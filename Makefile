@@ -10,7 +10,7 @@ MINILM_VERSION := 0.1.0
 LOCAL_MODEL := $(TOOLS)/models/SmolLM2-135M-Instruct.Q4_1.gguf
 LOCAL_EMBEDDING_DIR := $(TOOLS)/models/all-MiniLM-L6-v2
 # The embedded local model is compiled in for tests, the demo and the bench.
-FEATURES := --features hermes-planner/local,hermes-cli/local,hermes-bench/local,hermes-memory/local
+FEATURES := --features hermes-planner/local,hermes-cli/local,hermes-bench/local,hermes-memory/local,hermes-tests/local
 CARGO ?= cargo
 export HERMES_NATS_SERVER_BIN ?= $(NATS_SERVER)
 export HERMES_LOCAL_MODEL ?= $(LOCAL_MODEL)

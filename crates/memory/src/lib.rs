@@ -223,10 +223,14 @@ impl Memory {
 
     /// What the planner gets: the session window and the memories most related to the goal.
     pub async fn context(&self, request: ContextRequest) -> Result<ContextReply> {
-        let session = match request.session_id.as_str() {
+        let mut session = match request.session_id.as_str() {
             "" => None,
             id => self.sessions.get(id).await?,
         };
+        // The goal being planned may already be a turn; the planner has its text anyway.
+        if let Some(session) = session.as_mut() {
+            session.turns.retain(|t| request.goal_id.is_empty() || t.goal_id != request.goal_id);
+        }
         let mut memories = Vec::new();
         if self.config.embedder.is_some() && !request.goal_text.trim().is_empty() {
             let top_k = if request.top_k == 0 { self.config.recall_top_k as u32 } else { request.top_k };

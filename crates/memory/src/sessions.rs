@@ -125,7 +125,7 @@ impl Sessions {
                 let overflow = state.turns.len() - self.window;
                 let old: Vec<SessionTurn> = state.turns.drain(..overflow).collect();
                 let summary = state.summary.take().unwrap_or_default();
-                state.summary = Some(self.fold(summary, &old).await);
+                state.summary = Some(self.fold(summary, &old, &state.turns).await);
             }
             let body = state.encode_to_vec();
             let written = if revision == 0 {
@@ -159,7 +159,13 @@ impl Sessions {
         Ok(out)
     }
 
-    async fn fold(&self, summary: SessionSummary, old: &[SessionTurn]) -> SessionSummary {
+    /// Folds `old` into `summary`; `later` are the turns that stay verbatim.
+    async fn fold(
+        &self,
+        summary: SessionSummary,
+        old: &[SessionTurn],
+        later: &[SessionTurn],
+    ) -> SessionSummary {
         if let Some(model) = &self.summarizer {
             match fold_with_model(model.as_ref(), &summary, old).await {
                 Ok(folded) => return folded,
@@ -168,7 +174,7 @@ impl Sessions {
                 }
             }
         }
-        fold_extractive(summary, old)
+        fold_extractive(summary, old, later)
     }
 }
 
@@ -193,9 +199,13 @@ fn push_capped(list: &mut Vec<String>, item: String) {
 }
 
 /// The fallback: preferences are user sentences that state one ("I prefer", "always", "use ...",
-/// "don't"), open items are user questions and requests not yet answered by a later turn, and
-/// facts are the first sentence of each answer.
-pub fn fold_extractive(mut summary: SessionSummary, old: &[SessionTurn]) -> SessionSummary {
+/// "don't"), open items are user requests no later turn (folded or `later`) answered, and facts
+/// are the first sentence of each answer.
+pub fn fold_extractive(
+    mut summary: SessionSummary,
+    old: &[SessionTurn],
+    later: &[SessionTurn],
+) -> SessionSummary {
     const PREFERENCE_MARKERS: [&str; 9] =
         ["prefer", "always", "never", "please use", "i like", "i want", "don't", "do not", "use "];
     for (i, turn) in old.iter().enumerate() {
@@ -208,7 +218,7 @@ pub fn fold_extractive(mut summary: SessionSummary, old: &[SessionTurn]) -> Sess
                         push_capped(&mut summary.preferences, sentence.to_owned());
                     }
                 }
-                let answered = old[i + 1..].iter().any(|t| t.role == "assistant");
+                let answered = old[i + 1..].iter().chain(later).any(|t| t.role == "assistant");
                 if !answered {
                     push_capped(&mut summary.open_items, text.to_owned());
                 }
@@ -328,7 +338,7 @@ mod tests {
             turn("assistant", "April sales were 1200 EUR. Toys led."),
             turn("user", "Next, compare with March later"),
         ];
-        let summary = fold_extractive(SessionSummary::default(), &old);
+        let summary = fold_extractive(SessionSummary::default(), &old, &[]);
         assert_eq!(summary.preferences, vec!["I prefer euros in every report"]);
         assert_eq!(summary.facts, vec!["April sales were 1200 EUR"]);
         assert_eq!(summary.open_items, vec!["Next, compare with March later"]);
