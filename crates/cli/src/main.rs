@@ -102,6 +102,13 @@ enum Command {
         #[command(flatten)]
         server: ServerArg,
     },
+    /// Show memory: sessions, artifacts, semantic search.
+    Memory {
+        #[command(subcommand)]
+        command: hermes_cli::memory_cmd::MemoryCommand,
+        #[command(flatten)]
+        server: ServerArg,
+    },
     /// Approve a tool call that waits for confirmation.
     Approve {
         goal_id: String,
@@ -264,6 +271,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 );
             }
             Ok(0)
+        }
+        Command::Memory { command, server } => {
+            hermes_cli::memory_cmd::run(channel(&server.server).await?, command).await
         }
         Command::Approve { goal_id, call_id, note, server } => {
             decide(&server.server, goal_id, call_id, true, note).await

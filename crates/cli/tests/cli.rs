@@ -202,3 +202,61 @@ fn submit_watch_asks_y_or_n_for_approvals() {
         }
     }
 }
+
+/// `hermes memory` shows what the memory service in `hermes up` keeps: the session a goal was
+/// submitted in, the artifact its large output became, and a clear error for search without an
+/// embedding model.
+#[test]
+fn hermes_memory_shows_sessions_artifacts_and_explains_search() {
+    let nats = hermes_test_util::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let big: String = (0..5000).map(|i| format!("line {i} of a large file\n")).collect();
+    std::fs::write(work.path().join("big.txt"), &big).unwrap();
+    std::fs::write(
+        work.path().join("plan.yaml"),
+        "nodes:\n  - id: read\n    task_type: fs.read\n    inputs: {path: big.txt}\n",
+    )
+    .unwrap();
+    let (_up, server) =
+        hermes_up_with(&nats.url(), data.path(), &["--workspace", work.path().to_str().unwrap()]);
+    let plan = work.path().join("plan.yaml");
+    let out = hermes(&[
+        "submit",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--session",
+        "demo-1",
+        "--watch",
+        "--server",
+        &server,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = hermes(&["memory", "session", "demo-1", "--server", &server]);
+        let shown = text(&out);
+        if shown.contains("(2 turns") {
+            assert!(shown.contains("user: (a plan of 1 nodes)") && shown.contains("assistant:"), "{shown}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the session was not recorded: {shown}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = hermes(&["memory", "sessions", "--server", &server]);
+    assert!(text(&out).contains("demo-1"), "{}", text(&out));
+
+    let out = hermes(&["memory", "artifacts", "--server", &server]);
+    let listing = text(&out);
+    let reference = listing.split_whitespace().find(|w| w.starts_with("art-")).expect(&listing).to_owned();
+    let copy = work.path().join("artifact.json");
+    let out = hermes(&["memory", "artifact", &reference, "-o", copy.to_str().unwrap(), "--server", &server]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(&copy).unwrap()).unwrap();
+    assert_eq!(stored["text"].as_str().unwrap(), big);
+
+    let out = hermes(&["memory", "search", "large file", "--server", &server]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("HERMES_EMBEDDING_PROVIDER"), "{}", text(&out));
+}
