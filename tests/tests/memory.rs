@@ -172,3 +172,60 @@ async fn a_related_earlier_goal_is_recalled_into_the_planner_prompt() {
     assert!(!first_prompt.contains("# Memory"), "{first_prompt}");
     t.stop().await;
 }
+
+/// The memory service with the local MiniLM embeddings.
+#[cfg(feature = "local")]
+fn local_memory() -> hermes_memory::MemoryConfig {
+    let dir = std::env::var_os("HERMES_LOCAL_EMBEDDING_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| hermes_tests::repo_root().join(".tools/models/all-MiniLM-L6-v2"));
+    let embedding = hermes_llm::embed::EmbeddingArgs {
+        embedding_provider: Some("local".into()),
+        local_embedding_dir: dir,
+        ..Default::default()
+    };
+    hermes_memory::MemoryConfig { embedder: embedding.embedder().unwrap(), ..Default::default() }
+}
+
+/// The agents' `memory.put`, `memory.search` and `memory.get` tools, as plan nodes.
+#[cfg(feature = "local")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_tools_put_search_and_get_through_the_memory_service() {
+    use hermes_proto::TaskPlan;
+    use hermes_tests::node;
+    let mut t =
+        TestStack::start_with(StackOptions { memory: Some(local_memory()), ..Default::default() }).await;
+    let plan = TaskPlan {
+        nodes: vec![
+            node(
+                "put",
+                "memory.put",
+                json!({"id": "fact-1", "text": "The Oslo office moved to Bjørvika in 2025.", "metadata": {"kind": "fact"}}),
+                &[],
+            ),
+            node(
+                "other",
+                "memory.put",
+                json!({"id": "fact-2", "text": "Lunch is served at noon.", "metadata": {"kind": "fact"}}),
+                &[],
+            ),
+            node(
+                "find",
+                "memory.search",
+                json!({"query": "where is the Norwegian office now?", "top_k": 2, "filter": {"kind": "fact"}}),
+                &["put", "other"],
+            ),
+            node("get", "memory.get", json!({"id": {"$ref": "find.hits.0.id"}}), &["find"]),
+        ],
+        output_node: "get".into(),
+        ..Default::default()
+    };
+    let goal_id = t.submit(plan).await.unwrap();
+    let events = t.events(&goal_id).await;
+    let Some(Kind::GoalCompleted(done)) = &events.last().unwrap().kind else { panic!("{:?}", events.last()) };
+    let output: serde_json::Value = serde_json::from_str(&done.output_json).unwrap();
+    assert_eq!(output["id"], "fact-1");
+    assert_eq!(output["metadata"]["kind"], "fact");
+    assert!(output["text"].as_str().unwrap().contains("Bjørvika"));
+    t.stop().await;
+}

@@ -117,7 +117,7 @@ impl Agent {
                 config.workspace.display()
             )));
         }
-        let mut registry = build_registry(&config).await.map_err(Error::Config)?;
+        let mut registry = build_registry(&config, Some(&bus)).await.map_err(Error::Config)?;
         registry.require_confirm(&config.confirm_tools).map_err(Error::Config)?;
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
@@ -191,9 +191,9 @@ impl Agent {
 }
 
 /// The agent's tools: the built-ins it asks for (all but `code.python` when it names none),
-/// `code.python` when enabled, the tools of its MCP servers, and with a model `text.summarize`
-/// and `agent.run` over all the others.
-pub async fn build_registry(config: &AgentConfig) -> Result<ToolRegistry, String> {
+/// with a bus the `memory.*` tools, `code.python` when enabled, the tools of its MCP servers,
+/// and with a model `text.summarize` and `agent.run` over all the others.
+pub async fn build_registry(config: &AgentConfig, bus: Option<&Bus>) -> Result<ToolRegistry, String> {
     let wanted = &config.tools;
     let wants = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
     let mut registry = ToolRegistry::default();
@@ -201,6 +201,19 @@ pub async fn build_registry(config: &AgentConfig) -> Result<ToolRegistry, String
     for tool in &builtins {
         if wants(tool.name()) {
             registry.register(tool.clone())?;
+        }
+    }
+    if let Some(bus) = bus {
+        let memory = hermes_memory::MemoryClient::new(bus);
+        let tools: [Arc<dyn Tool>; 3] = [
+            Arc::new(tools::MemoryPut(memory.clone())),
+            Arc::new(tools::MemoryGet(memory.clone())),
+            Arc::new(tools::MemorySearch(memory)),
+        ];
+        for tool in tools {
+            if wants(tool.name()) {
+                registry.register(tool)?;
+            }
         }
     }
     match &config.code_python {
@@ -228,7 +241,7 @@ pub async fn build_registry(config: &AgentConfig) -> Result<ToolRegistry, String
     if let Some(unknown) = wanted.iter().find(|w| !registry.contains(w)) {
         let known: Vec<&str> = builtins.iter().map(|t| t.name()).collect();
         return Err(format!(
-            "unknown tool `{unknown}`; available: {} (code.python when enabled, agent.run and text.summarize with a model, and MCP tools as <server>.<tool>)",
+            "unknown tool `{unknown}`; available: {} (memory.put/get/search, code.python when enabled, agent.run and text.summarize with a model, and MCP tools as <server>.<tool>)",
             known.join(", ")
         ));
     }

@@ -91,13 +91,13 @@ async fn the_time_and_memory_limits_hold() {
 async fn code_python_is_off_by_default_and_asks_for_approval_when_on() {
     let workspace = tempfile::tempdir().unwrap();
     let mut config = AgentConfig::new("py", workspace.path());
-    let default_tools = build_registry(&config).await.unwrap();
+    let default_tools = build_registry(&config, None).await.unwrap();
     assert!(!default_tools.contains("code.python"));
     config.tools = vec!["code.python".into()];
-    let err = build_registry(&config).await.err().unwrap();
+    let err = build_registry(&config, None).await.err().unwrap();
     assert!(err.contains("disabled"), "{err}");
     config.code_python = Some(CodePythonConfig::default());
-    let tools = build_registry(&config).await.unwrap();
+    let tools = build_registry(&config, None).await.unwrap();
     let spec = tools.specs().into_iter().find(|s| s.name == "code.python").unwrap();
     assert!(spec.require_confirm && spec.side_effects);
     // Outside a task nobody can approve, so the call is denied without running.

@@ -36,7 +36,7 @@ async fn mcp_tools_are_mounted_validated_and_called_through_the_loop() {
     config.tools = vec!["notes.add".into(), "notes.append-note".into(), "notes.fail".into()];
     config.mcp = vec![server(&notes)];
     config.llm = Some(AgentModel(Arc::new(OpenAiChat::new(model).unwrap())));
-    let registry = build_registry(&config).await.unwrap();
+    let registry = build_registry(&config, None).await.unwrap();
     let ctx = ToolContext { workspace: workspace.path().to_path_buf(), task: None };
 
     // The server's schema is the tool's schema: bad arguments never reach the server.
@@ -69,11 +69,11 @@ async fn a_missing_server_or_tool_stops_the_agent_with_a_clear_error() {
     let mut spec = server(&workspace.path().join("n"));
     spec.tools = Some(vec!["subtract".into()]);
     config.mcp = vec![spec];
-    let err = build_registry(&config).await.err().unwrap();
+    let err = build_registry(&config, None).await.err().unwrap();
     assert!(err.contains("has no tool `subtract`"), "{err}");
     let mut spec = server(&workspace.path().join("n"));
     spec.command = "/nonexistent/mcp-server".into();
     config.mcp = vec![spec];
-    let err = build_registry(&config).await.err().unwrap();
+    let err = build_registry(&config, None).await.err().unwrap();
     assert!(err.contains("cannot start MCP server `notes`"), "{err}");
 }

@@ -55,6 +55,8 @@ pub struct MemoryConfig {
     pub recall_top_k: usize,
     /// The longest an artifact is kept: set on the artifact store's stream at start.
     pub artifacts_max_age: Duration,
+    /// Semantic memories not rewritten for this long are deleted; `None` keeps them.
+    pub memories_ttl: Option<Duration>,
 }
 
 impl Default for MemoryConfig {
@@ -67,6 +69,7 @@ impl Default for MemoryConfig {
             summarizer: None,
             recall_top_k: 3,
             artifacts_max_age: Duration::from_secs(7 * 24 * 3600),
+            memories_ttl: None,
         }
     }
 }
@@ -95,6 +98,9 @@ pub struct MemoryArgs {
     /// shorter).
     #[arg(long, env = "HERMES_ARTIFACT_RETENTION_DAYS", default_value_t = 7)]
     pub artifact_retention_days: u64,
+    /// Days a semantic memory is kept after its last write; 0 keeps it until deleted.
+    #[arg(long, env = "HERMES_MEMORY_TTL_DAYS", default_value_t = 0)]
+    pub memory_ttl_days: u64,
     /// Memories recalled into the planner's prompt for a new goal.
     #[arg(long, env = "HERMES_MEMORY_RECALL", default_value_t = 3)]
     pub recall_top_k: usize,
@@ -116,6 +122,8 @@ impl MemoryArgs {
             summarizer: llm.summarizer_model()?,
             recall_top_k: self.recall_top_k,
             artifacts_max_age: self.artifacts_max_age(),
+            memories_ttl: (self.memory_ttl_days > 0)
+                .then(|| Duration::from_secs(self.memory_ttl_days * 24 * 3600)),
             ..MemoryConfig::default()
         })
     }
@@ -413,6 +421,13 @@ pub async fn run(memory: Memory, shutdown: CancellationToken) -> anyhow::Result<
                     Ok(0) => {}
                     Ok(n) => info!(deleted = n, "expired artifacts deleted"),
                     Err(e) => warn!(error = %e, "artifact sweep failed"),
+                }
+                if let Some(ttl) = memory.config.memories_ttl {
+                    match memory.vectors.expire(ttl).await {
+                        Ok(0) => {}
+                        Ok(n) => info!(deleted = n, "expired memories deleted"),
+                        Err(e) => warn!(error = %e, "memory expiry failed"),
+                    }
                 }
             }
         }

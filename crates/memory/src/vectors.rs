@@ -142,6 +142,20 @@ impl VectorIndex {
         scored.into_iter().map(|(score, doc)| SearchHit { doc: Some(doc.clone()), score }).collect()
     }
 
+    /// Documents (collection, id) last written before `cutoff_unix_ms`.
+    fn older_than(&self, cutoff_unix_ms: u64) -> Vec<(String, String)> {
+        let Ok(collections) = self.collections.read() else { return Vec::new() };
+        collections
+            .iter()
+            .flat_map(|(name, c)| {
+                c.docs
+                    .values()
+                    .filter(|(doc, _)| doc.updated_unix_ms < cutoff_unix_ms)
+                    .map(move |(doc, _)| (name.clone(), doc.id.clone()))
+            })
+            .collect()
+    }
+
     pub fn get(&self, collection: &str, id: &str) -> Option<MemoryDoc> {
         let collections = self.collections.read().ok()?;
         collections.get(collection)?.docs.get(id).map(|(doc, _)| doc.clone())
@@ -254,6 +268,20 @@ impl Vectors {
 
     pub fn index(&self) -> &VectorIndex {
         &self.index
+    }
+
+    /// Deletes documents last written more than `ttl` ago; returns how many.
+    pub async fn expire(&self, ttl: std::time::Duration) -> Result<usize> {
+        let cutoff = now_unix_ms().saturating_sub(ttl.as_millis() as u64);
+        let old = self.index.older_than(cutoff);
+        for (collection, id) in &old {
+            self.kv
+                .delete(format!("{collection}.{}", doc_key(id)))
+                .await
+                .map_err(|e| Error::JetStream { operation: "expire memory", reason: e.to_string() })?;
+            self.index.remove(collection, &doc_key(id));
+        }
+        Ok(old.len())
     }
 
     /// Stores documents with their vectors (unit length, one per document, from `model`).

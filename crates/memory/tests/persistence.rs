@@ -80,6 +80,20 @@ async fn sessions_artifacts_and_vectors_survive_a_restart_and_mismatches_are_ref
     assert_eq!(err.code().as_str(), "FAILED_PRECONDITION", "{err}");
     let collections = vectors.index().collections();
     assert_eq!((collections[0].dimension, collections[0].documents), (3, 2));
+
+    // Retention: an artifact past its TTL and memories past theirs are deleted; others stay.
+    let short = bus
+        .artifacts()
+        .put(b"brief", "text/plain", "g-2", Some(std::time::Duration::from_millis(1)))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    assert_eq!(bus.artifacts().sweep_expired(hermes_core::now_unix_ms()).await.unwrap(), 1);
+    assert_eq!(bus.artifacts().get(&short.reference).await.unwrap_err().code().as_str(), "NOT_FOUND");
+    assert!(bus.artifacts().get(&artifact.reference).await.is_ok());
+    assert_eq!(vectors.expire(std::time::Duration::from_secs(3600)).await.unwrap(), 0);
+    assert_eq!(vectors.expire(std::time::Duration::ZERO).await.unwrap(), 2);
+    assert!(vectors.index().search("notes", &[1.0, 0.0, 0.0], 5, &HashMap::new(), &[]).is_empty());
     second_run.cancel();
 }
 
