@@ -18,6 +18,7 @@ use prost::Message as _;
 use tokio::sync::{Mutex, Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
+mod memory;
 mod routing;
 
 // The same allocator as the `hermes` binaries (mimalloc), counting live bytes for the
@@ -99,7 +100,42 @@ async fn main() -> anyhow::Result<()> {
         memory.iter().map(|(total, per)| format!("{per:.0} B/agent at {total}")).collect();
     println!("registry memory: {} (a flat figure = linear growth)", steps.join(", "));
     println!("target: route p99 under 1 ms; memory linear in agents.");
+    memory_rows(&nats.url()).await?;
     local_model_rows();
+    Ok(())
+}
+
+/// Semantic memory: exact search against a flat scan, upsert against raw KV puts.
+async fn memory_rows(nats_url: &str) -> anyhow::Result<()> {
+    println!(
+        "\n{:<58} {:>12} {:>12} {:>8}",
+        "semantic memory (384-dim, top-5, exact)", "p50 ms", "p99 ms", "p50 x"
+    );
+    for n in [10_000, 100_000] {
+        let (p50, p99, floor50, floor99) = memory::search_latency(n, 200);
+        println!("{:<58} {:>12.2} {:>12.2}", format!("flat-array scan floor, {n} vectors"), floor50, floor99);
+        println!(
+            "{:<58} {:>12.2} {:>12.2} {:>8.2}",
+            format!("VectorIndex::search, {n} vectors"),
+            p50,
+            p99,
+            p50 / floor50.max(1e-9)
+        );
+    }
+    let bus = hermes_core::Bus::connect(hermes_core::BusConfig::new(nats_url)).await?;
+    let (ours, floor) = memory::upsert_throughput(&bus, 2_000).await?;
+    println!("{:<58} {:>12.0}", "raw KV put floor (values/s)", floor);
+    println!(
+        "{:<58} {:>12.0} {:>21.2}",
+        "Vectors::upsert, batches of 100 (documents/s)",
+        ours,
+        ours / floor.max(1e-9)
+    );
+    #[cfg(feature = "local")]
+    match memory::embedding_throughput().await {
+        Some(rate) => println!("{:<58} {:>12.1}", "local MiniLM embeddings (texts/s, batch 128)", rate),
+        None => println!("local MiniLM embeddings: not measured (run `make models`)"),
+    }
     Ok(())
 }
 

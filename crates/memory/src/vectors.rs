@@ -90,7 +90,8 @@ impl VectorIndex {
         }
     }
 
-    fn set_meta(&self, collection: &str, model: &str, dimension: usize) {
+    /// Records a collection's model and dimension (what the bucket's `_meta` entry says).
+    pub fn set_meta(&self, collection: &str, model: &str, dimension: usize) {
         if let Ok(mut collections) = self.collections.write() {
             let c = collections.entry(collection.to_owned()).or_default();
             c.model = model.to_owned();
@@ -98,7 +99,8 @@ impl VectorIndex {
         }
     }
 
-    fn insert(&self, collection: &str, doc: MemoryDoc, vector: Vec<f32>) {
+    /// Adds or replaces a document in memory only (persisting is [`Vectors::upsert`]'s job).
+    pub fn insert(&self, collection: &str, doc: MemoryDoc, vector: Vec<f32>) {
         if let Ok(mut collections) = self.collections.write() {
             let c = collections.entry(collection.to_owned()).or_default();
             c.docs.insert(doc.id.clone(), (doc, vector));
