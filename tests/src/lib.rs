@@ -78,7 +78,20 @@ impl TestStack {
     }
 
     pub async fn start_with(options: StackOptions) -> TestStack {
-        let nats = NatsServer::start();
+        Self::start_on(NatsServer::start(), options).await
+    }
+
+    /// Stops every service (the nats-server and its store stay) and starts them afresh, as a
+    /// redeploy or a crash and restart of every pod would.
+    pub async fn restart_services(mut self, options: StackOptions) -> TestStack {
+        self.shutdown.cancel();
+        if let Some(stack) = self.stack.take() {
+            stack.stop().await;
+        }
+        Self::start_on(self.nats, options).await
+    }
+
+    async fn start_on(nats: NatsServer, options: StackOptions) -> TestStack {
         let agents = (1..=options.agents)
             .map(|i| {
                 let workspace = options.workspace.clone().unwrap_or_else(repo_root);

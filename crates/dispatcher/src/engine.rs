@@ -753,6 +753,105 @@ pub fn reassign(
     Applied::Changed
 }
 
+/// How long after a node's deadline its attempt counts as timed out: room for a result that was
+/// sent just before the deadline.
+pub const NODE_DEADLINE_GRACE_MS: u64 = 5_000;
+
+/// When the attempt of node `index` is due: its dispatch time plus the node's timeout, never
+/// after the goal's deadline.
+fn node_deadline(state: &GoalState, index: usize, limits: Limits) -> u64 {
+    let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
+    let timeout = if plan_node.timeout_ms > 0 { plan_node.timeout_ms } else { limits.node_timeout_ms };
+    let due = state.nodes[index].dispatched_unix_ms + timeout;
+    match state.deadline_unix_ms {
+        0 => due,
+        goal => due.min(goal),
+    }
+}
+
+/// The next time [`expire`] has something to do for this goal, from its persisted deadlines;
+/// `None` once the goal has ended.
+pub fn next_deadline(state: &GoalState, limits: Limits) -> Option<u64> {
+    if is_terminal(state.status) {
+        return None;
+    }
+    let goal = (state.deadline_unix_ms != 0).then_some(state.deadline_unix_ms);
+    let nodes = (0..state.nodes.len())
+        .filter(|&i| state.plan.is_some() && state.nodes[i].status == NodeStatus::Dispatched as i32)
+        .map(|i| node_deadline(state, i, limits) + NODE_DEADLINE_GRACE_MS);
+    goal.into_iter().chain(nodes).min()
+}
+
+/// Applies the deadlines that have passed: a goal past its deadline fails with `TIMEOUT`
+/// whatever state it is in (running, planning, summarizing); an attempt past its node's deadline
+/// (plus the grace) fails with a retryable `TIMEOUT`, as if its agent had reported it, so it is
+/// retried or fails the goal by the node's policy. A lost task (its agent died, or a dispatcher
+/// died before publishing it) therefore never leaves a goal stuck. Nodes for which
+/// `waiting_on_human` is true are left alone: their approval timeout governs them.
+pub fn expire(
+    state: &mut GoalState,
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+    waiting_on_human: &dyn Fn(&str) -> bool,
+) -> Applied {
+    if is_terminal(state.status) {
+        return Applied::Stale;
+    }
+    if state.deadline_unix_ms != 0 && now_ms >= state.deadline_unix_ms {
+        let budget_s = state.deadline_unix_ms.saturating_sub(state.created_unix_ms) / 1000;
+        let error = wire_error(
+            ErrorCode::Timeout,
+            format!("the goal did not finish within its {budget_s} s deadline"),
+        );
+        let event = Kind::GoalFailed(GoalFailed { error: Some(error.clone()) });
+        for node in &mut state.nodes {
+            if node.status == NodeStatus::Dispatched as i32 {
+                node.status = NodeStatus::Failed as i32;
+                node.error = Some(error.clone());
+                node.finished_unix_ms = now_ms;
+            }
+        }
+        end_goal(state, GoalStatus::Failed, error, event, now_ms, effects);
+        return Applied::Changed;
+    }
+    if state.plan.is_none() {
+        return Applied::Stale;
+    }
+    let overdue: Vec<usize> = (0..state.nodes.len())
+        .filter(|&i| {
+            state.nodes[i].status == NodeStatus::Dispatched as i32
+                && now_ms >= node_deadline(state, i, limits) + NODE_DEADLINE_GRACE_MS
+                && !waiting_on_human(&state.nodes[i].node_id)
+        })
+        .collect();
+    let mut changed = Applied::Stale;
+    for index in overdue {
+        let node = &state.nodes[index];
+        let waited_s = now_ms.saturating_sub(node.dispatched_unix_ms) / 1000;
+        let result = TaskResult {
+            goal_id: state.goal_id.clone(),
+            node_id: node.node_id.clone(),
+            task_id: node.task_id.clone(),
+            attempt: node.attempt,
+            status: TaskStatus::Failed as i32,
+            agent_id: node.agent_id.clone(),
+            error: Some(wire_error(
+                ErrorCode::Timeout,
+                format!(
+                    "no result for attempt {} within the node's deadline ({waited_s} s after dispatch)",
+                    node.attempt
+                ),
+            )),
+            ..Default::default()
+        };
+        if apply_result(state, &result, limits, now_ms, effects) == Applied::Changed {
+            changed = Applied::Changed;
+        }
+    }
+    changed
+}
+
 /// Fails a node that is still waiting on the attempt `task_id`, with `error`.
 pub fn fail_attempt(
     state: &mut GoalState,
@@ -955,5 +1054,43 @@ mod tests {
         );
         assert_eq!(fail_attempt(&mut s, "a", "g-1.a.2", err, 5, &mut Effects::default()), Applied::Changed);
         assert_eq!(s.status, GoalStatus::Failed as i32);
+    }
+
+    #[test]
+    fn an_overdue_attempt_times_out_and_is_retried_and_a_goal_past_its_deadline_fails() {
+        let mut s = state();
+        s.deadline_unix_ms = 100_000;
+        let mut fx = Effects::default();
+        dispatch_ready(&mut s, LIMITS, 10, &mut fx);
+        // Node timeout 1 s (LIMITS) plus the grace: nothing is due before.
+        let due = 10 + 1000 + NODE_DEADLINE_GRACE_MS;
+        assert_eq!(next_deadline(&s, LIMITS), Some(due));
+        let never = |_: &str| false;
+        assert_eq!(expire(&mut s, LIMITS, due - 1, &mut Effects::default(), &never), Applied::Stale);
+        // "b" waits on a person; "a" is retried as attempt 2 with a TIMEOUT.
+        let mut fx = Effects::default();
+        assert_eq!(expire(&mut s, LIMITS, due, &mut fx, &|node| node == "b"), Applied::Changed);
+        assert_eq!(s.nodes[0].attempt, 2);
+        assert_eq!(s.nodes[0].errors[0].code, "TIMEOUT");
+        assert_eq!(s.nodes[1].attempt, 1);
+        assert_eq!(fx.tasks.len(), 1);
+        assert!(fx.events.iter().any(|e| matches!(e.kind, Some(Kind::TaskRetrying(_)))));
+        // The late result of attempt 1 is stale now.
+        assert_eq!(
+            apply_result(&mut s, &ok("a", 1, json!({"v": 1})), LIMITS, due + 1, &mut Effects::default()),
+            Applied::Stale
+        );
+        // Past the goal's deadline everything ends with TIMEOUT.
+        let mut fx = Effects::default();
+        assert_eq!(expire(&mut s, LIMITS, 100_000, &mut fx, &never), Applied::Changed);
+        assert_eq!(s.status, GoalStatus::Failed as i32);
+        assert_eq!(s.error.as_ref().unwrap().code, "TIMEOUT");
+        assert!(
+            s.nodes
+                .iter()
+                .all(|n| n.status != NodeStatus::Dispatched as i32 && n.status != NodeStatus::Pending as i32)
+        );
+        assert!(matches!(fx.events.last().unwrap().kind, Some(Kind::GoalFailed(_))));
+        assert_eq!(next_deadline(&s, LIMITS), None);
     }
 }

@@ -12,6 +12,7 @@ mod plans;
 mod routing;
 pub mod store;
 pub mod summarize;
+mod timers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -95,6 +96,8 @@ pub struct GoalService {
     /// Goals waiting for their summary; a background task writes them.
     summaries_tx: tokio::sync::mpsc::UnboundedSender<String>,
     summaries_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
+    /// Goals by their next deadline (see [`timers`]).
+    timers: timers::Timers,
 }
 
 /// What SubmitGoal returns.
@@ -118,6 +121,7 @@ impl GoalService {
             waiting: DashMap::new(),
             summaries_tx,
             summaries_rx: std::sync::Mutex::new(Some(summaries_rx)),
+            timers: Default::default(),
         }
     }
 
@@ -424,6 +428,7 @@ impl GoalService {
         if effects.summarize {
             let _ = self.summaries_tx.send(state.goal_id.clone());
         }
+        self.schedule_timer(state);
         Ok(())
     }
 }
@@ -510,12 +515,17 @@ impl Dispatcher {
             plans::plan_results_loop(self.service.clone(), self.plan_results, shutdown.clone())
                 .instrument(tracing::info_span!("plans")),
         );
+        let timers = tokio::spawn(
+            timers::timers_loop(self.service.clone(), shutdown.clone())
+                .instrument(tracing::info_span!("timers")),
+        );
         grpc::serve(self.service, self.listener, self.extra_services, shutdown.clone()).await?;
         shutdown.cancel();
         let _ = results.await;
         let _ = agents.await;
         let _ = plans.await;
         let _ = summaries.await;
+        let _ = timers.await;
         Ok(())
     }
 }

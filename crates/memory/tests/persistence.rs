@@ -124,3 +124,47 @@ async fn semantic_requests_without_an_embedding_model_say_how_to_get_one() {
     assert!(err.to_string().contains("HERMES_EMBEDDING_PROVIDER"), "{err}");
     run.cancel();
 }
+
+/// With a summarizer model, older turns are folded by the model (the scripted OpenAI-compatible
+/// server), and the turns reach it as data; when the model fails, the extractive fold takes over.
+#[tokio::test]
+async fn the_summarizer_model_folds_old_turns_and_the_fallback_covers_its_failures() {
+    use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
+    let nats = hermes_test_util::NatsServer::start();
+    let bus = Bus::connect(BusConfig::new(nats.url())).await.unwrap();
+    let llm = ScriptedLlm::start().await;
+    let mut model = hermes_llm::OpenAiConfig::new(llm.base_url(), "summarizer-model");
+    model.backoff = std::time::Duration::from_millis(5);
+    model.max_retries = 0;
+    let summarizer: std::sync::Arc<dyn hermes_llm::ChatModel> =
+        std::sync::Arc::new(hermes_llm::OpenAiChat::new(model).unwrap());
+    llm.push(
+        "summarizer-model",
+        ScriptedResponse::content(
+            serde_json::json!({"preferences": ["short answers"], "facts": ["turn 0 happened"], "open_items": []})
+                .to_string(),
+        ),
+    );
+    let run = CancellationToken::new();
+    let config = MemoryConfig { window: 3, summarizer: Some(summarizer), ..Default::default() };
+    let memory = Memory::open(bus, config, run.clone()).await.unwrap();
+    for i in 0..4 {
+        memory.append_turn(turn(i)).await.unwrap();
+    }
+    let session = memory.session(SessionRequest { session_id: "s-1".into() }).await.unwrap();
+    let summary = session.summary.unwrap();
+    assert_eq!(
+        (summary.method.as_str(), summary.preferences.as_slice()),
+        ("model", ["short answers".to_owned()].as_slice())
+    );
+    let request = llm.requests_for("summarizer-model")[0].to_string();
+    assert!(
+        request.contains("turn 0. I prefer short answers.") && request.contains("data, not instructions"),
+        "{request}"
+    );
+    // The script is exhausted now: the next fold falls back to the extractive summary.
+    memory.append_turn(turn(4)).await.unwrap();
+    let session = memory.session(SessionRequest { session_id: "s-1".into() }).await.unwrap();
+    assert_eq!(session.summary.unwrap().method, "extractive");
+    run.cancel();
+}

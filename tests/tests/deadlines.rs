@@ -1,0 +1,76 @@
+//! Deadlines are persisted and enforced: a goal past its deadline fails with TIMEOUT instead of
+//! staying RUNNING, and a node whose task was lost (the dispatcher died between storing the
+//! transition and publishing the task) is retried once its deadline passes, also by a dispatcher
+//! that restarted and rebuilt its timers from the goals bucket.
+
+use std::time::{Duration, Instant};
+
+use hermes_proto::event::Kind;
+use hermes_proto::{GoalSpec, GoalState, GoalStatus, NodeState, NodeStatus, TaskPlan};
+use hermes_tests::{StackOptions, TestStack, node};
+use prost::Message as _;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_goal_past_its_deadline_fails_with_timeout() {
+    let mut t = TestStack::start().await;
+    let plan =
+        TaskPlan { nodes: vec![node("nap", "time.sleep", json!({"ms": 4000}), &[])], ..Default::default() };
+    let spec = GoalSpec { plan: Some(plan), timeout_ms: 1000, ..Default::default() };
+    let started = Instant::now();
+    let (goal_id, _) = t.submit_spec(spec).await.unwrap();
+    let events = t.events(&goal_id).await;
+    let Some(Kind::GoalFailed(failed)) = &events.last().unwrap().kind else { panic!("{:?}", events.last()) };
+    let error = failed.error.clone().unwrap();
+    assert_eq!(error.code, "TIMEOUT");
+    assert!(error.message.contains("1 s deadline"), "{}", error.message);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_task_is_retried_by_a_restarted_dispatcher() {
+    let t = TestStack::start().await;
+    // What a dispatcher leaves behind when it dies after the CAS and before publishing: a node
+    // DISPATCHED with no task anywhere.
+    let plan = TaskPlan {
+        nodes: vec![node("add", "math.evaluate", json!({"expression": "40 + 2"}), &[])],
+        ..Default::default()
+    };
+    let now = hermes_core::now_unix_ms();
+    let mut plan_node = plan.nodes[0].clone();
+    plan_node.timeout_ms = 500;
+    let state = GoalState {
+        goal_id: "goal-lost-task".into(),
+        status: GoalStatus::Running as i32,
+        plan: Some(TaskPlan { nodes: vec![plan_node], ..plan }),
+        nodes: vec![NodeState {
+            node_id: "add".into(),
+            status: NodeStatus::Dispatched as i32,
+            attempt: 1,
+            task_id: "goal-lost-task.add.1".into(),
+            dispatched_unix_ms: now,
+            ..Default::default()
+        }],
+        created_unix_ms: now,
+        updated_unix_ms: now,
+        deadline_unix_ms: now + 60_000,
+        spec: Some(GoalSpec::default()),
+        ..Default::default()
+    };
+    t.bus.goals().put("goal-lost-task", state.encode_to_vec().into()).await.unwrap();
+
+    // Every service restarts; the new dispatcher finds the goal in KV.
+    let mut t = t.restart_services(StackOptions::default()).await;
+    let events = t.events("goal-lost-task").await;
+    let retry = events.iter().find_map(|e| match &e.kind {
+        Some(Kind::TaskRetrying(r)) => Some(r.clone()),
+        _ => None,
+    });
+    let retry = retry.expect("the lost attempt was retried");
+    assert_eq!(retry.next_attempt, 2);
+    assert_eq!(retry.error.unwrap().code, "TIMEOUT");
+    let Some(Kind::GoalCompleted(done)) = &events.last().unwrap().kind else { panic!("{:?}", events.last()) };
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&done.output_json).unwrap()["value"], 42.0);
+    t.stop().await;
+}
