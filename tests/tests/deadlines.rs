@@ -74,3 +74,35 @@ async fn a_lost_task_is_retried_by_a_restarted_dispatcher() {
     assert_eq!(serde_json::from_str::<serde_json::Value>(&done.output_json).unwrap()["value"], 42.0);
     t.stop().await;
 }
+
+/// Cancelling a goal makes the agent abandon its running task at once rather than finish it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancelled_goal_s_running_task_is_abandoned_by_its_agent() {
+    use futures::StreamExt;
+    let mut t = TestStack::start().await;
+    let plan =
+        TaskPlan { nodes: vec![node("nap", "time.sleep", json!({"ms": 20000}), &[])], ..Default::default() };
+    let goal_id = t.submit(plan).await.unwrap();
+    let mut results = t.bus.client().subscribe(t.bus.topology().result(&goal_id)).await.unwrap();
+    t.bus.client().flush().await.unwrap();
+    // Let the agent start the task.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cancelled_at = Instant::now();
+    t.client
+        .cancel_goal(hermes_proto::CancelGoalRequest {
+            goal_id: goal_id.clone(),
+            reason: "changed my mind".into(),
+        })
+        .await
+        .unwrap();
+    let msg = tokio::time::timeout(Duration::from_secs(5), results.next())
+        .await
+        .expect("the agent gave up")
+        .unwrap();
+    let result = hermes_proto::TaskResult::decode(msg.payload).unwrap();
+    assert_eq!(result.error.unwrap().code, "CANCELLED");
+    assert!(cancelled_at.elapsed() < Duration::from_secs(3), "{:?}", cancelled_at.elapsed());
+    let events = t.events(&goal_id).await;
+    assert!(matches!(events.last().unwrap().kind, Some(Kind::GoalCancelled(_))));
+    t.stop().await;
+}

@@ -188,6 +188,14 @@ impl Topology {
     pub fn route(&self) -> String {
         format!("{}.registry.route", self.prefix)
     }
+    /// Where a dispatcher tells agents to abandon a cancelled goal's tasks (core NATS).
+    pub fn cancel(&self, goal_id: &str) -> String {
+        format!("{}.cancel.{goal_id}", self.prefix)
+    }
+    /// Every goal's cancel subject, which agents subscribe to.
+    pub fn all_cancels(&self) -> String {
+        format!("{}.cancel.*", self.prefix)
+    }
     /// Where the registry announces agents that went offline (TTL expired or deregistered).
     pub fn agent_offline(&self) -> String {
         format!("{}.registry.offline", self.prefix)

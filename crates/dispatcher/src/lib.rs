@@ -258,6 +258,12 @@ impl GoalService {
             Some(updated) => {
                 info!(goal_id, event = "goal_cancelled", "goal cancelled");
                 self.publish_effects(&updated.state, updated.value).await?;
+                // Agents running the goal's tasks abandon them at their next step. Best effort:
+                // results that still arrive are ignored, since the goal has ended.
+                let subject = self.bus.topology().cancel(goal_id);
+                if let Err(e) = self.bus.client().publish(subject, reason.to_owned().into()).await {
+                    warn!(goal_id, error = %e, "cannot tell agents about a cancelled goal");
+                }
                 Ok(updated.state)
             }
             None => self.get(goal_id).await,

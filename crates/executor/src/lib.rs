@@ -164,7 +164,9 @@ impl Agent {
             ack_wait: self.config.ack_wait,
             in_flight: AtomicU32::new(0),
             stats: std::sync::Mutex::new(Stats::default()),
+            running: Default::default(),
         });
+        let cancels = tokio::spawn(cancel_loop(shared.clone(), shutdown.clone()));
         let span = tracing::info_span!("consume_tasks", agent = %self.config.agent_id);
         let consumer = consume(shared.clone(), self.consumers, self.config.max_concurrency, shutdown.clone())
             .instrument(span);
@@ -186,6 +188,7 @@ impl Agent {
         // leave the registry, so its remaining directed work can be handed to others.
         drained.cancel();
         let _ = heartbeat.await;
+        cancels.abort();
         Ok(())
     }
 }
@@ -257,6 +260,8 @@ struct Shared {
     ack_wait: Duration,
     in_flight: AtomicU32,
     stats: std::sync::Mutex<Stats>,
+    /// Running tasks' cancellation tokens, by task id, with their goal.
+    running: std::sync::Mutex<std::collections::HashMap<String, (String, CancellationToken)>>,
 }
 
 /// Rolling success rate and latency, reported in heartbeats.
@@ -372,8 +377,51 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
     .await;
 }
 
+/// Cancels the running tasks of goals a dispatcher cancelled.
+async fn cancel_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let subject = shared.bus.topology().all_cancels();
+    let mut cancels = match shared.bus.client().subscribe(subject).await {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "cannot subscribe to cancellations; cancelled goals' tasks will run to the end");
+            return;
+        }
+    };
+    loop {
+        let msg = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            msg = cancels.next() => match msg { Some(msg) => msg, None => return },
+        };
+        let Some(goal_id) = msg.subject.rsplit('.').next() else { continue };
+        let running = shared.running.lock().unwrap_or_else(|p| p.into_inner());
+        for (task_id, (goal, token)) in running.iter() {
+            if goal == goal_id {
+                info!(goal_id, task_id, event = "task_cancelled", "goal cancelled; abandoning its task");
+                token.cancel();
+            }
+        }
+    }
+}
+
 /// Runs the task's tool while sending progress acks, so AckWait never expires under a live agent.
 async fn run_with_progress(shared: &Shared, delivery: &Delivery<TaskMessage>) -> TaskResult {
+    let task = &delivery.message;
+    let cancel = CancellationToken::new();
+    shared
+        .running
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(task.task_id.clone(), (task.goal_id.clone(), cancel.clone()));
+    let result = run_cancellable(shared, delivery, &cancel).await;
+    shared.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&task.task_id);
+    result
+}
+
+async fn run_cancellable(
+    shared: &Shared,
+    delivery: &Delivery<TaskMessage>,
+    cancel: &CancellationToken,
+) -> TaskResult {
     let task = &delivery.message;
     let started = Instant::now();
     let started_unix_ms = now_unix_ms();
@@ -383,7 +431,7 @@ async fn run_with_progress(shared: &Shared, delivery: &Delivery<TaskMessage>) ->
             message: "the task's deadline passed before it started".into(),
         })
     } else {
-        let work = run_tool(shared, task);
+        let work = run_tool(shared, task, cancel.clone());
         tokio::pin!(work);
         // Not `interval` with its immediate first tick: that tick waits for the timer wheel
         // (about 1 ms), which would be added to every task.
@@ -392,6 +440,10 @@ async fn run_with_progress(shared: &Shared, delivery: &Delivery<TaskMessage>) ->
         loop {
             tokio::select! {
                 result = &mut work => break result,
+                _ = cancel.cancelled() => break Err(ToolError {
+                    code: ErrorCode::Cancelled,
+                    message: "the goal was cancelled".into(),
+                }),
                 _ = ticker.tick() => {
                     if let Err(e) = delivery.progress().await {
                         warn!(error = %e, "progress ack failed");
@@ -441,7 +493,11 @@ async fn run_with_progress(shared: &Shared, delivery: &Delivery<TaskMessage>) ->
     result
 }
 
-async fn run_tool(shared: &Shared, task: &TaskMessage) -> Result<serde_json::Value, ToolError> {
+async fn run_tool(
+    shared: &Shared,
+    task: &TaskMessage,
+    cancel: CancellationToken,
+) -> Result<serde_json::Value, ToolError> {
     let args: serde_json::Value = if task.inputs_json.trim().is_empty() {
         serde_json::Value::Object(Default::default())
     } else {
@@ -466,6 +522,7 @@ async fn run_tool(shared: &Shared, task: &TaskMessage) -> Result<serde_json::Val
             attempt: task.attempt,
             calls: Default::default(),
             approval_timeout: shared.approval_timeout,
+            cancel,
         }),
     };
     let result = shared.registry.call(&task.task_type, args, &ctx).await;

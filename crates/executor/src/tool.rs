@@ -106,6 +106,9 @@ pub struct TaskScope {
     pub calls: Arc<std::sync::atomic::AtomicU32>,
     /// How long a call needing confirmation waits for a human before it counts as denied.
     pub approval_timeout: Duration,
+    /// Cancelled when the goal is cancelled; long-running tools and the agent loop stop at their
+    /// next step.
+    pub cancel: tokio_util::sync::CancellationToken,
 }
 
 impl std::fmt::Debug for TaskScope {
