@@ -31,6 +31,20 @@ struct ServerArg {
     server: String,
 }
 
+/// `hermes dlq ...`.
+#[derive(Subcommand, Debug)]
+enum DlqCommand {
+    /// List dead letters, oldest first.
+    List {
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Show one dead letter with its payload decoded.
+    Show { sequence: u64 },
+    /// Publish a dead letter again on its original subject and remove it from the DLQ.
+    Replay { sequence: u64 },
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run every service in this process (development mode).
@@ -99,6 +113,13 @@ enum Command {
         /// Whole-goal timeout in seconds (0: the server default).
         #[arg(long, default_value_t = 0)]
         timeout_secs: u64,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Dead letters: messages that could not be processed.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -269,6 +290,47 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                     info.assigned,
                     hb.task_types.join(",")
                 );
+            }
+            Ok(0)
+        }
+        Command::Dlq { command, server } => {
+            let mut client = connect(&server.server).await?;
+            match command {
+                DlqCommand::List { limit } => {
+                    let list = client
+                        .list_dead_letters(hermes_proto::ListDeadLettersRequest { limit })
+                        .await
+                        .map_err(status_error)?
+                        .into_inner()
+                        .dead_letters;
+                    println!("{:>6}  {:<22} {:<40} REASON", "SEQ", "KIND", "ORIGINAL SUBJECT");
+                    for d in list {
+                        println!(
+                            "{:>6}  {:<22} {:<40} {}",
+                            d.sequence, d.subject, d.original_subject, d.reason
+                        );
+                    }
+                }
+                DlqCommand::Show { sequence } => {
+                    let d = client
+                        .get_dead_letter(hermes_proto::DeadLetterRequest { sequence })
+                        .await
+                        .map_err(status_error)?
+                        .into_inner();
+                    println!(
+                        "sequence  {}\nsubject   {}\nfrom      {} ({})",
+                        d.sequence, d.subject, d.original_subject, d.origin
+                    );
+                    println!("reason    {}\nbytes     {}\n\n{}", d.reason, d.size_bytes, d.decoded);
+                }
+                DlqCommand::Replay { sequence } => {
+                    let r = client
+                        .replay_dead_letter(hermes_proto::DeadLetterRequest { sequence })
+                        .await
+                        .map_err(status_error)?
+                        .into_inner();
+                    println!("replayed {sequence} to {} (stream sequence {})", r.subject, r.sequence);
+                }
             }
             Ok(0)
         }

@@ -98,6 +98,10 @@ impl Topology {
     pub fn all_memory_rpc(&self) -> String {
         format!("{}.memory.rpc.*", self.prefix)
     }
+    /// The queue group dispatcher replicas share max-deliveries advisories in.
+    pub fn dlq_queue_group(&self) -> String {
+        format!("{}-dlq", self.prefix)
+    }
     /// The queue group memory service replicas share requests in.
     pub fn memory_queue_group(&self) -> String {
         format!("{}-memory", self.prefix)

@@ -8,8 +8,9 @@ use futures::{Stream, StreamExt};
 use hermes_core::Error;
 use hermes_proto::dispatcher_server::{Dispatcher as DispatcherApi, DispatcherServer};
 use hermes_proto::{
-    ApproveToolCallRequest, ApproveToolCallResponse, CancelGoalRequest, Event, GetGoalRequest, Goal,
-    GoalState, ListGoalsRequest, ListGoalsResponse, SubmitGoalRequest, SubmitGoalResponse, WatchGoalRequest,
+    ApproveToolCallRequest, ApproveToolCallResponse, CancelGoalRequest, DeadLetter, DeadLetterRequest, Event,
+    GetGoalRequest, Goal, GoalState, ListDeadLettersRequest, ListDeadLettersResponse, ListGoalsRequest,
+    ListGoalsResponse, ReplayDeadLetterResponse, SubmitGoalRequest, SubmitGoalResponse, WatchGoalRequest,
 };
 use prost::Message as _;
 use tokio::net::TcpListener;
@@ -187,5 +188,31 @@ impl DispatcherApi for Api {
         };
         let goals = self.service.list(limit).await?.into_iter().map(to_goal).collect();
         Ok(Response::new(ListGoalsResponse { goals }))
+    }
+
+    async fn list_dead_letters(
+        &self,
+        request: Request<ListDeadLettersRequest>,
+    ) -> Result<Response<ListDeadLettersResponse>, Status> {
+        let limit = match request.into_inner().limit {
+            0 => 100,
+            n => n.min(10_000) as usize,
+        };
+        Ok(Response::new(ListDeadLettersResponse { dead_letters: self.service.dead_letters(limit).await? }))
+    }
+
+    async fn get_dead_letter(
+        &self,
+        request: Request<DeadLetterRequest>,
+    ) -> Result<Response<DeadLetter>, Status> {
+        Ok(Response::new(self.service.dead_letter(request.into_inner().sequence).await?))
+    }
+
+    async fn replay_dead_letter(
+        &self,
+        request: Request<DeadLetterRequest>,
+    ) -> Result<Response<ReplayDeadLetterResponse>, Status> {
+        let (subject, sequence) = self.service.replay_dead_letter(request.into_inner().sequence).await?;
+        Ok(Response::new(ReplayDeadLetterResponse { subject, sequence }))
     }
 }

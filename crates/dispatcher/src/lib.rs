@@ -6,6 +6,7 @@
 //!
 //! All state is in JetStream, so any dispatcher replica can apply any result.
 
+mod dlq;
 pub mod engine;
 mod grpc;
 mod plans;
@@ -521,6 +522,9 @@ impl Dispatcher {
             plans::plan_results_loop(self.service.clone(), self.plan_results, shutdown.clone())
                 .instrument(tracing::info_span!("plans")),
         );
+        let poison = tokio::spawn(
+            dlq::poison_loop(self.service.clone(), shutdown.clone()).instrument(tracing::info_span!("dlq")),
+        );
         let timers = tokio::spawn(
             timers::timers_loop(self.service.clone(), shutdown.clone())
                 .instrument(tracing::info_span!("timers")),
@@ -532,6 +536,7 @@ impl Dispatcher {
         let _ = plans.await;
         let _ = summaries.await;
         let _ = timers.await;
+        let _ = poison.await;
         Ok(())
     }
 }
