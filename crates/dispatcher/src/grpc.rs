@@ -54,6 +54,18 @@ struct Api {
     shutdown: CancellationToken,
 }
 
+impl Api {
+    /// Answers UNAVAILABLE at once while the NATS connection is down, rather than letting the
+    /// request wait out JetStream timeouts; the client retries.
+    fn nats_up(&self) -> Result<(), Status> {
+        use async_nats::connection::State;
+        match self.service.bus.client().connection_state() {
+            State::Connected => Ok(()),
+            _ => Err(Status::unavailable("UNAVAILABLE: NATS is unreachable; the dispatcher is reconnecting")),
+        }
+    }
+}
+
 fn goal_id_arg(goal_id: &str) -> Result<&str, Status> {
     let valid = !goal_id.is_empty()
         && goal_id.len() <= 128
@@ -92,6 +104,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<SubmitGoalRequest>,
     ) -> Result<Response<SubmitGoalResponse>, Status> {
+        self.nats_up()?;
         let spec = request
             .into_inner()
             .spec
@@ -101,6 +114,7 @@ impl DispatcherApi for Api {
     }
 
     async fn get_goal(&self, request: Request<GetGoalRequest>) -> Result<Response<Goal>, Status> {
+        self.nats_up()?;
         let req = request.into_inner();
         let state = self.service.get(goal_id_arg(&req.goal_id)?).await?;
         Ok(Response::new(to_goal(state)))
@@ -109,6 +123,7 @@ impl DispatcherApi for Api {
     type WatchGoalStream = EventStream;
 
     async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
+        self.nats_up()?;
         let req = request.into_inner();
         let goal_id = goal_id_arg(&req.goal_id)?.to_owned();
         // Fail with NOT_FOUND rather than wait forever on a goal that never existed.
@@ -159,6 +174,7 @@ impl DispatcherApi for Api {
     }
 
     async fn cancel_goal(&self, request: Request<CancelGoalRequest>) -> Result<Response<Goal>, Status> {
+        self.nats_up()?;
         let req = request.into_inner();
         let state = self.service.cancel(goal_id_arg(&req.goal_id)?, &req.reason).await?;
         Ok(Response::new(to_goal(state)))
@@ -168,6 +184,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ApproveToolCallRequest>,
     ) -> Result<Response<ApproveToolCallResponse>, Status> {
+        self.nats_up()?;
         let req = request.into_inner();
         let goal_id = goal_id_arg(&req.goal_id)?;
         let decision = self.service.decide_approval(goal_id, &req.call_id, req.approve, &req.note).await?;
@@ -182,6 +199,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListGoalsRequest>,
     ) -> Result<Response<ListGoalsResponse>, Status> {
+        self.nats_up()?;
         let limit = match request.into_inner().limit {
             0 => 100,
             n => n.min(1000) as usize,
@@ -194,6 +212,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListDeadLettersRequest>,
     ) -> Result<Response<ListDeadLettersResponse>, Status> {
+        self.nats_up()?;
         let limit = match request.into_inner().limit {
             0 => 100,
             n => n.min(10_000) as usize,
@@ -205,6 +224,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<DeadLetter>, Status> {
+        self.nats_up()?;
         Ok(Response::new(self.service.dead_letter(request.into_inner().sequence).await?))
     }
 
@@ -212,6 +232,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<ReplayDeadLetterResponse>, Status> {
+        self.nats_up()?;
         let (subject, sequence) = self.service.replay_dead_letter(request.into_inner().sequence).await?;
         Ok(Response::new(ReplayDeadLetterResponse { subject, sequence }))
     }
