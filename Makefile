@@ -17,7 +17,7 @@ export HERMES_LOCAL_MODEL ?= $(LOCAL_MODEL)
 export HERMES_LOCAL_EMBEDDING_DIR ?= $(LOCAL_EMBEDDING_DIR)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all tools models nextest build test demo bench clean fmt lint
+.PHONY: all tools models nextest build test chaos demo bench clean fmt lint
 
 all: build
 
@@ -40,6 +40,10 @@ build: tools models
 ## test: the whole suite, built once and run with nextest
 test: tools models nextest
 	$(CARGO) nextest run --workspace --no-fail-fast $(FEATURES)
+
+## chaos: the chaos suite at full trial counts (make test runs it reduced); prints its table
+chaos: tools nextest
+	HERMES_CHAOS_SCALE=full $(CARGO) nextest run -p hermes-cli --test chaos --no-capture
 
 nextest:
 	@command -v cargo-nextest >/dev/null 2>&1 || $(CARGO) install cargo-nextest --locked

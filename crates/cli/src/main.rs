@@ -77,6 +77,9 @@ enum Command {
         /// The memory service (sessions, semantic memory, artifacts' TTLs).
         #[command(flatten)]
         memory: hermes_memory::MemoryArgs,
+        /// Seconds without a heartbeat after which the registry drops an agent.
+        #[arg(long, env = "HERMES_HEARTBEAT_TTL_SECS", default_value_t = 30)]
+        heartbeat_ttl_secs: u64,
         /// Do not run the memory service in this process.
         #[arg(long, env = "HERMES_NO_MEMORY")]
         no_memory: bool,
@@ -206,6 +209,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             workspace,
             llm,
             memory,
+            heartbeat_ttl_secs,
             no_memory,
         } => {
             hermes_core::telemetry::init_logging();
@@ -214,7 +218,10 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 None => AgentsToRun::Identical { count: agents, max_concurrency, workspace },
             };
             let memory = (!no_memory).then_some(memory);
-            up(grpc_listen, nats_url, data_dir, agents, llm, memory).await?;
+            let registry = hermes_registry::RegistryConfig {
+                heartbeat_ttl: Duration::from_secs(heartbeat_ttl_secs.max(1)),
+            };
+            up(grpc_listen, nats_url, data_dir, agents, llm, memory, registry).await?;
             Ok(0)
         }
         Command::Submit {
@@ -398,6 +405,7 @@ async fn up(
     agents: AgentsToRun,
     llm: hermes_llm::config::LlmArgs,
     memory: Option<hermes_memory::MemoryArgs>,
+    registry: hermes_registry::RegistryConfig,
 ) -> anyhow::Result<()> {
     let planner = llm.planner_model()?.map(hermes_planner::PlannerConfig::new);
     let agent_model = llm.agent_model()?.map(hermes_executor::agent_loop::AgentModel);
@@ -434,7 +442,7 @@ async fn up(
     };
     let config = StackConfig {
         nats_url: nats_url.clone(),
-        registry: Default::default(),
+        registry,
         agents,
         dispatcher: hermes_dispatcher::DispatcherConfig { grpc_listen, summarizer, ..Default::default() },
         planner,

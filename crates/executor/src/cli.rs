@@ -43,6 +43,10 @@ pub struct AgentArgs {
     /// Heartbeat period in milliseconds; the registry's TTL must be at least three periods.
     #[arg(long, env = "HERMES_HEARTBEAT_MS", default_value_t = 10_000)]
     pub heartbeat_ms: u64,
+    /// Seconds a pulled task may go without an ack or progress before the server redelivers it
+    /// (applied when this agent creates a consumer; progress acks keep live tasks alive).
+    #[arg(long, env = "HERMES_AGENT_ACK_WAIT_SECS", default_value_t = 30)]
+    pub ack_wait_secs: u64,
     /// Comma-separated hosts `http.fetch` may reach (`*.example.com` for subdomains).
     #[arg(long, env = "HERMES_AGENT_HTTP_ALLOW", value_delimiter = ',', default_value = "")]
     pub http_allow: Vec<String>,
@@ -88,6 +92,7 @@ impl AgentArgs {
             max_wall_secs: Some(self.max_wall_secs),
             workspace: Some(self.workspace.clone()),
             heartbeat_ms: Some(self.heartbeat_ms),
+            ack_wait_secs: Some(self.ack_wait_secs),
             http_allow: Some(self.http_allow.clone()),
             confirm: Some(self.confirm.clone()),
             approval_timeout_secs: Some(self.approval_timeout_secs),

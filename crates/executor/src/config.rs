@@ -73,6 +73,8 @@ pub struct AgentSpec {
     pub workspace: Option<PathBuf>,
     /// Heartbeat period in milliseconds (default 10000).
     pub heartbeat_ms: Option<u64>,
+    /// Seconds before an unacked task is redelivered (default 30); progress acks extend it.
+    pub ack_wait_secs: Option<u64>,
     /// Hosts `http.fetch` may reach; empty denies all.
     pub http_allow: Option<Vec<String>>,
     /// Tools whose calls wait for a human's approval.
@@ -168,6 +170,7 @@ impl AgentSpec {
             max_wall_secs: self.max_wall_secs.or(d.max_wall_secs),
             workspace: self.workspace.or(d.workspace),
             heartbeat_ms: self.heartbeat_ms.or(d.heartbeat_ms),
+            ack_wait_secs: self.ack_wait_secs.or(d.ack_wait_secs),
             http_allow: self.http_allow.or(d.http_allow),
             confirm: self.confirm.or(d.confirm),
             approval_timeout_secs: self.approval_timeout_secs.or(d.approval_timeout_secs),
@@ -206,6 +209,9 @@ impl AgentSpec {
         }
         if let Some(ms) = self.heartbeat_ms {
             config.heartbeat_interval = Duration::from_millis(ms.max(50));
+        }
+        if let Some(secs) = self.ack_wait_secs {
+            config.ack_wait = Duration::from_secs(secs.max(1));
         }
         if let Some(secs) = self.approval_timeout_secs {
             config.approval_timeout = Duration::from_secs(secs.max(1));
