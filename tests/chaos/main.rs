@@ -67,7 +67,15 @@ impl Cluster {
 
     fn start_agent(&mut self, id: &str) {
         let child = Command::new(env!("CARGO_BIN_EXE_hermes"))
-            .args(["agent", "--nats-url", &self.nats.url(), "--agent-id", id, "--tools", "fs.write,time.sleep"])
+            .args([
+                "agent",
+                "--nats-url",
+                &self.nats.url(),
+                "--agent-id",
+                id,
+                "--tools",
+                "fs.write,time.sleep",
+            ])
             .args(["--heartbeat-ms", "200", "--ack-wait-secs", "3", "--max-concurrency", "64", "--workspace"])
             .arg(self.workspace.path())
             .stdout(Stdio::null())
@@ -101,7 +109,12 @@ impl Cluster {
             if let Ok(channel) = channel {
                 let mut registry = hermes_proto::registry_client::RegistryClient::new(channel);
                 if let Ok(reply) = registry.list_agents(hermes_proto::ListAgentsRequest {}).await {
-                    let live = reply.into_inner().agents.iter().filter(|a| a.heartbeat.as_ref().is_some_and(|h| !h.draining)).count();
+                    let live = reply
+                        .into_inner()
+                        .agents
+                        .iter()
+                        .filter(|a| a.heartbeat.as_ref().is_some_and(|h| !h.draining))
+                        .count();
                     if live >= n {
                         return;
                     }
@@ -137,8 +150,18 @@ impl Cluster {
                 ],
                 ..Default::default()
             };
-            let spec = GoalSpec { plan: Some(plan), idempotency_key: tag.clone(), timeout_ms: 120_000, ..Default::default() };
-            let goal_id = client.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
+            let spec = GoalSpec {
+                plan: Some(plan),
+                idempotency_key: tag.clone(),
+                timeout_ms: 120_000,
+                ..Default::default()
+            };
+            let goal_id = client
+                .submit_goal(SubmitGoalRequest { spec: Some(spec) })
+                .await
+                .unwrap()
+                .into_inner()
+                .goal_id;
             out.push((tag, goal_id));
         }
         out
@@ -221,7 +244,8 @@ impl Row {
     fn print(&self) {
         let mut r = self.recovery_ms.clone();
         r.sort_by(f64::total_cmp);
-        let pct = |p: f64| if r.is_empty() { f64::NAN } else { r[((r.len() - 1) as f64 * p).round() as usize] };
+        let pct =
+            |p: f64| if r.is_empty() { f64::NAN } else { r[((r.len() - 1) as f64 * p).round() as usize] };
         println!(
             "{:<44} {:>6} {:>6} {:>9} {:>10} {:>5} {:>10.0} {:>10.0}",
             self.scenario,
@@ -334,7 +358,9 @@ async fn chaos() {
     for row in &rows {
         row.print();
     }
-    println!("recovery: ms from the fault to every goal of the trial ended (scenario 4: to the API answering again)\n");
+    println!(
+        "recovery: ms from the fault to every goal of the trial ended (scenario 4: to the API answering again)\n"
+    );
     for row in &rows {
         assert_eq!(row.duplicates, 0, "{}: duplicated side effects", row.scenario);
         assert_eq!(row.lost, 0, "{}: lost goals", row.scenario);

@@ -225,6 +225,68 @@ impl Bus {
             .map_err(|e| Error::jetstream("create consumer", e))
     }
 
+    /// The messages of a durable consumer that heals itself: when the consumer disappears (a
+    /// dispatcher deletes an agent's directed consumer while taking over its work after the agent
+    /// looked dead, and the agent turns out to be alive), it is created again and pulling goes
+    /// on. Pull errors on a consumer that still exists are passed on for the caller to log.
+    pub fn resilient_messages(
+        &self,
+        spec: ConsumerSpec,
+        batch: usize,
+    ) -> impl futures::Stream<Item = std::result::Result<jetstream::Message, String>> + Send + Unpin + 'static
+    {
+        use futures::StreamExt;
+        type Messages = consumer::pull::Stream;
+        let bus = self.clone();
+        Box::pin(futures::stream::unfold(
+            (None::<Messages>, bus, spec, batch),
+            |(mut current, bus, spec, batch)| async move {
+                loop {
+                    if current.is_none() {
+                        let opened = match bus.durable_consumer(spec.clone()).await {
+                            Ok(consumer) => consumer
+                                .stream()
+                                .max_messages_per_batch(batch)
+                                .messages()
+                                .await
+                                .map_err(|e| e.to_string()),
+                            Err(e) => Err(e.to_string()),
+                        };
+                        match opened {
+                            Ok(messages) => current = Some(messages),
+                            Err(e) => {
+                                // Another process may still hold an overlapping consumer; try again.
+                                tokio::time::sleep(Duration::from_secs(1)).await;
+                                return Some((
+                                    Err(format!("consumer {}: {e}", spec.name)),
+                                    (None, bus, spec, batch),
+                                ));
+                            }
+                        }
+                    }
+                    let next = current.as_mut().map(|m| m.next());
+                    let Some(next) = next else { continue };
+                    match next.await {
+                        Some(Ok(message)) => return Some((Ok(message), (current, bus, spec, batch))),
+                        Some(Err(e)) => {
+                            let exists = match bus.inner.js.get_stream(&spec.stream).await {
+                                Ok(stream) => stream.consumer_info(&spec.name).await.is_ok(),
+                                Err(_) => true,
+                            };
+                            if !exists {
+                                warn!(consumer = %spec.name, "consumer was deleted; creating it again");
+                                current = None;
+                                continue;
+                            }
+                            return Some((Err(e.to_string()), (current, bus, spec, batch)));
+                        }
+                        None => current = None,
+                    }
+                }
+            },
+        ))
+    }
+
     /// Copies a message that cannot be processed to `hermes.dlq.<kind>` with the reason, then
     /// terminates the original so it is never redelivered.
     pub async fn dead_letter(&self, kind: &str, msg: &jetstream::Message, reason: &str) {

@@ -2,7 +2,8 @@
 //! nodes') is computed from its persisted state, never kept only in memory: each dispatcher
 //! schedules the goals it writes, rebuilds the schedule from the `hermes_goals` bucket when it
 //! starts, and rescans it every minute so goals last written by a replica that died are covered
-//! too. When a deadline passes the goal goes through [`engine::expire`] with a compare-and-set
+//! too. The start-up scan also resumes goals a stopped dispatcher left `SUMMARIZING`. When a
+//! deadline passes the goal goes through [`engine::expire`] with a compare-and-set
 //! like any transition, so two replicas firing the same timer apply it once.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -127,11 +128,15 @@ impl GoalService {
         self.timers.schedule(state, engine::next_deadline(state, self.limits()));
     }
 
-    /// Schedules every goal in the bucket that has a deadline ahead.
-    async fn rescan_timers(&self) -> crate::Result<()> {
+    /// Schedules every goal in the bucket that has a deadline ahead, and (at start) queues the
+    /// goals left waiting for their summary by a dispatcher that stopped.
+    async fn rescan_timers(&self, resume_summaries: bool) -> crate::Result<()> {
         for key in self.store.keys().await? {
             if let Some((state, _)) = self.store.load(&key).await? {
                 self.schedule_timer(&state);
+                if resume_summaries && state.status == hermes_proto::GoalStatus::Summarizing as i32 {
+                    let _ = self.summaries_tx.send(state.goal_id.clone());
+                }
             }
         }
         Ok(())
@@ -140,7 +145,7 @@ impl GoalService {
 
 /// Fires due timers until `shutdown`.
 pub(crate) async fn timers_loop(service: std::sync::Arc<GoalService>, shutdown: CancellationToken) {
-    if let Err(e) = service.rescan_timers().await {
+    if let Err(e) = service.rescan_timers(true).await {
         warn!(error = %e, "cannot rebuild the deadline timers; retrying at the next rescan");
     }
     info!(goals = service.timers.len(), "deadline timers rebuilt");
@@ -150,7 +155,7 @@ pub(crate) async fn timers_loop(service: std::sync::Arc<GoalService>, shutdown: 
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = rescan.tick() => {
-                if let Err(e) = service.rescan_timers().await {
+                if let Err(e) = service.rescan_timers(false).await {
                     warn!(error = %e, "deadline timer rescan failed");
                 }
             }

@@ -98,7 +98,8 @@ pub struct Agent {
     bus: Bus,
     config: AgentConfig,
     registry: ToolRegistry,
-    consumers: Vec<(String, async_nats::jetstream::consumer::PullConsumer)>,
+    /// The consumers it binds: one per task type's pool, and its directed one.
+    consumers: Vec<ConsumerSpec>,
     started_unix_ms: u64,
 }
 
@@ -122,30 +123,28 @@ impl Agent {
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
         for task_type in registry.names() {
-            let consumer = bus
-                .durable_consumer(ConsumerSpec {
-                    stream: topology.tasks_stream(),
-                    name: topology.pool_consumer(task_type),
-                    filter_subject: topology.pool_task(task_type),
-                    ack_wait: config.ack_wait,
-                    max_deliver: config.max_deliver,
-                    max_ack_pending: 20_000,
-                })
-                .await?;
-            consumers.push((task_type.to_owned(), consumer));
-        }
-        // Work the registry routed to this agent in particular.
-        let directed = bus
-            .durable_consumer(ConsumerSpec {
+            consumers.push(ConsumerSpec {
                 stream: topology.tasks_stream(),
-                name: topology.agent_consumer(&config.agent_id),
-                filter_subject: topology.direct_tasks_of(&config.agent_id),
+                name: topology.pool_consumer(task_type),
+                filter_subject: topology.pool_task(task_type),
                 ack_wait: config.ack_wait,
                 max_deliver: config.max_deliver,
                 max_ack_pending: 20_000,
-            })
-            .await?;
-        consumers.push(("direct".to_owned(), directed));
+            });
+        }
+        // Work the registry routed to this agent in particular.
+        consumers.push(ConsumerSpec {
+            stream: topology.tasks_stream(),
+            name: topology.agent_consumer(&config.agent_id),
+            filter_subject: topology.direct_tasks_of(&config.agent_id),
+            ack_wait: config.ack_wait,
+            max_deliver: config.max_deliver,
+            max_ack_pending: 20_000,
+        });
+        // Bind them now, so a problem shows at start rather than in the pull loop.
+        for spec in &consumers {
+            bus.durable_consumer(spec.clone()).await?;
+        }
         Ok(Agent { bus, config, registry, consumers, started_unix_ms: now_unix_ms() })
     }
 
@@ -299,21 +298,16 @@ impl Stats {
 /// never parked on a consumer with no work while another has some.
 async fn consume(
     shared: Arc<Shared>,
-    consumers: Vec<(String, async_nats::jetstream::consumer::PullConsumer)>,
+    consumers: Vec<ConsumerSpec>,
     max_concurrency: u32,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let mut streams = Vec::with_capacity(consumers.len());
-    for (_, consumer) in &consumers {
-        // Prefetch no more than we can run, so tasks we cannot start stay with other agents.
-        let messages = consumer
-            .stream()
-            .max_messages_per_batch(max_concurrency as usize)
-            .messages()
-            .await
-            .map_err(|e| hermes_core::Error::JetStream { operation: "pull", reason: e.to_string() })?;
-        streams.push(messages);
-    }
+    // Prefetch no more than we can run, so tasks we cannot start stay with other agents. Each
+    // stream re-creates its consumer if it is deleted under it (see `Bus::resilient_messages`).
+    let streams: Vec<_> = consumers
+        .into_iter()
+        .map(|spec| shared.bus.resilient_messages(spec, max_concurrency as usize))
+        .collect();
     let mut messages = futures::stream::select_all(streams);
     let mut running =
         hermes_core::bus::consume_concurrently(&mut messages, max_concurrency as usize, &shutdown, |msg| {
