@@ -77,6 +77,9 @@ enum Command {
         /// The memory service (sessions, semantic memory, artifacts' TTLs).
         #[command(flatten)]
         memory: hermes_memory::MemoryArgs,
+        /// Serve Prometheus metrics on this address (`/metrics`); unset: no endpoint.
+        #[arg(long, env = "HERMES_METRICS_LISTEN")]
+        metrics_listen: Option<SocketAddr>,
         /// Seconds without a heartbeat after which the registry drops an agent.
         #[arg(long, env = "HERMES_HEARTBEAT_TTL_SECS", default_value_t = 30)]
         heartbeat_ttl_secs: u64,
@@ -210,6 +213,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             llm,
             memory,
             heartbeat_ttl_secs,
+            metrics_listen,
             no_memory,
         } => {
             hermes_core::telemetry::init_logging();
@@ -218,6 +222,12 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 None => AgentsToRun::Identical { count: agents, max_concurrency, workspace },
             };
             let memory = (!no_memory).then_some(memory);
+            if let Some(addr) = metrics_listen {
+                let bound = hermes_core::metrics::serve(addr, tokio_util::sync::CancellationToken::new())
+                    .await
+                    .with_context(|| format!("cannot serve metrics on {addr}"))?;
+                println!("metrics on http://{bound}/metrics");
+            }
             let registry = hermes_registry::RegistryConfig {
                 heartbeat_ttl: Duration::from_secs(heartbeat_ttl_secs.max(1)),
             };

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod error;
 pub mod ids;
 pub mod json_ref;
+pub mod metrics;
 pub mod plan;
 pub mod redact;
 pub mod schema;

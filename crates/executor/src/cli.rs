@@ -68,6 +68,9 @@ pub struct AgentArgs {
     /// Wall-clock seconds per agent task.
     #[arg(long, env = "HERMES_AGENT_MAX_WALL_SECS", default_value_t = 180)]
     pub max_wall_secs: u64,
+    /// Serve Prometheus metrics on this address (`/metrics`); unset: no endpoint.
+    #[arg(long, env = "HERMES_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// The model for agent nodes; with one the agent also serves `agent.run`.
     #[command(flatten)]
     pub llm: hermes_llm::config::LlmArgs,
@@ -148,6 +151,12 @@ pub async fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
     let bus = hermes_core::Bus::connect(hermes_core::BusConfig::new(&args.nats_url).with_name(name))
         .await
         .context("failed to connect to NATS")?;
+    if let Some(addr) = args.metrics_listen {
+        let bound = hermes_core::metrics::serve(addr, shutdown.clone())
+            .await
+            .with_context(|| format!("cannot serve metrics on {addr}"))?;
+        println!("metrics on http://{bound}/metrics");
+    }
     let mut running = tokio::task::JoinSet::new();
     for config in configs {
         let id = config.agent_id.clone();

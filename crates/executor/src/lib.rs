@@ -166,6 +166,15 @@ impl Agent {
             running: Default::default(),
         });
         let cancels = tokio::spawn(cancel_loop(shared.clone(), shutdown.clone()));
+        shared.registry.export_breaker_metrics();
+        let metrics_shared = Arc::downgrade(&shared);
+        hermes_core::metrics::global().on_scrape(move || {
+            if let Some(shared) = metrics_shared.upgrade() {
+                let labels = hermes_core::metrics::labels(&[("agent", &shared.agent_id)]);
+                let in_flight = shared.in_flight.load(Ordering::Relaxed) as i64;
+                hermes_core::metrics::global().tasks_in_flight.get_or_create(&labels).set(in_flight);
+            }
+        });
         let span = tracing::info_span!("consume_tasks", agent = %self.config.agent_id);
         let consumer = consume(shared.clone(), self.consumers, self.config.max_concurrency, shutdown.clone())
             .instrument(span);
@@ -198,7 +207,7 @@ impl Agent {
 pub async fn build_registry(config: &AgentConfig, bus: Option<&Bus>) -> Result<ToolRegistry, String> {
     let wanted = &config.tools;
     let wants = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
-    let mut registry = ToolRegistry::default();
+    let mut registry = ToolRegistry::for_agent(config.agent_id.clone());
     let builtins = tools::builtin_tools_with(config.http_allow.clone());
     for tool in &builtins {
         if wants(tool.name()) {
@@ -341,9 +350,17 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
         shared.in_flight.fetch_add(1, Ordering::Relaxed);
         let result = run_with_progress(shared, &delivery).await;
         shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let succeeded = result.status == TaskStatus::Succeeded as i32;
         if let Ok(mut stats) = shared.stats.lock() {
-            stats.record(result.status == TaskStatus::Succeeded as i32, result.elapsed_ms);
+            stats.record(succeeded, result.elapsed_ms);
         }
+        let status = if succeeded { "succeeded" } else { "failed" };
+        let labels = hermes_core::metrics::labels(&[
+            ("agent", &shared.agent_id),
+            ("task_type", &task.task_type),
+            ("status", status),
+        ]);
+        hermes_core::metrics::global().tasks.get_or_create(&labels).inc();
         let msg_id = format!("result:{}", task.task_id);
         let subject = shared.bus.topology().result(&task.goal_id);
         match shared.bus.publish(subject, &result, &msg_id, delivery.trace.as_ref()).await {

@@ -197,9 +197,33 @@ pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<RegisteredTool>>,
     /// Tools whose calls wait for a human's approval on this agent.
     confirm: std::collections::BTreeSet<String>,
+    /// The agent these tools belong to, for metrics labels.
+    agent: String,
 }
 
 impl ToolRegistry {
+    /// An empty registry of `agent`'s tools (the id labels its metrics).
+    pub fn for_agent(agent: impl Into<String>) -> Self {
+        Self { agent: agent.into(), ..Default::default() }
+    }
+
+    /// Reports every tool's circuit breaker state as `hermes_tool_breaker_state` at each scrape.
+    pub fn export_breaker_metrics(&self) {
+        let registry = self.clone();
+        hermes_core::metrics::global().on_scrape(move || {
+            let metrics = hermes_core::metrics::global();
+            for name in registry.names() {
+                let state = match registry.breaker_state(name) {
+                    Some(BreakerState::Closed) | None => 0,
+                    Some(BreakerState::Open) => 1,
+                    Some(BreakerState::HalfOpen) => 2,
+                };
+                let labels = hermes_core::metrics::labels(&[("agent", &registry.agent), ("tool", name)]);
+                metrics.breaker_state.get_or_create(&labels).set(state);
+            }
+        });
+    }
+
     /// Adds a tool; fails when its name is not a valid task type or its schema does not compile.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), String> {
         hermes_core::topology::validate_task_type(tool.name()).map_err(|e| e.to_string())?;
@@ -255,8 +279,21 @@ impl ToolRegistry {
             .collect()
     }
 
-    /// Validates `args` and runs the tool under its timeout.
+    /// Validates `args` and runs the tool under its timeout; counts the outcome in
+    /// `hermes_tool_calls`.
     pub async fn call(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        let result = self.call_uncounted(name, args, ctx).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.code.as_str(),
+        };
+        let labels =
+            hermes_core::metrics::labels(&[("agent", &self.agent), ("tool", name), ("outcome", outcome)]);
+        hermes_core::metrics::global().tool_calls.get_or_create(&labels).inc();
+        result
+    }
+
+    async fn call_uncounted(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
         let entry = self
             .tools
             .get(name)

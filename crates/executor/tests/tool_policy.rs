@@ -96,3 +96,32 @@ async fn five_failures_open_the_breaker_and_the_next_call_fails_fast() {
     assert_eq!(runs.load(Ordering::SeqCst), 6);
     assert_eq!(tools.breaker_state("test.fail"), Some(BreakerState::Open));
 }
+
+/// The breaker's state and the calls' outcomes are in the Prometheus metrics, scraped over HTTP.
+#[tokio::test]
+async fn breaker_state_and_call_outcomes_are_in_the_metrics() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let mut tools = ToolRegistry::for_agent("metrics-agent");
+    tools.register(Arc::new(Flaky { name: "test.metered", hang: false, runs })).unwrap();
+    tools.export_breaker_metrics();
+    let addr = hermes_core::metrics::serve("127.0.0.1:0".parse().unwrap(), Default::default()).await.unwrap();
+    let scrape =
+        || async move { reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap() };
+    let closed = r#"hermes_tool_breaker_state{agent="metrics-agent",tool="test.metered"} 0"#;
+    assert!(scrape().await.contains(closed), "{}", scrape().await);
+    for _ in 0..6 {
+        let _ = tools.call("test.metered", json!({}), &ctx()).await;
+    }
+    let text = scrape().await;
+    assert!(
+        text.contains(r#"hermes_tool_breaker_state{agent="metrics-agent",tool="test.metered"} 1"#),
+        "{text}"
+    );
+    // Five failures ran the tool; the sixth was refused by the open breaker (also TOOL_ERROR).
+    assert!(
+        text.contains(
+            r#"hermes_tool_calls_total{agent="metrics-agent",tool="test.metered",outcome="TOOL_ERROR"} 6"#
+        ),
+        "{text}"
+    );
+}
