@@ -83,9 +83,23 @@ enum Command {
         /// Seconds without a heartbeat after which the registry drops an agent.
         #[arg(long, env = "HERMES_HEARTBEAT_TTL_SECS", default_value_t = 30)]
         heartbeat_ttl_secs: u64,
+        /// Planners run as their own processes (`hermes planner`): accept goals given as text
+        /// without running a planner here.
+        #[arg(long, env = "HERMES_EXTERNAL_PLANNER")]
+        external_planner: bool,
         /// Do not run the memory service in this process.
         #[arg(long, env = "HERMES_NO_MEMORY")]
         no_memory: bool,
+    },
+    /// Run a planner in this process (the same as the `hermes-planner` binary).
+    Planner {
+        #[arg(long, env = "HERMES_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+        nats_url: String,
+        /// Seconds a plan request may go unacknowledged before another planner gets it.
+        #[arg(long, env = "HERMES_PLANNER_ACK_WAIT_SECS", default_value_t = 120)]
+        ack_wait_secs: u64,
+        #[command(flatten)]
+        llm: hermes_llm::config::LlmArgs,
     },
     /// Run one executor agent in this process (the same as the `hermes-executor` binary).
     Agent {
@@ -214,6 +228,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             memory,
             heartbeat_ttl_secs,
             metrics_listen,
+            external_planner,
             no_memory,
         } => {
             hermes_core::telemetry::init_logging();
@@ -231,7 +246,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             let registry = hermes_registry::RegistryConfig {
                 heartbeat_ttl: Duration::from_secs(heartbeat_ttl_secs.max(1)),
             };
-            up(grpc_listen, nats_url, data_dir, agents, llm, memory, registry).await?;
+            up(grpc_listen, nats_url, data_dir, agents, llm, memory, registry, external_planner).await?;
             Ok(0)
         }
         Command::Submit {
@@ -274,6 +289,22 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 let ask = interactive || std::io::stdin().is_terminal();
                 return watch_goal(&mut client, &reply.goal_id, ask).await;
             }
+            Ok(0)
+        }
+        Command::Planner { nats_url, ack_wait_secs, llm } => {
+            hermes_core::telemetry::init_logging();
+            let model = llm
+                .planner_model()?
+                .context("the planner needs a model: set HERMES_LLM_BASE_URL and HERMES_LLM_MODEL")?;
+            let shutdown = hermes_core::shutdown::install_signal_handlers();
+            let bus =
+                hermes_core::Bus::connect(hermes_core::BusConfig::new(&nats_url).with_name("hermes-planner"))
+                    .await
+                    .context("failed to connect to NATS")?;
+            let mut config = hermes_planner::PlannerConfig::new(model);
+            config.ack_wait = Duration::from_secs(ack_wait_secs.max(1));
+            println!("hermes planner: serving plan requests");
+            hermes_planner::run(bus, config, shutdown).await?;
             Ok(0)
         }
         Command::Agent { agent } => {
@@ -416,6 +447,7 @@ async fn up(
     llm: hermes_llm::config::LlmArgs,
     memory: Option<hermes_memory::MemoryArgs>,
     registry: hermes_registry::RegistryConfig,
+    external_planner: bool,
 ) -> anyhow::Result<()> {
     let planner = llm.planner_model()?.map(hermes_planner::PlannerConfig::new);
     let agent_model = llm.agent_model()?.map(hermes_executor::agent_loop::AgentModel);
@@ -454,8 +486,13 @@ async fn up(
         nats_url: nats_url.clone(),
         registry,
         agents,
-        dispatcher: hermes_dispatcher::DispatcherConfig { grpc_listen, summarizer, ..Default::default() },
-        planner,
+        dispatcher: hermes_dispatcher::DispatcherConfig {
+            grpc_listen,
+            summarizer,
+            planner: external_planner,
+            ..Default::default()
+        },
+        planner: if external_planner { None } else { planner },
         memory: memory.as_ref().map(|m| m.to_config(&llm)).transpose()?,
     };
     let stack = Stack::start(config, shutdown).await?;

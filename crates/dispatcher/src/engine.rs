@@ -104,25 +104,7 @@ fn publish_attempt(
     now_ms: u64,
     effects: &mut Effects,
 ) {
-    let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
-    let goal_id = GoalId::new(state.goal_id.clone());
-    let task_id = TaskId::for_attempt(&goal_id, &plan_node.id, attempt);
-    let node_timeout = if plan_node.timeout_ms > 0 { plan_node.timeout_ms } else { limits.node_timeout_ms };
-    let deadline = match state.deadline_unix_ms {
-        0 => now_ms + node_timeout,
-        goal_deadline => goal_deadline.min(now_ms + node_timeout),
-    };
-    let task = TaskMessage {
-        goal_id: state.goal_id.clone(),
-        node_id: plan_node.id.clone(),
-        task_id: task_id.to_string(),
-        attempt,
-        task_type: plan_node.task_type.clone(),
-        inputs_json,
-        deadline_unix_ms: deadline,
-        memory_refs: Vec::new(),
-        session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
-    };
+    let task = task_message(state, index, attempt, inputs_json, limits, now_ms);
     let node = &mut state.nodes[index];
     node.status = NodeStatus::Dispatched as i32;
     node.attempt = attempt;
@@ -142,6 +124,65 @@ fn publish_attempt(
         }),
     );
     effects.tasks.push(task);
+}
+
+/// The task of attempt `attempt` of node `index`, dispatched at `dispatched_ms`.
+fn task_message(
+    state: &GoalState,
+    index: usize,
+    attempt: u32,
+    inputs_json: String,
+    limits: Limits,
+    dispatched_ms: u64,
+) -> TaskMessage {
+    let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
+    let goal_id = GoalId::new(state.goal_id.clone());
+    let task_id = TaskId::for_attempt(&goal_id, &plan_node.id, attempt);
+    let node_timeout = if plan_node.timeout_ms > 0 { plan_node.timeout_ms } else { limits.node_timeout_ms };
+    let deadline = match state.deadline_unix_ms {
+        0 => dispatched_ms + node_timeout,
+        goal_deadline => goal_deadline.min(dispatched_ms + node_timeout),
+    };
+    TaskMessage {
+        goal_id: state.goal_id.clone(),
+        node_id: plan_node.id.clone(),
+        task_id: task_id.to_string(),
+        attempt,
+        task_type: plan_node.task_type.clone(),
+        inputs_json,
+        deadline_unix_ms: deadline,
+        memory_refs: Vec::new(),
+        session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
+    }
+}
+
+/// The tasks of every node waiting on an attempt, rebuilt from the stored state, for a
+/// dispatcher that starts: the dispatcher that stored those attempts may have died before it
+/// published them. Publishing again is safe: the same task id is the same `Nats-Msg-Id`
+/// (deduplicated for two minutes); an attempt that runs twice counts its first result only, and
+/// side effects are claimed in the ledger. Without this, such a node would wait for its deadline.
+pub fn in_flight_tasks(state: &GoalState, limits: Limits) -> Effects {
+    let mut effects = Effects::default();
+    if is_terminal(state.status) || state.plan.is_none() {
+        return effects;
+    }
+    for (index, node) in state.nodes.iter().enumerate() {
+        if node.status != NodeStatus::Dispatched as i32 {
+            continue;
+        }
+        let inputs = &state.plan.as_ref().expect("plan present").nodes[index].inputs_json;
+        if let Ok(inputs_json) = resolve_inputs(state, inputs) {
+            effects.tasks.push(task_message(
+                state,
+                index,
+                node.attempt,
+                inputs_json,
+                limits,
+                node.dispatched_unix_ms,
+            ));
+        }
+    }
+    effects
 }
 
 /// Replaces the `$ref`s in a node's inputs with its dependencies' outputs.

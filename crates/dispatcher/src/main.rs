@@ -14,6 +14,12 @@ struct Args {
     /// Most nodes a plan may have.
     #[arg(long, env = "HERMES_MAX_NODES", default_value_t = hermes_core::plan::DEFAULT_MAX_NODES)]
     max_nodes: usize,
+    /// A planner service (`hermes-planner`) runs in this deployment: accept goals given as text.
+    #[arg(long, env = "HERMES_PLANNER_SERVICE")]
+    planner: bool,
+    /// The model that writes the answers of goals given as text (the summarizer); see docs/llm.md.
+    #[command(flatten)]
+    llm: hermes_llm::config::LlmArgs,
 }
 
 // mimalloc: glibc malloc showed up at ~17% of CPU under load in `make bench`.
@@ -32,6 +38,8 @@ async fn main() -> anyhow::Result<()> {
     let config = hermes_dispatcher::DispatcherConfig {
         grpc_listen: args.grpc_listen,
         max_nodes: args.max_nodes,
+        planner: args.planner,
+        summarizer: args.llm.summarizer_model()?.map(hermes_dispatcher::summarize::Summarizer),
         ..Default::default()
     };
     let dispatcher = hermes_dispatcher::Dispatcher::build(bus, config).await?;

@@ -72,6 +72,7 @@ impl GoalStore {
     ) -> Result<Option<Updated<T>>> {
         for _ in 0..MAX_CAS_ATTEMPTS {
             let cached = self.written.get(goal_id).map(|e| e.value().clone());
+            let from_cache = cached.is_some();
             let (mut state, revision) = match cached {
                 Some(entry) => entry,
                 None => match self.load(goal_id).await? {
@@ -82,6 +83,14 @@ impl GoalStore {
                 },
             };
             let Some(value) = change(&mut state) else {
+                if from_cache {
+                    // "Nothing to do" on the state this replica wrote last is not proof: another
+                    // replica may have written since (dispatched the node this result is for,
+                    // say). Only a change is checked by the CAS, so decide again on the stored
+                    // state before dropping anything.
+                    self.written.remove(goal_id);
+                    continue;
+                }
                 return Ok(None);
             };
             let bytes = self.encode(&state)?;

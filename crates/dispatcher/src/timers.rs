@@ -128,14 +128,22 @@ impl GoalService {
         self.timers.schedule(state, engine::next_deadline(state, self.limits()));
     }
 
-    /// Schedules every goal in the bucket that has a deadline ahead, and (at start) queues the
-    /// goals left waiting for their summary by a dispatcher that stopped.
+    /// Schedules every goal in the bucket that has a deadline ahead. At start it also queues the
+    /// goals left waiting for their summary by a dispatcher that stopped, and publishes again the
+    /// tasks of in-flight attempts (see [`engine::in_flight_tasks`]).
     async fn rescan_timers(&self, resume_summaries: bool) -> crate::Result<()> {
         for key in self.store.keys().await? {
             if let Some((state, _)) = self.store.load(&key).await? {
                 self.schedule_timer(&state);
                 if resume_summaries && state.status == hermes_proto::GoalStatus::Summarizing as i32 {
                     let _ = self.summaries_tx.send(state.goal_id.clone());
+                }
+                if resume_summaries {
+                    let effects = engine::in_flight_tasks(&state, self.limits());
+                    if !effects.tasks.is_empty() {
+                        info!(goal_id = %state.goal_id, tasks = effects.tasks.len(), "re-publishing in-flight tasks");
+                        self.publish_effects(&state, effects).await?;
+                    }
                 }
             }
         }

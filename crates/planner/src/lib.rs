@@ -41,6 +41,9 @@ pub struct PlannerConfig {
     pub max_nodes: usize,
     /// Plan requests worked on at once.
     pub concurrency: usize,
+    /// How long a plan request may go unacknowledged before another planner gets it (progress
+    /// acks extend it while a model works); applied when the consumer is created.
+    pub ack_wait: Duration,
 }
 
 impl std::fmt::Debug for PlannerConfig {
@@ -62,6 +65,7 @@ impl PlannerConfig {
             temperature: 0.2,
             max_nodes: hermes_core::plan::DEFAULT_MAX_NODES,
             concurrency: 4,
+            ack_wait: Duration::from_secs(120),
         }
     }
 }
@@ -307,7 +311,7 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
             name: topology.planner_consumer().to_owned(),
             filter_subject: topology.plan_request(),
             // A plan with corrections can take several model calls; progress acks extend this.
-            ack_wait: Duration::from_secs(120),
+            ack_wait: config.ack_wait,
             max_deliver: 5,
             max_ack_pending: 1000,
         })

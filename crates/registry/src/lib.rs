@@ -314,21 +314,33 @@ impl Registry {
     }
 
     /// Loads the heartbeats mirrored in KV that are still within the TTL, so a restarted
-    /// registry can route at once instead of after the next heartbeat period.
-    pub async fn rebuild_from_kv(&self, bus: &Bus) -> usize {
-        let Ok(mut keys) = bus.agents().keys().await else { return 0 };
+    /// registry can route at once instead of after the next heartbeat period. Agents whose last
+    /// heartbeat is older than the TTL died while no registry was watching (or while this one
+    /// was down): their entries are removed and they are returned, to be announced offline so a
+    /// dispatcher takes over their directed work.
+    pub async fn rebuild_from_kv(&self, bus: &Bus) -> (usize, Vec<AgentOffline>) {
+        let Ok(mut keys) = bus.agents().keys().await else { return (0, Vec::new()) };
         let ttl_ms = self.inner.config.heartbeat_ttl.as_millis() as u64;
         let mut loaded = 0;
+        let mut dead = Vec::new();
         while let Some(Ok(key)) = keys.next().await {
             let Ok(Some(bytes)) = bus.agents().get(&key).await else { continue };
             let Ok(hb) = AgentHeartbeat::decode(bytes) else { continue };
-            if now_unix_ms().saturating_sub(hb.sent_unix_ms) <= ttl_ms
-                && self.apply_heartbeat(&key, hb).is_ok()
-            {
-                loaded += 1;
+            if now_unix_ms().saturating_sub(hb.sent_unix_ms) <= ttl_ms {
+                if self.apply_heartbeat(&key, hb).is_ok() {
+                    loaded += 1;
+                }
+            } else {
+                let _ = bus.agents().delete(&key).await;
+                dead.push(AgentOffline {
+                    agent_id: key.clone(),
+                    pool: hb.pool,
+                    reason: "ttl_expired".into(),
+                    last_seen_unix_ms: hb.sent_unix_ms,
+                });
             }
         }
-        loaded
+        (loaded, dead)
     }
 }
 
@@ -403,7 +415,7 @@ fn validate_heartbeat(subject_agent: &str, hb: &AgentHeartbeat) -> Result<(), St
 /// Runs the registry's NATS side until `shutdown` is cancelled.
 pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> anyhow::Result<()> {
     let topology = bus.topology().clone();
-    let loaded = registry.rebuild_from_kv(&bus).await;
+    let (loaded, dead) = registry.rebuild_from_kv(&bus).await;
     let mut heartbeats = bus.client().subscribe(topology.all_heartbeats()).await?;
     let mut catalog = bus.client().queue_subscribe(topology.catalog(), topology.registry_queue()).await?;
     let mut routes = bus.client().queue_subscribe(topology.route(), topology.registry_queue()).await?;
@@ -413,7 +425,7 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
     let sweep_every =
         (registry.inner.config.heartbeat_ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut sweep = tokio::time::interval(sweep_every);
-    info!(agents = loaded, "registry serving");
+    info!(agents = loaded, dead = dead.len(), "registry serving");
     let publish_offline = |offline: AgentOffline| {
         let bus = bus.clone();
         async move {
@@ -423,6 +435,19 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
             }
         }
     };
+    // Announced a little later, so a dispatcher starting in the same process (or alongside this
+    // registry after a restart of both) is subscribed by then; the node deadlines are the backstop.
+    let late_bus = bus.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        for offline in dead {
+            info!(agent = %offline.agent_id, event = "agent_offline", "agent died while no registry watched");
+            let subject = late_bus.topology().agent_offline();
+            if let Err(e) = late_bus.client().publish(subject, offline.encode_to_vec().into()).await {
+                warn!(error = %e, "cannot publish agent offline");
+            }
+        }
+    });
     async {
         loop {
             tokio::select! {

@@ -22,6 +22,7 @@ pub struct ScriptedResponse {
     status: u16,
     headers: Vec<(String, String)>,
     body: Value,
+    delay: std::time::Duration,
 }
 
 impl ScriptedResponse {
@@ -42,7 +43,18 @@ impl ScriptedResponse {
 
     /// An error status with a text body.
     pub fn status(status: u16, body: &str) -> Self {
-        Self { status, headers: Vec::new(), body: json!({"error": {"message": body}}) }
+        Self {
+            status,
+            headers: Vec::new(),
+            body: json!({"error": {"message": body}}),
+            delay: Default::default(),
+        }
+    }
+
+    /// Answers only after `delay`, like a slow model (the request is recorded on arrival).
+    pub fn with_delay(mut self, delay: std::time::Duration) -> Self {
+        self.delay = delay;
+        self
     }
 
     pub fn with_header(mut self, name: &str, value: &str) -> Self {
@@ -59,6 +71,7 @@ impl ScriptedResponse {
     fn ok(message: Value, finish_reason: &str) -> Self {
         Self {
             status: 200,
+            delay: Default::default(),
             headers: Vec::new(),
             body: json!({
                 "id": "chatcmpl-scripted",
@@ -146,6 +159,9 @@ async fn complete(State(script): State<Arc<Script>>, Json(body): Json<Value>) ->
     };
     if reply.status == 200 {
         reply.body["model"] = json!(model);
+    }
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
     }
     let mut response =
         (StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK), Json(reply.body)).into_response();

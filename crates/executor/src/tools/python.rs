@@ -152,7 +152,8 @@ impl Tool for CodePython {
                 .map_err(|e| ToolError::failed(format!("cannot make a scratch dir: {e}")))?;
             std::fs::write(scratch.path().join("snippet.py"), &args.code)
                 .map_err(|e| ToolError::failed(format!("cannot write the snippet: {e}")))?;
-            let cpu_secs = self.config.timeout.as_secs().max(1);
+            // A backstop behind the wall-clock timeout, which should always fire first.
+            let cpu_secs = self.config.timeout.as_secs().max(1) + 2;
             let mut child = tokio::process::Command::new("unshare")
                 .args(["--user", "--map-root-user", "--net", "--"])
                 .arg(&self.config.python)
