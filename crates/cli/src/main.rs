@@ -246,7 +246,8 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             let registry = hermes_registry::RegistryConfig {
                 heartbeat_ttl: Duration::from_secs(heartbeat_ttl_secs.max(1)),
             };
-            up(grpc_listen, nats_url, data_dir, agents, llm, memory, registry, external_planner).await?;
+            up(Up { grpc_listen, nats_url, data_dir, agents, llm, memory, registry, external_planner })
+                .await?;
             Ok(0)
         }
         Command::Submit {
@@ -439,7 +440,8 @@ enum AgentsToRun {
     File(PathBuf),
 }
 
-async fn up(
+/// What `hermes up` runs.
+struct Up {
     grpc_listen: SocketAddr,
     nats_url: Option<String>,
     data_dir: PathBuf,
@@ -448,7 +450,10 @@ async fn up(
     memory: Option<hermes_memory::MemoryArgs>,
     registry: hermes_registry::RegistryConfig,
     external_planner: bool,
-) -> anyhow::Result<()> {
+}
+
+async fn up(options: Up) -> anyhow::Result<()> {
+    let Up { grpc_listen, nats_url, data_dir, agents, llm, memory, registry, external_planner } = options;
     let planner = llm.planner_model()?.map(hermes_planner::PlannerConfig::new);
     let agent_model = llm.agent_model()?.map(hermes_executor::agent_loop::AgentModel);
     let summarizer = llm.summarizer_model()?.map(hermes_dispatcher::summarize::Summarizer);
