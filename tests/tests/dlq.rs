@@ -18,6 +18,9 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_poison_task_goes_to_the_dlq_fails_its_node_and_can_be_replayed() {
     let mut t = TestStack::start().await;
+    // Let the dispatcher's start-up scan pass first: it would publish the hand-made goal's
+    // in-flight attempt again, to a real agent.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let goal_id = "goal-poison";
     let now = hermes_core::now_unix_ms();
     let plan = TaskPlan {

@@ -635,5 +635,10 @@ async fn results_loop(
         }
     })
     .await;
+    // Shutting down: hand back what was pulled but not started, for immediate redelivery to
+    // another replica, then finish what is being applied.
+    while let Ok(Some(Ok(msg))) = tokio::time::timeout(Duration::from_millis(20), messages.next()).await {
+        let _ = msg.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
+    }
     while running.join_next().await.is_some() {}
 }

@@ -325,6 +325,10 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
         async move { handle_request(&bus, &planner, msg).await }.instrument(tracing::info_span!("plan"))
     })
     .await;
+    // Shutting down: hand back what was pulled but not started, for another planner.
+    while let Ok(Some(Ok(msg))) = tokio::time::timeout(Duration::from_millis(20), futures::StreamExt::next(&mut messages)).await {
+        let _ = msg.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
+    }
     while running.join_next().await.is_some() {}
     Ok(())
 }
