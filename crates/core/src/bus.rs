@@ -155,6 +155,12 @@ impl Bus {
         &self.inner.approvals
     }
 
+    /// Opens the KV bucket `config` describes, creating it when it does not exist yet (racing
+    /// creators agree on one). For buckets owned by one service, such as the memory service's.
+    pub async fn ensure_bucket(&self, config: kv::Config) -> Result<kv::Store> {
+        ensure_bucket(&self.inner.js, config).await
+    }
+
     /// The `hermes_artifacts` object store: payloads too large to send inline.
     pub fn artifacts(&self) -> &crate::artifacts::Artifacts {
         &self.inner.artifacts
@@ -294,18 +300,8 @@ impl Bus {
             .info()
             .map(|i| format!("{}:{}", i.stream, i.stream_sequence))
             .unwrap_or_else(|_| "unknown".to_owned());
-        let mut headers = HeaderMap::new();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, format!("dlq:{origin}").as_str());
-        headers.insert(DLQ_REASON, crate::topology::truncate_for_message(reason).as_str());
-        headers.insert(DLQ_SUBJECT, msg.subject.as_str());
-        headers.insert(DLQ_ORIGIN, origin.as_str());
-        let subject = self.topology().dlq(kind);
-        let published =
-            match self.inner.js.publish_with_headers(subject.clone(), headers, msg.payload.clone()).await {
-                Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-        match published {
+        let why = crate::topology::truncate_for_message(reason);
+        match self.publish_dead_letter(kind, &msg.subject, &origin, &why, msg.payload.clone()).await {
             Ok(()) => {
                 warn!(kind, origin = %origin, reason, event = "dead_lettered", "message moved to dlq");
                 if let Err(e) = msg.ack_with(AckKind::Term).await {
@@ -316,6 +312,34 @@ impl Bus {
             // rather than dropping it.
             Err(e) => warn!(kind, origin = %origin, error = %e, "failed to publish to dlq"),
         }
+    }
+
+    /// Stores a copy of a message on `hermes.dlq.<kind>` with why, where it was published
+    /// (`subject`) and where it came from (`origin`, `<stream>:<seq>`) in headers; the message id
+    /// `dlq:<origin>` keeps a second copy of the same message out.
+    pub async fn publish_dead_letter(
+        &self,
+        kind: &str,
+        subject: &str,
+        origin: &str,
+        reason: &str,
+        payload: bytes::Bytes,
+    ) -> Result<()> {
+        let mut headers = HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, format!("dlq:{origin}").as_str());
+        headers.insert(DLQ_REASON, reason);
+        headers.insert(DLQ_SUBJECT, subject);
+        headers.insert(DLQ_ORIGIN, origin);
+        let dlq = self.topology().dlq(kind);
+        let failed =
+            |e: &dyn std::fmt::Display| Error::Publish { subject: dlq.clone(), reason: e.to_string() };
+        let ack = self
+            .inner
+            .js
+            .publish_with_headers(dlq.clone(), headers, payload)
+            .await
+            .map_err(|e| failed(&e))?;
+        ack.await.map(|_| ()).map_err(|e| failed(&e))
     }
 
     /// Decodes a consumed message, dead-lettering it when it is not a valid `M`.

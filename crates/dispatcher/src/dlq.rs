@@ -53,16 +53,9 @@ impl GoalService {
             "delivered {} times to consumer `{}` without being acknowledged (MaxDeliver)",
             advisory.deliveries, advisory.consumer
         );
-        let mut headers = HeaderMap::new();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, format!("dlq:{origin}").as_str());
-        headers.insert(DLQ_REASON, reason.as_str());
-        headers.insert(DLQ_SUBJECT, message.subject.as_str());
-        headers.insert(DLQ_ORIGIN, origin.as_str());
-        js.publish_with_headers(topology.dlq(kind), headers, message.payload.clone())
-            .await
-            .map_err(|e| js_error("publish to dlq", e))?
-            .await
-            .map_err(|e| js_error("publish to dlq", e))?;
+        self.bus
+            .publish_dead_letter(kind, &message.subject, &origin, &reason, message.payload.clone())
+            .await?;
         if let Err(e) = stream.delete_message(advisory.stream_seq).await {
             warn!(origin, error = %e, "cannot remove a dead-lettered message from its stream");
         }

@@ -58,25 +58,15 @@ impl Sessions {
 
     /// Creates (or opens) the bucket; `ttl` is how long an idle session is kept.
     pub async fn open_bucket(bus: &hermes_core::Bus, ttl: Duration) -> Result<kv::Store> {
-        let bucket = bus.topology().sessions_bucket();
-        let js = bus.jetstream();
-        if let Ok(store) = js.get_key_value(&bucket).await {
-            return Ok(store);
-        }
-        let created = js
-            .create_key_value(kv::Config {
-                bucket: bucket.clone(),
-                description: "Hermes sessions: recent turns and a summary of older ones".into(),
-                history: 1,
-                max_age: ttl,
-                num_replicas: bus.config().replicas,
-                ..Default::default()
-            })
-            .await;
-        match created {
-            Ok(store) => Ok(store),
-            Err(e) => js.get_key_value(&bucket).await.map_err(|_| kv_error("create sessions bucket", e)),
-        }
+        bus.ensure_bucket(kv::Config {
+            bucket: bus.topology().sessions_bucket(),
+            description: "Hermes sessions: recent turns and a summary of older ones".into(),
+            history: 1,
+            max_age: ttl,
+            num_replicas: bus.config().replicas,
+            ..Default::default()
+        })
+        .await
     }
 
     pub async fn get(&self, session_id: &str) -> Result<Option<SessionState>> {

@@ -210,27 +210,14 @@ pub struct Vectors {
 
 impl Vectors {
     pub async fn open_bucket(bus: &hermes_core::Bus) -> Result<kv::Store> {
-        let bucket = bus.topology().vectors_bucket();
-        let js = bus.jetstream();
-        if let Ok(store) = js.get_key_value(&bucket).await {
-            return Ok(store);
-        }
-        let created = js
-            .create_key_value(kv::Config {
-                bucket: bucket.clone(),
-                description: "Hermes semantic memory: documents and their embeddings".into(),
-                history: 1,
-                num_replicas: bus.config().replicas,
-                ..Default::default()
-            })
-            .await;
-        match created {
-            Ok(store) => Ok(store),
-            Err(e) => js
-                .get_key_value(&bucket)
-                .await
-                .map_err(|_| Error::JetStream { operation: "create vectors bucket", reason: e.to_string() }),
-        }
+        bus.ensure_bucket(kv::Config {
+            bucket: bus.topology().vectors_bucket(),
+            description: "Hermes semantic memory: documents and their embeddings".into(),
+            history: 1,
+            num_replicas: bus.config().replicas,
+            ..Default::default()
+        })
+        .await
     }
 
     /// Loads every document, then keeps following the bucket until `shutdown`.

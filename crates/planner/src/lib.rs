@@ -326,7 +326,9 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
     })
     .await;
     // Shutting down: hand back what was pulled but not started, for another planner.
-    while let Ok(Some(Ok(msg))) = tokio::time::timeout(Duration::from_millis(20), futures::StreamExt::next(&mut messages)).await {
+    while let Ok(Some(Ok(msg))) =
+        tokio::time::timeout(Duration::from_millis(20), futures::StreamExt::next(&mut messages)).await
+    {
         let _ = msg.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
     }
     while running.join_next().await.is_some() {}
