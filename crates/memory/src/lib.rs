@@ -255,6 +255,9 @@ impl Memory {
     /// accepted and the answer when it ends; a completed goal given as text is remembered.
     async fn on_event(&self, event: &Event) -> Result<()> {
         let kind = match &event.kind {
+            // The event names the session: without one there is nothing to record, and no need
+            // to read the goal.
+            Some(Kind::GoalAccepted(accepted)) if accepted.session_id.is_empty() => return Ok(()),
             Some(
                 kind @ (Kind::GoalAccepted(_)
                 | Kind::GoalCompleted(_)
