@@ -23,6 +23,13 @@ async fn services_ride_out_a_nats_server_crash() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     t.nats.kill();
+    // The guarantee is about a connection known to be down; noticing a killed server can take
+    // the client a moment (see the issue note), so wait until it has.
+    let noticed = Instant::now();
+    while t.bus.client().connection_state() == async_nats::connection::State::Connected {
+        assert!(noticed.elapsed() < Duration::from_secs(30), "the client never noticed the crash");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let started = Instant::now();
     let answer = tokio::time::timeout(
         Duration::from_secs(20),
@@ -44,6 +51,17 @@ async fn services_ride_out_a_nats_server_crash() {
 
     t.nats.restart();
     let reconnected = Instant::now();
+    // Like any client, retry while the dispatcher says UNAVAILABLE: it is reconnecting.
+    loop {
+        match t.client.get_goal(GetGoalRequest { goal_id: before.clone() }).await {
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                assert!(reconnected.elapsed() < Duration::from_secs(20), "the dispatcher did not reconnect");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+            Ok(_) => break,
+        }
+    }
     // The goal accepted before the crash finishes; a new one runs end to end.
     let events = t.events(&before).await;
     assert!(matches!(events.last().unwrap().kind, Some(Kind::GoalCompleted(_))), "{:?}", events.last());
