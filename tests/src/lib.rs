@@ -38,6 +38,8 @@ pub struct StackOptions {
     pub approval_timeout: Duration,
     /// Runs the memory service in the stack.
     pub memory: Option<hermes_memory::MemoryConfig>,
+    /// LLM prices for goals' estimated cost.
+    pub prices: hermes_dispatcher::engine::Prices,
 }
 
 impl Default for StackOptions {
@@ -51,6 +53,7 @@ impl Default for StackOptions {
             confirm_tools: Vec::new(),
             approval_timeout: Duration::from_secs(600),
             memory: None,
+            prices: Default::default(),
         }
     }
 }
@@ -117,6 +120,7 @@ impl TestStack {
                     .llm_base_url
                     .as_deref()
                     .map(|url| Summarizer(model(url, "summarizer-model"))),
+                prices: options.prices,
                 ..Default::default()
             },
             planner: options

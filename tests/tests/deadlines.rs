@@ -68,7 +68,9 @@ async fn a_lost_task_is_published_again_by_a_restarted_dispatcher() {
     let events = t.events("goal-lost-task").await;
     let Some(Kind::GoalCompleted(done)) = &events.last().unwrap().kind else { panic!("{:?}", events.last()) };
     assert_eq!(serde_json::from_str::<serde_json::Value>(&done.output_json).unwrap()["value"], 42.0);
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    // Generous: under a loaded 2-core CI machine restarted services take seconds to settle; the
+    // attempt number below is what proves the task was republished rather than retried.
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
     let stored = GoalState::decode(t.bus.goals().get("goal-lost-task").await.unwrap().unwrap()).unwrap();
     assert_eq!(stored.nodes[0].attempt, 1, "the same attempt, not a retry");
     t.stop().await;

@@ -310,3 +310,55 @@ async fn an_agent_node_runs_its_tool_loop_through_the_stack() {
     assert!(called[0].arguments_json.contains("19 * 3"));
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_goal_over_its_token_budget_fails_and_records_what_it_spent() {
+    let llm = ScriptedLlm::start().await;
+    llm.push(
+        "agent-model",
+        ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "19 * 3"}"#).with_usage(600, 50),
+    );
+    llm.push("agent-model", ScriptedResponse::content("The result is 57.").with_usage(700, 20));
+    let prices = hermes_dispatcher::engine::Prices { input_per_mtok: 3.0, output_per_mtok: 15.0 };
+    let mut t = TestStack::start_with(StackOptions {
+        llm_base_url: Some(llm.base_url()),
+        prices,
+        ..Default::default()
+    })
+    .await;
+    let plan = hermes_proto::TaskPlan {
+        nodes: vec![
+            hermes_tests::node("think", "agent.run", json!({"instruction": "Multiply 19 by 3"}), &[]),
+            hermes_tests::node("after", "math.evaluate", json!({"expression": "1 + 1"}), &["think"]),
+        ],
+        ..Default::default()
+    };
+    // A cost budget that cannot be a number of dollars is refused at submit.
+    let bad = GoalSpec { plan: Some(plan.clone()), max_cost_usd: -1.0, ..Default::default() };
+    let refused = t.submit_spec(bad).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("max_cost_usd"), "{}", refused.message());
+
+    let spec = GoalSpec { plan: Some(plan), max_tokens: 1000, max_cost_usd: 1.0, ..Default::default() };
+    let (goal_id, _) = t.submit_spec(spec).await.unwrap();
+    let events = t.events(&goal_id).await;
+    let Some(Kind::GoalFailed(failed)) = &events.last().unwrap().kind else {
+        panic!("{:?}", events.iter().map(kind_name).collect::<Vec<_>>())
+    };
+    let error = failed.error.clone().unwrap();
+    assert_eq!(error.code, "BUDGET_EXCEEDED");
+    assert_eq!(error.message, "the goal used 1370 tokens, over its budget of 1000");
+    let state = stored(&t, &goal_id).await;
+    let tokens = state.tokens.unwrap();
+    assert_eq!((tokens.input_tokens, tokens.output_tokens), (1300, 70));
+    assert!((state.cost_usd - (1300.0 * 3.0 + 70.0 * 15.0) / 1e6).abs() < 1e-12, "{}", state.cost_usd);
+    let think = state.nodes.iter().find(|n| n.node_id == "think").unwrap();
+    assert_eq!(think.tokens.unwrap().input_tokens, 1300);
+    let after = state.nodes.iter().find(|n| n.node_id == "after").unwrap();
+    assert_eq!(after.status, hermes_proto::NodeStatus::Skipped as i32, "nothing runs past the budget");
+    // The client sees the spend and the budget.
+    let goal = t.client.get_goal(hermes_proto::GetGoalRequest { goal_id }).await.unwrap().into_inner();
+    assert_eq!((goal.max_tokens, goal.max_cost_usd), (1000, 1.0));
+    assert_eq!(goal.tokens.unwrap().output_tokens, 70);
+    t.stop().await;
+}

@@ -5,3 +5,4 @@ pub mod memory_cmd;
 pub mod nats;
 pub mod plan_file;
 pub mod stack;
+pub mod trace_cmd;

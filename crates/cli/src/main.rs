@@ -100,6 +100,9 @@ enum Command {
         ack_wait_secs: u64,
         #[command(flatten)]
         llm: hermes_llm::config::LlmArgs,
+        /// Serve Prometheus metrics on this address (`/metrics`); unset: no endpoint.
+        #[arg(long, env = "HERMES_METRICS_LISTEN")]
+        metrics_listen: Option<SocketAddr>,
     },
     /// Run one executor agent in this process (the same as the `hermes-executor` binary).
     Agent {
@@ -133,6 +136,12 @@ enum Command {
         /// Whole-goal timeout in seconds (0: the server default).
         #[arg(long, default_value_t = 0)]
         timeout_secs: u64,
+        /// Token budget: the goal fails with BUDGET_EXCEEDED past this many LLM tokens (0: none).
+        #[arg(long, default_value_t = 0)]
+        max_tokens: u64,
+        /// Cost budget in US dollars, at the dispatcher's configured prices (0: none).
+        #[arg(long, default_value_t = 0.0)]
+        max_cost_usd: f64,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -170,6 +179,12 @@ enum Command {
     },
     /// Show a goal.
     Get {
+        goal_id: String,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// A goal's timeline: steps, agents, tools, durations and tokens (see docs/observability.md).
+    Trace {
         goal_id: String,
         #[command(flatten)]
         server: ServerArg,
@@ -231,18 +246,14 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             external_planner,
             no_memory,
         } => {
-            hermes_core::telemetry::init_logging();
+            let _telemetry = hermes_core::telemetry::init("hermes");
             let agents = match agents_config {
                 Some(path) => AgentsToRun::File(path),
                 None => AgentsToRun::Identical { count: agents, max_concurrency, workspace },
             };
             let memory = (!no_memory).then_some(memory);
-            if let Some(addr) = metrics_listen {
-                let bound = hermes_core::metrics::serve(addr, tokio_util::sync::CancellationToken::new())
-                    .await
-                    .with_context(|| format!("cannot serve metrics on {addr}"))?;
-                println!("metrics on http://{bound}/metrics");
-            }
+            hermes_core::metrics::serve_if(metrics_listen, tokio_util::sync::CancellationToken::new())
+                .await?;
             let registry = hermes_registry::RegistryConfig {
                 heartbeat_ttl: Duration::from_secs(heartbeat_ttl_secs.max(1)),
             };
@@ -258,6 +269,8 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             idempotency_key,
             session,
             timeout_secs,
+            max_tokens,
+            max_cost_usd,
             server,
         } => {
             let plan = match (&text, &plan) {
@@ -273,13 +286,20 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 session_id: session,
                 idempotency_key,
                 timeout_ms: timeout_secs * 1000,
+                max_tokens,
+                max_cost_usd,
                 ..Default::default()
             };
-            let reply = client
-                .submit_goal(SubmitGoalRequest { spec: Some(spec) })
-                .await
-                .map_err(status_error)?
-                .into_inner();
+            let mut request = tonic::Request::new(SubmitGoalRequest { spec: Some(spec) });
+            // A caller inside a trace (TRACEPARENT, as CI systems and otel-cli set it) makes the
+            // goal's trace part of it.
+            if let Some(parent) =
+                std::env::var("TRACEPARENT").ok().and_then(|v| hermes_core::trace::TraceContext::parse(&v))
+                && let Ok(value) = parent.to_header().parse()
+            {
+                request.metadata_mut().insert(hermes_core::trace::TRACEPARENT, value);
+            }
+            let reply = client.submit_goal(request).await.map_err(status_error)?.into_inner();
             if reply.duplicate {
                 println!("goal {} (already submitted with this idempotency key)", reply.goal_id);
             } else {
@@ -292,12 +312,13 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        Command::Planner { nats_url, ack_wait_secs, llm } => {
-            hermes_core::telemetry::init_logging();
+        Command::Planner { nats_url, ack_wait_secs, llm, metrics_listen } => {
+            let _telemetry = hermes_core::telemetry::init("hermes-planner");
             let model = llm
                 .planner_model()?
                 .context("the planner needs a model: set HERMES_LLM_BASE_URL and HERMES_LLM_MODEL")?;
             let shutdown = hermes_core::shutdown::install_signal_handlers();
+            hermes_core::metrics::serve_if(metrics_listen, shutdown.clone()).await?;
             let bus =
                 hermes_core::Bus::connect(hermes_core::BusConfig::new(&nats_url).with_name("hermes-planner"))
                     .await
@@ -309,7 +330,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Agent { agent } => {
-            hermes_core::telemetry::init_logging();
+            let _telemetry = hermes_core::telemetry::init("hermes-agent");
             hermes_executor::cli::run_agent(agent).await?;
             Ok(0)
         }
@@ -397,6 +418,10 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             let goal = client.get_goal(GetGoalRequest { goal_id }).await.map_err(status_error)?.into_inner();
             print_goal(&goal);
             Ok(0)
+        }
+        Command::Trace { goal_id, server } => {
+            let mut client = connect(&server.server).await?;
+            hermes_cli::trace_cmd::run(&mut client, &goal_id).await
         }
         Command::Watch { goal_id, server } => {
             use std::io::IsTerminal as _;
@@ -495,6 +520,10 @@ async fn up(options: Up) -> anyhow::Result<()> {
             grpc_listen,
             summarizer,
             planner: external_planner,
+            prices: hermes_dispatcher::engine::Prices {
+                input_per_mtok: llm.price_input_per_mtok,
+                output_per_mtok: llm.price_output_per_mtok,
+            },
             ..Default::default()
         },
         planner: if external_planner { None } else { planner },
@@ -735,6 +764,17 @@ fn print_goal(goal: &Goal) {
     println!("status  {}", status_name(goal.status));
     if let Some(e) = &goal.error {
         println!("error   {}: {}", e.code, e.message);
+    }
+    let tokens = goal.tokens.unwrap_or_default();
+    let budget = if goal.max_tokens > 0 { format!(" (budget {})", goal.max_tokens) } else { String::new() };
+    println!("tokens  {} in / {} out{budget}", tokens.input_tokens, tokens.output_tokens);
+    if goal.cost_usd > 0.0 || goal.max_cost_usd > 0.0 {
+        let budget = if goal.max_cost_usd > 0.0 {
+            format!(" (budget ${:.4})", goal.max_cost_usd)
+        } else {
+            String::new()
+        };
+        println!("cost    ${:.4}{budget}", goal.cost_usd);
     }
     println!("nodes:");
     for node in &goal.nodes {

@@ -183,6 +183,14 @@ impl Bus {
         self.publish_bytes(subject, Bytes::from(message.encode_to_vec()), msg_id, trace).await
     }
 
+    /// Publishes a goal event on `hermes.event.<goal_id>`, redacted (see
+    /// [`crate::redact::event`]) and with the trace context of the current span.
+    pub async fn publish_event(&self, event: &hermes_proto::Event, msg_id: &str) -> Result<PublishOutcome> {
+        let subject = self.topology().event(&event.goal_id);
+        let trace = TraceContext::current();
+        self.publish(subject, &crate::redact::event(event), msg_id, trace.as_ref()).await
+    }
+
     /// Publishes raw bytes; see [`Bus::publish`].
     pub async fn publish_bytes(
         &self,
@@ -194,7 +202,7 @@ impl Bus {
         let mut headers = HeaderMap::new();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
         if let Some(trace) = trace {
-            headers.insert(trace::TRACEPARENT, trace.child().to_header().as_str());
+            headers.insert(trace::TRACEPARENT, trace.to_header().as_str());
         }
         let ack = self
             .inner
@@ -327,7 +335,7 @@ impl Bus {
     ) -> Result<()> {
         let mut headers = HeaderMap::new();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, format!("dlq:{origin}").as_str());
-        headers.insert(DLQ_REASON, reason);
+        headers.insert(DLQ_REASON, crate::redact::redact_text(reason).as_ref());
         headers.insert(DLQ_SUBJECT, subject);
         headers.insert(DLQ_ORIGIN, origin);
         let dlq = self.topology().dlq(kind);
@@ -339,7 +347,9 @@ impl Bus {
             .publish_with_headers(dlq.clone(), headers, payload)
             .await
             .map_err(|e| failed(&e))?;
-        ack.await.map(|_| ()).map_err(|e| failed(&e))
+        ack.await.map_err(|e| failed(&e))?;
+        crate::metrics::global().dead_letters.get_or_create(&crate::metrics::labels(&[("kind", kind)])).inc();
+        Ok(())
     }
 
     /// Decodes a consumed message, dead-lettering it when it is not a valid `M`.

@@ -3,8 +3,8 @@
 //! circuit breaker's state, tasks in flight). [`serve`] exposes it as text on `/metrics` when a
 //! service is given a listen address (`--metrics-listen`, `HERMES_METRICS_LISTEN`).
 //!
-//! Built so far: the executor's tool, task and breaker metrics (`docs/agents.md`). The rest of
-//! the catalogue (goals, queue depth, LLM tokens) belongs to the observability work.
+//! The catalogue, with what each series means, is in `docs/observability.md`. Every process
+//! registers all of it; a series appears once the process has something to report in it.
 
 use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
@@ -13,6 +13,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
@@ -20,6 +21,13 @@ use tokio_util::sync::CancellationToken;
 pub type Labels = Vec<(String, String)>;
 
 type Refresher = Box<dyn Fn() + Send + Sync>;
+
+/// A histogram family with the duration buckets every Hermes histogram uses (5 ms to ~5.5 min).
+pub type Durations = Family<Labels, Histogram, fn() -> Histogram>;
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 17))
+}
 
 /// The process's metrics.
 pub struct Metrics {
@@ -33,6 +41,29 @@ pub struct Metrics {
     pub tasks: Family<Labels, Counter>,
     /// Tasks running now, by agent.
     pub tasks_in_flight: Family<Labels, Gauge>,
+    /// Task run time on the agent, by agent, task type and status.
+    pub task_duration: Durations,
+    /// Goals by outcome: `accepted` when submitted, then `completed`, `failed`, `cancelled` or
+    /// `needs_input` when they end (dispatcher).
+    pub goals: Family<Labels, Counter>,
+    /// Node attempts finished, from dispatch to result, by task type and status (dispatcher).
+    pub node_duration: Durations,
+    /// Node attempts scheduled again after a retryable failure, by task type (dispatcher).
+    pub retries: Family<Labels, Counter>,
+    /// Messages moved to the dead-letter stream, by kind of message.
+    pub dead_letters: Family<Labels, Counter>,
+    /// Messages waiting on a task consumer, by task type and consumer (`pool` or an agent id).
+    pub queue_pending: Family<Labels, Gauge>,
+    /// Messages delivered on a task consumer and not yet acknowledged, same labels.
+    pub queue_ack_pending: Family<Labels, Gauge>,
+    /// Live agents serving a task type (registry).
+    pub agents_online: Family<Labels, Gauge>,
+    /// LLM calls by provider, model and outcome (`ok` or the error code).
+    pub llm_calls: Family<Labels, Counter>,
+    /// LLM tokens by provider, model and direction (`input`, `output`).
+    pub llm_tokens: Family<Labels, Counter>,
+    /// LLM call latency by provider and model.
+    pub llm_duration: Durations,
 }
 
 /// The process-wide metrics.
@@ -40,26 +71,79 @@ pub fn global() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(|| {
         let mut registry = Registry::default();
-        let tool_calls = Family::<Labels, Counter>::default();
-        let breaker_state = Family::<Labels, Gauge>::default();
-        let tasks = Family::<Labels, Counter>::default();
-        let tasks_in_flight = Family::<Labels, Gauge>::default();
-        registry.register("hermes_tool_calls", "Tool calls by agent, tool and outcome", tool_calls.clone());
+        let metrics = Metrics {
+            registry: Mutex::new(Registry::default()),
+            refreshers: Mutex::new(Vec::new()),
+            tool_calls: Family::default(),
+            breaker_state: Family::default(),
+            tasks: Family::default(),
+            tasks_in_flight: Family::default(),
+            task_duration: Durations::new_with_constructor(duration_histogram),
+            goals: Family::default(),
+            node_duration: Durations::new_with_constructor(duration_histogram),
+            retries: Family::default(),
+            dead_letters: Family::default(),
+            queue_pending: Family::default(),
+            queue_ack_pending: Family::default(),
+            agents_online: Family::default(),
+            llm_calls: Family::default(),
+            llm_tokens: Family::default(),
+            llm_duration: Durations::new_with_constructor(duration_histogram),
+        };
+        let m = &metrics;
+        registry.register("hermes_tool_calls", "Tool calls by agent, tool and outcome", m.tool_calls.clone());
         registry.register(
             "hermes_tool_breaker_state",
             "Circuit breaker state by agent and tool: 0 closed, 1 open, 2 half-open",
-            breaker_state.clone(),
+            m.breaker_state.clone(),
         );
-        registry.register("hermes_tasks", "Tasks finished by agent, task type and status", tasks.clone());
-        registry.register("hermes_tasks_in_flight", "Tasks running now, by agent", tasks_in_flight.clone());
-        Metrics {
-            registry: Mutex::new(registry),
-            refreshers: Mutex::new(Vec::new()),
-            tool_calls,
-            breaker_state,
-            tasks,
-            tasks_in_flight,
-        }
+        registry.register("hermes_tasks", "Tasks finished by agent, task type and status", m.tasks.clone());
+        registry.register("hermes_tasks_in_flight", "Tasks running now, by agent", m.tasks_in_flight.clone());
+        registry.register(
+            "hermes_task_duration_seconds",
+            "Task run time on the agent by agent, task type and status",
+            m.task_duration.clone(),
+        );
+        registry.register("hermes_goals", "Goals accepted and ended, by status", m.goals.clone());
+        registry.register(
+            "hermes_node_duration_seconds",
+            "Node attempts from dispatch to result, by task type and status",
+            m.node_duration.clone(),
+        );
+        registry.register("hermes_task_retries", "Node attempts retried, by task type", m.retries.clone());
+        registry.register(
+            "hermes_dead_letters",
+            "Messages moved to the DLQ, by kind",
+            m.dead_letters.clone(),
+        );
+        registry.register(
+            "hermes_queue_pending",
+            "Task messages not yet delivered, by task type and consumer",
+            m.queue_pending.clone(),
+        );
+        registry.register(
+            "hermes_queue_ack_pending",
+            "Task messages delivered and not yet acknowledged, by task type and consumer",
+            m.queue_ack_pending.clone(),
+        );
+        registry.register("hermes_agents_online", "Live agents by task type", m.agents_online.clone());
+        registry.register(
+            "hermes_llm_calls",
+            "LLM calls by provider, model and outcome",
+            m.llm_calls.clone(),
+        );
+        registry.register(
+            "hermes_llm_tokens",
+            "LLM tokens by provider, model and direction",
+            m.llm_tokens.clone(),
+        );
+        registry.register(
+            "hermes_llm_call_duration_seconds",
+            "LLM call latency by provider and model",
+            m.llm_duration.clone(),
+        );
+        *m.registry.lock().unwrap_or_else(|p| p.into_inner()) = registry;
+        metrics
     })
 }
 
@@ -86,6 +170,22 @@ impl Metrics {
         }
         text
     }
+}
+
+/// Serves `/metrics` when `addr` is given (`--metrics-listen`), saying where on stdout.
+pub async fn serve_if(addr: Option<SocketAddr>, shutdown: CancellationToken) -> std::io::Result<()> {
+    if let Some(addr) = addr {
+        let bound = serve(addr, shutdown)
+            .await
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve metrics on {addr}: {e}")))?;
+        println!("metrics on http://{bound}/metrics");
+    }
+    Ok(())
+}
+
+/// Seconds in a histogram observation, from milliseconds.
+pub fn seconds(ms: u64) -> f64 {
+    ms as f64 / 1000.0
 }
 
 /// Serves `/metrics` on `addr` until `shutdown`; returns the bound address (port 0 picks one).

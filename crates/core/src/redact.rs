@@ -1,13 +1,22 @@
-//! Redaction of secrets in JSON values before they leave the process in events, approvals or
-//! logs: values under keys that name a secret, and strings that look like bearer credentials.
+//! Redaction of secrets before anything leaves the process in events, approvals, logs or
+//! exported spans: values under keys that name a secret (`api_key`, `token`, `password`,
+//! `authorization`, ...), bearer credentials and `sk-` keys, and `key=value` / `key: value`
+//! pairs inside free text whose key names a secret.
+//!
+//! The goal's own data (node outputs in the goal state, artifacts) is not redacted: it is what
+//! the user asked for. Redaction applies where data is copied out for observation.
 
+use std::borrow::Cow;
+
+use hermes_proto::Event;
+use hermes_proto::event::Kind;
 use serde_json::Value;
 
 /// What a redacted value is replaced with.
 pub const REDACTED: &str = "[REDACTED]";
 
-/// Key fragments that mark a secret (compared case-insensitively, ignoring `-` and `_`).
-const SECRET_KEYS: [&str; 9] = [
+/// Key fragments that mark a secret (compared case-insensitively, ignoring `-`, `_` and spaces).
+const SECRET_KEYS: [&str; 10] = [
     "apikey",
     "token",
     "password",
@@ -17,17 +26,141 @@ const SECRET_KEYS: [&str; 9] = [
     "credential",
     "privatekey",
     "cookie",
+    "bearer",
 ];
 
-fn is_secret_key(key: &str) -> bool {
+/// Whether a key or field name names a secret. Counts of tokens (`input_tokens`,
+/// `max_tokens`) are not secrets.
+pub fn is_secret_key(key: &str) -> bool {
     let folded: String =
-        key.chars().filter(|c| !matches!(c, '-' | '_' | ' ')).flat_map(char::to_lowercase).collect();
+        key.chars().filter(|c| !matches!(c, '-' | '_' | ' ' | '.')).flat_map(char::to_lowercase).collect();
+    if folded.ends_with("tokens") {
+        return false;
+    }
     SECRET_KEYS.iter().any(|s| folded.contains(s))
 }
 
-fn looks_like_credential(text: &str) -> bool {
-    let lower = text.trim_start().to_ascii_lowercase();
-    lower.starts_with("bearer ") || lower.starts_with("basic ") || lower.starts_with("sk-")
+fn is_word_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+/// Characters a credential is made of, once its start is found.
+fn is_credential_char(c: char) -> bool {
+    !(c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '}' | ']' | ')' | '&' | '<' | '>' | '`'))
+}
+
+/// Where the secret following a `key[:=]` at `after_key` starts, when the key is followed by an
+/// assignment (optionally quoted, as in JSON text: `"api_key": "..."`).
+fn assignment_value_start(text: &str, after_key: usize) -> Option<usize> {
+    let rest = &text[after_key..];
+    let mut chars = rest.char_indices().peekable();
+    // A closing quote of a quoted key.
+    if let Some((_, '"' | '\'')) = chars.peek() {
+        chars.next();
+    }
+    while let Some((_, c)) = chars.peek() {
+        if *c == ' ' || *c == '\t' {
+            chars.next();
+        } else {
+            break;
+        }
+    }
+    match chars.next() {
+        Some((_, ':' | '=')) => {}
+        _ => return None,
+    }
+    while let Some((_, c)) = chars.peek() {
+        if matches!(c, ' ' | '\t' | '"' | '\'') {
+            chars.next();
+        } else {
+            break;
+        }
+    }
+    chars.peek().map(|(i, _)| after_key + i)
+}
+
+/// The end of the credential that starts at `start`: one token, or two when the first is an
+/// authentication scheme (`Bearer abc`).
+fn credential_end(text: &str, start: usize) -> usize {
+    let token_end = |from: usize| {
+        text[from..]
+            .char_indices()
+            .find(|(_, c)| !is_credential_char(*c))
+            .map(|(i, _)| from + i)
+            .unwrap_or(text.len())
+    };
+    let end = token_end(start);
+    let scheme = text[start..end].to_ascii_lowercase();
+    if matches!(scheme.as_str(), "bearer" | "basic" | "token") && text[end..].starts_with(' ') {
+        let next = end + 1;
+        if next < text.len() && text[next..].starts_with(is_credential_char) {
+            return token_end(next);
+        }
+    }
+    end
+}
+
+/// `text` with the secrets it contains replaced by [`REDACTED`]; borrowed when there are none.
+pub fn redact_text(text: &str) -> Cow<'_, str> {
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let lower = text.to_ascii_lowercase();
+    // `Bearer <credential>` anywhere.
+    let mut from = 0;
+    while let Some(found) = lower[from..].find("bearer ") {
+        let start = from + found + "bearer ".len();
+        let end = credential_end(text, start);
+        if end > start && !text[start..].starts_with(REDACTED) {
+            spans.push((start, end));
+        }
+        from = start;
+    }
+    // `sk-...` keys as whole words.
+    let mut from = 0;
+    while let Some(found) = lower[from..].find("sk-") {
+        let start = from + found;
+        let boundary = text[..start].chars().next_back().is_none_or(|c| !is_word_char(c));
+        let end = credential_end(text, start);
+        if boundary && end - start >= 8 {
+            spans.push((start, end));
+        }
+        from = start + 3;
+    }
+    // `secret_key = value` and `"password": "value"`.
+    let mut word_start = None;
+    for (i, c) in text.char_indices().chain(std::iter::once((text.len(), ' '))) {
+        match (word_start, is_word_char(c) && i < text.len()) {
+            (None, true) => word_start = Some(i),
+            (Some(start), false) => {
+                word_start = None;
+                if is_secret_key(&text[start..i])
+                    && let Some(value) = assignment_value_start(text, i)
+                {
+                    let end = credential_end(text, value);
+                    if end > value && !text[value..].starts_with(REDACTED) {
+                        spans.push((value, end));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if spans.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    spans.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end) in spans {
+        if end <= at {
+            continue;
+        }
+        let start = start.max(at);
+        out.push_str(&text[at..start]);
+        out.push_str(REDACTED);
+        at = end;
+    }
+    out.push_str(&text[at..]);
+    Cow::Owned(out)
 }
 
 /// `value` with every secret replaced by [`REDACTED`].
@@ -36,19 +169,63 @@ pub fn redact(value: &Value) -> Value {
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(k, v)| {
-                    let v = if is_secret_key(k) && !v.is_null() {
-                        Value::String(REDACTED.into())
-                    } else {
-                        redact(v)
+                    let v = match v {
+                        Value::Null | Value::Bool(_) | Value::Number(_) => v.clone(),
+                        _ if is_secret_key(k) => Value::String(REDACTED.into()),
+                        _ => redact(v),
                     };
                     (k.clone(), v)
                 })
                 .collect(),
         ),
         Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
-        Value::String(s) if looks_like_credential(s) => Value::String(REDACTED.into()),
+        Value::String(s) => match redact_text(s) {
+            Cow::Borrowed(_) => value.clone(),
+            Cow::Owned(redacted) => Value::String(redacted),
+        },
         other => other.clone(),
     }
+}
+
+/// JSON text with its secrets redacted; text that is not JSON is redacted as free text.
+pub fn redact_json_text(text: &str) -> String {
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => redact(&value).to_string(),
+        Err(_) => redact_text(text).into_owned(),
+    }
+}
+
+fn redact_error(error: &mut Option<hermes_proto::Error>) {
+    if let Some(error) = error {
+        error.message = redact_text(&error.message).into_owned();
+    }
+}
+
+fn redact_plan(plan: &mut Option<hermes_proto::TaskPlan>) {
+    for node in plan.iter_mut().flat_map(|p| p.nodes.iter_mut()) {
+        node.inputs_json = redact_json_text(&node.inputs_json);
+    }
+}
+
+/// A copy of `event` fit to publish: node and goal outputs, tool arguments, plan inputs, error
+/// messages and notes have their secrets redacted. Events are for watching a goal; the goal's
+/// data itself stays whole in its state.
+pub fn event(event: &Event) -> Event {
+    let mut event = event.clone();
+    match &mut event.kind {
+        Some(Kind::TaskSucceeded(e)) => e.output_json = redact_json_text(&e.output_json),
+        Some(Kind::GoalCompleted(e)) => e.output_json = redact_json_text(&e.output_json),
+        Some(Kind::ToolCalled(e)) => e.arguments_json = redact_json_text(&e.arguments_json),
+        Some(Kind::ApprovalRequired(e)) => e.arguments_json = redact_json_text(&e.arguments_json),
+        Some(Kind::ApprovalDecided(e)) => e.note = redact_text(&e.note).into_owned(),
+        Some(Kind::TaskFailed(e)) => redact_error(&mut e.error),
+        Some(Kind::TaskRetrying(e)) => redact_error(&mut e.error),
+        Some(Kind::GoalFailed(e)) => redact_error(&mut e.error),
+        Some(Kind::PlanCreated(e)) => redact_plan(&mut e.plan),
+        Some(Kind::PlanPatched(e)) => redact_plan(&mut e.plan),
+        _ => {}
+    }
+    event
 }
 
 #[cfg(test)]
@@ -64,6 +241,8 @@ mod tests {
             "headers": {"Authorization": "Bearer abc", "X-Trace": "t1"},
             "nested": [{"password": "hunter2"}, "Bearer xyz", "plain"],
             "accessToken": "tok",
+            "max_tokens": 100,
+            "input_tokens": "12",
         });
         let r = redact(&v);
         assert_eq!(r["url"], "https://api.example.com");
@@ -71,9 +250,48 @@ mod tests {
         assert_eq!(r["headers"]["Authorization"], REDACTED);
         assert_eq!(r["headers"]["X-Trace"], "t1");
         assert_eq!(r["nested"][0]["password"], REDACTED);
-        assert_eq!(r["nested"][1], REDACTED);
+        assert_eq!(r["nested"][1], format!("Bearer {REDACTED}"));
         assert_eq!(r["nested"][2], "plain");
         assert_eq!(r["accessToken"], REDACTED);
+        assert_eq!(r["max_tokens"], 100);
+        assert_eq!(r["input_tokens"], "12");
         assert!(!r.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn secrets_inside_free_text_are_found() {
+        let cases = [
+            ("config: api_key=s3cr3t-value and more", "s3cr3t-value"),
+            ("password: hunter2", "hunter2"),
+            (r#"{"client_secret": "abc123"}"#, "abc123"),
+            ("curl -H 'Authorization: Bearer eyJhbGciOi.xyz' https://x", "eyJhbGciOi.xyz"),
+            ("the key is sk-live-0123456789abcdef, use it", "sk-live-0123456789abcdef"),
+            ("TOKEN = 'tkn_999'", "tkn_999"),
+        ];
+        for (text, secret) in cases {
+            let redacted = redact_text(text);
+            assert!(!redacted.contains(secret), "{text} -> {redacted}");
+            assert!(redacted.contains(REDACTED), "{text} -> {redacted}");
+        }
+        for plain in ["used 120 tokens in total", "a basic plan", "risk-free", "max_tokens: 512", ""] {
+            assert_eq!(redact_text(plain), plain);
+        }
+        // Redacting twice changes nothing.
+        let once = redact_text("api_key=abc, Authorization: Bearer xyz").into_owned();
+        assert_eq!(redact_text(&once), once);
+    }
+
+    #[test]
+    fn events_are_redacted_where_they_carry_data() {
+        let event = Event {
+            goal_id: "g".into(),
+            at_unix_ms: 1,
+            kind: Some(Kind::TaskSucceeded(hermes_proto::TaskSucceeded {
+                output_json: r#"{"text": "login with password=opensesame", "token": "t-1"}"#.into(),
+                ..Default::default()
+            })),
+        };
+        let text = format!("{:?}", super::event(&event));
+        assert!(!text.contains("opensesame") && !text.contains("t-1"), "{text}");
     }
 }

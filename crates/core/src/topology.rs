@@ -127,6 +127,16 @@ impl Topology {
     pub fn direct_tasks_of(&self, agent_id: &str) -> String {
         format!("{}.task.direct.{agent_id}.>", self.prefix)
     }
+    /// What a task consumer serves, from its filter subject: `(task_type, "pool")` for a pool
+    /// consumer, `("*", agent_id)` for an agent's directed consumer.
+    pub fn task_consumer_of(&self, filter_subject: &str) -> Option<(String, String)> {
+        if let Some(task_type) = filter_subject.strip_prefix(&self.pool_task("")) {
+            return Some((task_type.to_owned(), "pool".to_owned()));
+        }
+        let agent =
+            filter_subject.strip_prefix(&format!("{}.task.direct.", self.prefix))?.strip_suffix(".>")?;
+        Some(("*".to_owned(), agent.to_owned()))
+    }
     /// Durable consumer shared by every agent serving `task_type` from the pool.
     pub fn pool_consumer(&self, task_type: &str) -> String {
         format!("pool_{}", task_type.replace('.', "_"))

@@ -12,7 +12,7 @@ use hermes_proto::{
     CompletedNode, Event, GoalCancelled, GoalCompleted, GoalFailed, GoalNeedsInput, GoalState, GoalStatus,
     NodeState, NodeStatus, ParallelGroup, PlanCreated, PlanPatched, PlanRequest, PlanRequested,
     ReplanContext, TaskDispatched, TaskFailed, TaskMessage, TaskPlan, TaskResult, TaskRetrying, TaskStatus,
-    TaskSucceeded,
+    TaskSucceeded, TokenUsage,
 };
 use serde_json::Value;
 
@@ -45,6 +45,61 @@ pub struct Limits {
     pub planner: bool,
     /// A summarizer model is configured: text goals end with a written answer.
     pub summarizer: bool,
+    /// US dollars per million input and output tokens, for goals' estimated cost.
+    pub prices: Prices,
+}
+
+/// What LLM tokens cost, for the estimate checked against a goal's cost budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Prices {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+/// Adds an LLM step's tokens to the goal (and to node `index`, when given) and ends the goal
+/// with `BUDGET_EXCEEDED` when that takes it over its token or cost budget. Returns whether the
+/// goal ended.
+pub fn charge(
+    state: &mut GoalState,
+    index: Option<usize>,
+    tokens: &TokenUsage,
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> bool {
+    if tokens.input_tokens == 0 && tokens.output_tokens == 0 {
+        return false;
+    }
+    let total = state.tokens.get_or_insert_with(Default::default);
+    total.input_tokens += tokens.input_tokens;
+    total.output_tokens += tokens.output_tokens;
+    let used = total.input_tokens + total.output_tokens;
+    state.cost_usd += (tokens.input_tokens as f64 * limits.prices.input_per_mtok
+        + tokens.output_tokens as f64 * limits.prices.output_per_mtok)
+        / 1_000_000.0;
+    if let Some(node) = index.and_then(|i| state.nodes.get_mut(i)) {
+        let node_tokens = node.tokens.get_or_insert_with(Default::default);
+        node_tokens.input_tokens += tokens.input_tokens;
+        node_tokens.output_tokens += tokens.output_tokens;
+    }
+    if is_terminal(state.status) {
+        return false;
+    }
+    let spec = state.spec.clone().unwrap_or_default();
+    let over = if spec.max_tokens > 0 && used > spec.max_tokens {
+        format!("the goal used {used} tokens, over its budget of {}", spec.max_tokens)
+    } else if spec.max_cost_usd > 0.0 && state.cost_usd > spec.max_cost_usd {
+        format!(
+            "the goal cost an estimated ${:.4}, over its budget of ${:.4}",
+            state.cost_usd, spec.max_cost_usd
+        )
+    } else {
+        return false;
+    };
+    let error = wire_error(ErrorCode::BudgetExceeded, over);
+    let event = Kind::GoalFailed(GoalFailed { error: Some(error.clone()) });
+    end_goal(state, GoalStatus::Failed, error, event, now_ms, effects);
+    true
 }
 
 /// Replans of one node before the goal gives up.
@@ -258,10 +313,10 @@ pub fn apply_result(
                 output_json: result.output_json.clone(),
             }),
         );
-        if let Some(tokens) = &result.tokens {
-            let total = state.tokens.get_or_insert_with(Default::default);
-            total.input_tokens += tokens.input_tokens;
-            total.output_tokens += tokens.output_tokens;
+        if let Some(tokens) = &result.tokens
+            && charge(state, Some(index), tokens, limits, now_ms, effects)
+        {
+            return Applied::Changed;
         }
         dispatch_ready(state, limits, now_ms, effects);
         complete_if_done(state, limits, now_ms, effects);
@@ -291,6 +346,12 @@ pub fn apply_result(
             error: Some(error.clone()),
         }),
     );
+    // A failed attempt's tokens were spent all the same.
+    if let Some(tokens) = &result.tokens
+        && charge(state, Some(index), tokens, limits, now_ms, effects)
+    {
+        return Applied::Changed;
+    }
     let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
     let max_retries = if plan_node.max_retries > 0 { plan_node.max_retries } else { DEFAULT_MAX_RETRIES };
     if error.retryable && result.attempt <= max_retries {
@@ -916,7 +977,12 @@ mod tests {
     use hermes_proto::{TaskNode, TaskPlan};
     use serde_json::json;
 
-    const LIMITS: Limits = Limits { node_timeout_ms: 1000, planner: false, summarizer: false };
+    const LIMITS: Limits = Limits {
+        node_timeout_ms: 1000,
+        planner: false,
+        summarizer: false,
+        prices: Prices { input_per_mtok: 0.0, output_per_mtok: 0.0 },
+    };
 
     /// A running goal over `plan`, nothing dispatched yet.
     fn running(plan: TaskPlan) -> GoalState {

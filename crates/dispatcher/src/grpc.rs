@@ -16,6 +16,7 @@ use prost::Message as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
 use tracing::info;
 
 use crate::GoalService;
@@ -91,6 +92,10 @@ pub fn to_goal(state: GoalState) -> Goal {
         nodes: state.nodes,
         created_unix_ms: state.created_unix_ms,
         updated_unix_ms: state.updated_unix_ms,
+        tokens: state.tokens,
+        cost_usd: state.cost_usd,
+        max_tokens: state.spec.as_ref().map(|s| s.max_tokens).unwrap_or_default(),
+        max_cost_usd: state.spec.as_ref().map(|s| s.max_cost_usd).unwrap_or_default(),
         session_id: state.spec.map(|s| s.session_id).unwrap_or_default(),
         plan: state.plan,
     }
@@ -105,11 +110,19 @@ impl DispatcherApi for Api {
         request: Request<SubmitGoalRequest>,
     ) -> Result<Response<SubmitGoalResponse>, Status> {
         self.nats_up()?;
+        // The goal's trace starts here, under the caller's span when it sent a `traceparent`.
+        let span = tracing::info_span!(
+            "submit_goal",
+            otel.name = "SubmitGoal",
+            otel.kind = "server",
+            goal_id = tracing::field::Empty
+        );
+        hermes_core::trace::follow(&span, hermes_core::trace::from_metadata(request.metadata()).as_ref());
         let spec = request
             .into_inner()
             .spec
             .ok_or_else(|| Error::InvalidArgument { field: "spec".into(), reason: "is required".into() })?;
-        let submitted = self.service.submit(spec).await?;
+        let submitted = self.service.submit(spec).instrument(span).await?;
         Ok(Response::new(SubmitGoalResponse { goal_id: submitted.goal_id, duplicate: submitted.duplicate }))
     }
 

@@ -9,6 +9,7 @@
 mod dlq;
 pub mod engine;
 mod grpc;
+mod metrics;
 mod plans;
 mod routing;
 pub mod store;
@@ -64,6 +65,8 @@ pub struct DispatcherConfig {
     pub planner: bool,
     /// Writes the answer of goals given as text from their nodes' outputs.
     pub summarizer: Option<summarize::Summarizer>,
+    /// LLM prices for goals' estimated cost and cost budgets (0: cost is not estimated).
+    pub prices: engine::Prices,
 }
 
 impl Default for DispatcherConfig {
@@ -78,6 +81,7 @@ impl Default for DispatcherConfig {
             no_agent_wait: Duration::from_secs(30),
             planner: false,
             summarizer: None,
+            prices: engine::Prices::default(),
         }
     }
 }
@@ -131,6 +135,7 @@ impl GoalService {
             node_timeout_ms: self.config.node_timeout.as_millis() as u64,
             planner: self.config.planner,
             summarizer: self.config.summarizer.is_some(),
+            prices: self.config.prices,
         }
     }
 
@@ -163,6 +168,18 @@ impl GoalService {
                 })
             }
         };
+        if !(spec.max_cost_usd.is_finite() && spec.max_cost_usd >= 0.0) {
+            return Err(Error::InvalidArgument {
+                field: "max_cost_usd".into(),
+                reason: format!("must be a non-negative number of dollars, not {}", spec.max_cost_usd),
+            });
+        }
+        if spec.max_cost_usd > 0.0 && self.config.prices == engine::Prices::default() {
+            return Err(Error::InvalidArgument {
+                field: "max_cost_usd".into(),
+                reason: "this dispatcher has no LLM prices configured (HERMES_LLM_PRICE_INPUT_PER_MTOK, HERMES_LLM_PRICE_OUTPUT_PER_MTOK), so it cannot enforce a cost budget".into(),
+            });
+        }
         if spec.idempotency_key.len() > 256 {
             return Err(Error::InvalidArgument {
                 field: "idempotency_key".into(),
@@ -190,7 +207,8 @@ impl GoalService {
         let now = now_unix_ms();
         let timeout_ms =
             if spec.timeout_ms > 0 { spec.timeout_ms } else { self.config.goal_timeout.as_millis() as u64 };
-        let trace = TraceContext::new_root();
+        // The SubmitGoal span's context when traces are exported; a fresh trace id otherwise.
+        let trace = TraceContext::current().unwrap_or_else(TraceContext::new_root);
         let mut state = GoalState {
             goal_id: goal_id.to_string(),
             status: GoalStatus::Running as i32,
@@ -234,6 +252,7 @@ impl GoalService {
             return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
         }
         info!(goal_id = %goal_id, nodes = state.nodes.len(), event = "goal_accepted", "goal accepted");
+        tracing::Span::current().record("goal_id", state.goal_id.as_str());
         self.publish_effects(&state, effects).await?;
         Ok(Submitted { goal_id: goal_id.to_string(), duplicate: false })
     }
@@ -323,7 +342,7 @@ impl GoalService {
                         })),
                     };
                     let msg_id = engine::event_msg_id(&event);
-                    self.bus.publish(self.bus.topology().event(goal_id), &event, &msg_id, None).await?;
+                    self.bus.publish_event(&event, &msg_id).await?;
                     info!(
                         goal_id,
                         call_id,
@@ -407,24 +426,48 @@ impl GoalService {
         }
         let decisions = self.route(state, &effects.tasks).await;
         let subjects = self.apply_decisions(&mut effects.events, &effects.tasks, &decisions);
-        let trace = TraceContext::parse(&state.traceparent);
+        // Messages continue the span this runs in (SubmitGoal, apply_plan, apply_results); work
+        // started by a timer or a restart continues the goal's root span.
+        let root = TraceContext::parse(&state.traceparent);
+        let in_span = TraceContext::current();
+        let trace = in_span.clone().or_else(|| root.clone());
         let mut pending = Vec::with_capacity(effects.events.len() + effects.tasks.len());
         for event in &effects.events {
             pending.push((
                 topology.event(&event.goal_id),
-                event.encode_to_vec(),
+                hermes_core::redact::event(event).encode_to_vec(),
                 engine::event_msg_id(event),
+                trace.clone(),
             ));
         }
-        for (task, subject) in effects.tasks.iter().zip(subjects) {
-            pending.push((subject, task.encode_to_vec(), task.task_id.clone()));
+        // One span per dispatched node: the agent's task span is its child.
+        let mut dispatch_spans = Vec::with_capacity(effects.tasks.len());
+        for (task, (subject, decision)) in effects.tasks.iter().zip(subjects.into_iter().zip(&decisions)) {
+            let span = tracing::info_span!(
+                "dispatch_node",
+                otel.name = %format_args!("dispatch {}", task.task_type),
+                otel.kind = "producer",
+                goal_id = %task.goal_id,
+                node_id = %task.node_id,
+                task_id = %task.task_id,
+                task_type = %task.task_type,
+                attempt = task.attempt,
+                agent = %decision.agent_id,
+            );
+            if in_span.is_none() {
+                hermes_core::trace::follow(&span, root.as_ref());
+            }
+            let context = TraceContext::of(&span).or_else(|| trace.clone());
+            pending.push((subject, task.encode_to_vec(), task.task_id.clone(), context));
+            dispatch_spans.push(span);
         }
         for request in &effects.plan_requests {
-            pending.push((topology.plan_request(), request.encode_to_vec(), request.request_id.clone()));
+            let msg_id = request.request_id.clone();
+            pending.push((topology.plan_request(), request.encode_to_vec(), msg_id, trace.clone()));
         }
-        let sends = pending.into_iter().map(|(subject, body, msg_id)| {
+        metrics::record(state, &effects.events);
+        let sends = pending.into_iter().map(|(subject, body, msg_id, trace)| {
             let bus = self.bus.clone();
-            let trace = trace.clone();
             async move { bus.publish_bytes(subject, body.into(), &msg_id, trace.as_ref()).await }
         });
         // `buffered` polls in order, so sends go out in order while acks overlap.
@@ -432,6 +475,7 @@ impl GoalService {
         while let Some(ack) = acks.next().await {
             ack?;
         }
+        drop(dispatch_spans);
         if effects.summarize {
             let _ = self.summaries_tx.send(state.goal_id.clone());
         }
@@ -506,29 +550,14 @@ impl Dispatcher {
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let addr = self.listener.local_addr()?;
         info!(%addr, "dispatcher serving grpc");
-        let results = tokio::spawn(
-            results_loop(self.service.clone(), self.results, shutdown.clone())
-                .instrument(tracing::info_span!("results")),
-        );
-        let agents = tokio::spawn(
-            routing::watch_agents(self.service.clone(), shutdown.clone())
-                .instrument(tracing::info_span!("agents")),
-        );
-        let summaries = tokio::spawn(
-            summaries_loop(self.service.clone(), shutdown.clone())
-                .instrument(tracing::info_span!("summaries")),
-        );
-        let plans = tokio::spawn(
-            plans::plan_results_loop(self.service.clone(), self.plan_results, shutdown.clone())
-                .instrument(tracing::info_span!("plans")),
-        );
-        let poison = tokio::spawn(
-            dlq::poison_loop(self.service.clone(), shutdown.clone()).instrument(tracing::info_span!("dlq")),
-        );
-        let timers = tokio::spawn(
-            timers::timers_loop(self.service.clone(), shutdown.clone())
-                .instrument(tracing::info_span!("timers")),
-        );
+        let results = tokio::spawn(results_loop(self.service.clone(), self.results, shutdown.clone()));
+        let agents = tokio::spawn(routing::watch_agents(self.service.clone(), shutdown.clone()));
+        let summaries = tokio::spawn(summaries_loop(self.service.clone(), shutdown.clone()));
+        let plans =
+            tokio::spawn(plans::plan_results_loop(self.service.clone(), self.plan_results, shutdown.clone()));
+        let poison = tokio::spawn(dlq::poison_loop(self.service.clone(), shutdown.clone()));
+        let timers = tokio::spawn(timers::timers_loop(self.service.clone(), shutdown.clone()));
+        let queues = tokio::spawn(metrics::queue_depth_loop(self.service.bus.clone(), shutdown.clone()));
         grpc::serve(self.service, self.listener, self.extra_services, shutdown.clone()).await?;
         shutdown.cancel();
         let _ = results.await;
@@ -536,6 +565,7 @@ impl Dispatcher {
         let _ = plans.await;
         let _ = summaries.await;
         let _ = timers.await;
+        let _ = queues.await;
         let _ = poison.await;
         Ok(())
     }
@@ -564,7 +594,14 @@ async fn drain_inbox(service: &GoalService, goal_id: &str, inbox: &Inbox) {
             continue;
         }
         let results: Vec<TaskResult> = batch.iter().map(|d| d.message.clone()).collect();
-        match service.apply_results(goal_id, &results).await {
+        // The batch is applied under the span of its first result's task; the others are
+        // linked, so each agent task's trace shows where its result went.
+        let span = tracing::info_span!("apply_results", goal_id, results = batch.len());
+        hermes_core::trace::follow(&span, batch[0].trace.as_ref());
+        for other in &batch[1..] {
+            hermes_core::trace::link(&span, other.trace.as_ref());
+        }
+        match service.apply_results(goal_id, &results).instrument(span).await {
             // Redelivery of an applied result is harmless (it is recognised as stale), so the
             // ack need not wait for the server's confirmation.
             Ok(_) => {

@@ -20,6 +20,9 @@ struct Args {
     /// The model that writes the answers of goals given as text (the summarizer); see docs/llm.md.
     #[command(flatten)]
     llm: hermes_llm::config::LlmArgs,
+    /// Serve Prometheus metrics on this address (`/metrics`); unset: no endpoint.
+    #[arg(long, env = "HERMES_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 // mimalloc: glibc malloc showed up at ~17% of CPU under load in `make bench`.
@@ -28,9 +31,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    hermes_core::telemetry::init_logging();
     let args = Args::parse();
+    let _telemetry = hermes_core::telemetry::init("hermes-dispatcher");
     let shutdown = hermes_core::shutdown::install_signal_handlers();
+    hermes_core::metrics::serve_if(args.metrics_listen, shutdown.clone()).await?;
     let bus =
         hermes_core::Bus::connect(hermes_core::BusConfig::new(&args.nats_url).with_name("hermes-dispatcher"))
             .await
@@ -40,6 +44,10 @@ async fn main() -> anyhow::Result<()> {
         max_nodes: args.max_nodes,
         planner: args.planner,
         summarizer: args.llm.summarizer_model()?.map(hermes_dispatcher::summarize::Summarizer),
+        prices: hermes_dispatcher::engine::Prices {
+            input_per_mtok: args.llm.price_input_per_mtok,
+            output_per_mtok: args.llm.price_output_per_mtok,
+        },
         ..Default::default()
     };
     let dispatcher = hermes_dispatcher::Dispatcher::build(bus, config).await?;

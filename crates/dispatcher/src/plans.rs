@@ -10,6 +10,7 @@ use hermes_core::{ErrorCode, Result, now_unix_ms};
 use hermes_proto::PlanResult;
 use hermes_proto::plan_result::Outcome;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use tracing::{info, warn};
 
 use crate::GoalService;
@@ -35,10 +36,11 @@ impl GoalService {
                 }
                 let mut effects = Effects::default();
                 let now = now_unix_ms();
-                if let Some(tokens) = &result.tokens {
-                    let total = state.tokens.get_or_insert_with(Default::default);
-                    total.input_tokens += tokens.input_tokens;
-                    total.output_tokens += tokens.output_tokens;
+                if let Some(tokens) = &result.tokens
+                    && engine::charge(state, None, tokens, limits, now, &mut effects)
+                {
+                    state.updated_unix_ms = now;
+                    return Some(effects);
                 }
                 let applied = match (&result.outcome, &validated) {
                     (Some(Outcome::NeedsInput(why)), _) => {
@@ -116,10 +118,13 @@ pub(crate) async fn plan_results_loop(
     };
     let mut running = hermes_core::bus::consume_concurrently(&mut messages, 64, &shutdown, |msg| {
         let service = service.clone();
+        let span = tracing::info_span!("apply_plan", goal_id = tracing::field::Empty);
+        hermes_core::trace::follow(&span, hermes_core::trace::extract(msg.headers.as_ref()).as_ref());
         async move {
             let Some(delivery) = service.bus.decode_or_dead_letter::<PlanResult>("plan_result", msg).await else {
                 return;
             };
+            tracing::Span::current().record("goal_id", delivery.message.goal_id.as_str());
             match service.apply_plan_result(&delivery.message).await {
                 Ok(()) => {
                     let _ = delivery.ack().await;
@@ -130,6 +135,7 @@ pub(crate) async fn plan_results_loop(
                 }
             }
         }
+        .instrument(span)
     })
     .await;
     while running.join_next().await.is_some() {}

@@ -9,6 +9,7 @@ use hermes_llm::repair::repair_json;
 use hermes_llm::{ChatModel, ChatRequest, Message};
 use hermes_proto::GoalState;
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 use tracing::warn;
 
 use crate::GoalService;
@@ -84,6 +85,17 @@ impl GoalService {
     pub(crate) async fn summarize(&self, goal_id: &str) -> hermes_core::Result<()> {
         let Some(summarizer) = self.config.summarizer.clone() else { return Ok(()) };
         let state = self.get(goal_id).await?;
+        let span = tracing::info_span!("summarize", goal_id);
+        hermes_core::trace::follow(
+            &span,
+            hermes_core::trace::TraceContext::parse(&state.traceparent).as_ref(),
+        );
+        self.write_summary(summarizer, state).instrument(span).await
+    }
+
+    async fn write_summary(&self, summarizer: Summarizer, state: GoalState) -> hermes_core::Result<()> {
+        let goal_id = state.goal_id.as_str();
+        let limits = self.limits();
         let request = ChatRequest {
             messages: vec![Message::system(SYSTEM), Message::user(prompt(&state))],
             response_schema: Some(("goal_answer".into(), answer_schema())),
@@ -108,12 +120,16 @@ impl GoalService {
             .store
             .update(goal_id, |state| {
                 let mut effects = Effects::default();
+                let now = now_unix_ms();
                 if let Some(usage) = usage {
-                    let total = state.tokens.get_or_insert_with(Default::default);
-                    total.input_tokens += usage.input_tokens;
-                    total.output_tokens += usage.output_tokens;
+                    let tokens = hermes_proto::TokenUsage {
+                        input_tokens: usage.input_tokens,
+                        output_tokens: usage.output_tokens,
+                    };
+                    // The nodes are done: a budget crossed here is recorded, the answer still written.
+                    let _ = engine::charge(state, None, &tokens, limits, now, &mut effects);
                 }
-                let applied = engine::finish_summary(state, output.clone(), now_unix_ms(), &mut effects);
+                let applied = engine::finish_summary(state, output.clone(), now, &mut effects);
                 (applied == Applied::Changed).then_some(effects)
             })
             .await?;

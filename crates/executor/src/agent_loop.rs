@@ -224,6 +224,7 @@ pub async fn run_loop(
             .await
             .map_err(|e| error(e.code(), e.to_string()))?;
         usage += response.usage;
+        ctx.charge(response.usage);
         if usage.input_tokens + usage.output_tokens > budget.max_tokens {
             return Err(error(
                 ErrorCode::BudgetExceeded,
@@ -378,8 +379,7 @@ async fn publish_tool_called(
         })),
     };
     let msg_id = format!("{}:tool:{}:{}:{step}:{index}", scope.goal_id, scope.node_id, scope.attempt);
-    let subject = scope.bus.topology().event(&scope.goal_id);
-    if let Err(e) = scope.bus.publish(subject, &event, &msg_id, None).await {
+    if let Err(e) = scope.bus.publish_event(&event, &msg_id).await {
         tracing::warn!(error = %e, "cannot publish a tool call event");
     }
 }

@@ -116,9 +116,8 @@ async fn ask(
             expires_unix_ms: approval.expires_unix_ms,
         })),
     };
-    let subject = scope.bus.topology().event(&scope.goal_id);
     let msg_id = format!("{}:approval:{call_id}", scope.goal_id);
-    scope.bus.publish(subject, &event, &msg_id, None).await.map_err(unavailable)?;
+    scope.bus.publish_event(&event, &msg_id).await.map_err(unavailable)?;
     info!(goal_id = %scope.goal_id, node_id = %scope.node_id, call_id, tool, event = "approval_required", "waiting for approval");
     Ok((approval, revision))
 }
@@ -134,8 +133,7 @@ async fn publish_decided(scope: &TaskScope, call_id: &str, decision: &ApprovalDe
             timed_out: decision.timed_out,
         })),
     };
-    let subject = scope.bus.topology().event(&scope.goal_id);
-    let _ = scope.bus.publish(subject, &event, &format!("{}:decided:{call_id}", scope.goal_id), None).await;
+    let _ = scope.bus.publish_event(&event, &format!("{}:decided:{call_id}", scope.goal_id)).await;
 }
 
 fn decided(tool: &str, decision: &ApprovalDecision) -> Result<(), ToolError> {

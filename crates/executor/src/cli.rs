@@ -151,12 +151,7 @@ pub async fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
     let bus = hermes_core::Bus::connect(hermes_core::BusConfig::new(&args.nats_url).with_name(name))
         .await
         .context("failed to connect to NATS")?;
-    if let Some(addr) = args.metrics_listen {
-        let bound = hermes_core::metrics::serve(addr, shutdown.clone())
-            .await
-            .with_context(|| format!("cannot serve metrics on {addr}"))?;
-        println!("metrics on http://{bound}/metrics");
-    }
+    hermes_core::metrics::serve_if(args.metrics_listen, shutdown.clone()).await?;
     let mut running = tokio::task::JoinSet::new();
     for config in configs {
         let id = config.agent_id.clone();

@@ -175,9 +175,9 @@ impl Agent {
                 hermes_core::metrics::global().tasks_in_flight.get_or_create(&labels).set(in_flight);
             }
         });
-        let span = tracing::info_span!("consume_tasks", agent = %self.config.agent_id);
-        let consumer = consume(shared.clone(), self.consumers, self.config.max_concurrency, shutdown.clone())
-            .instrument(span);
+        // No span around the long-lived loops: a span lives until it closes, and one that lasts the
+        // process would be exported at shutdown as a trace of its own. Each task gets its span.
+        let consumer = consume(shared.clone(), self.consumers, self.config.max_concurrency, shutdown.clone());
         let consumer = tokio::spawn(consumer);
         let drained = CancellationToken::new();
         let heartbeat = heartbeat_loop(
@@ -187,7 +187,7 @@ impl Agent {
             shutdown.clone(),
             drained.clone(),
         );
-        let heartbeat = tokio::spawn(heartbeat.instrument(tracing::info_span!("heartbeat")));
+        let heartbeat = tokio::spawn(heartbeat);
         info!(agent = %self.config.agent_id, tools = ?shared.registry.names().collect::<Vec<_>>(), "agent serving");
         if let Ok(Err(e)) = consumer.await {
             warn!(error = %e, "task consumer stopped");
@@ -340,11 +340,16 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
     let task = &delivery.message;
     let span = tracing::info_span!(
         "agent_task",
+        otel.name = %format_args!("task {}", task.task_type),
+        otel.kind = "consumer",
         goal_id = %task.goal_id,
         node_id = %task.node_id,
         task_id = %task.task_id,
+        task_type = %task.task_type,
+        attempt = task.attempt,
         agent = %shared.agent_id,
     );
+    hermes_core::trace::follow(&span, delivery.trace.as_ref());
     async {
         info!(event = "task_received", task_type = %task.task_type, attempt = task.attempt, "task received");
         shared.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -360,10 +365,16 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
             ("task_type", &task.task_type),
             ("status", status),
         ]);
-        hermes_core::metrics::global().tasks.get_or_create(&labels).inc();
+        let metrics = hermes_core::metrics::global();
+        metrics.tasks.get_or_create(&labels).inc();
+        metrics
+            .task_duration
+            .get_or_create(&labels)
+            .observe(hermes_core::metrics::seconds(result.elapsed_ms));
         let msg_id = format!("result:{}", task.task_id);
         let subject = shared.bus.topology().result(&task.goal_id);
-        match shared.bus.publish(subject, &result, &msg_id, delivery.trace.as_ref()).await {
+        let trace = hermes_core::trace::propagate(delivery.trace.as_ref());
+        match shared.bus.publish(subject, &result, &msg_id, trace.as_ref()).await {
             Ok(_) => {
                 // Confirmed, so that once this returns the server has removed the task: an agent
                 // that deregisters after draining must leave nothing behind that looks unfinished
@@ -436,13 +447,14 @@ async fn run_cancellable(
     let task = &delivery.message;
     let started = Instant::now();
     let started_unix_ms = now_unix_ms();
+    let tokens = Arc::new(tool::TokenMeter::default());
     let outcome = if task.deadline_unix_ms != 0 && started_unix_ms >= task.deadline_unix_ms {
         Err(ToolError {
             code: ErrorCode::Timeout,
             message: "the task's deadline passed before it started".into(),
         })
     } else {
-        let work = run_tool(shared, task, cancel.clone());
+        let work = run_tool(shared, task, cancel.clone(), tokens.clone());
         tokio::pin!(work);
         // Not `interval` with its immediate first tick: that tick waits for the timer wheel
         // (about 1 ms), which would be added to every task.
@@ -472,6 +484,8 @@ async fn run_cancellable(
         elapsed_ms,
         agent_id: shared.agent_id.clone(),
         started_unix_ms,
+        // Failed and cancelled attempts spent their tokens too.
+        tokens: tokens.usage(),
         ..Default::default()
     };
     match outcome {
@@ -508,6 +522,7 @@ async fn run_tool(
     shared: &Shared,
     task: &TaskMessage,
     cancel: CancellationToken,
+    tokens: Arc<tool::TokenMeter>,
 ) -> Result<serde_json::Value, ToolError> {
     let args: serde_json::Value = if task.inputs_json.trim().is_empty() {
         serde_json::Value::Object(Default::default())
@@ -534,6 +549,7 @@ async fn run_tool(
             calls: Default::default(),
             approval_timeout: shared.approval_timeout,
             cancel,
+            tokens,
         }),
     };
     let result = shared.registry.call(&task.task_type, args, &ctx).await;

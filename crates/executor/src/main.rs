@@ -15,6 +15,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    hermes_core::telemetry::init_logging();
-    hermes_executor::cli::run_agent(Args::parse().agent).await
+    let args = Args::parse();
+    let _telemetry = hermes_core::telemetry::init("hermes-agent");
+    hermes_executor::cli::run_agent(args.agent).await
 }

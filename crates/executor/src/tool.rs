@@ -109,6 +109,39 @@ pub struct TaskScope {
     /// Cancelled when the goal is cancelled; long-running tools and the agent loop stop at their
     /// next step.
     pub cancel: tokio_util::sync::CancellationToken,
+    /// LLM tokens the task's tools used, reported in its result for the goal's accounting.
+    pub tokens: Arc<TokenMeter>,
+}
+
+/// LLM tokens used by one task, added to by every tool that calls a model.
+#[derive(Debug, Default)]
+pub struct TokenMeter {
+    input: std::sync::atomic::AtomicU64,
+    output: std::sync::atomic::AtomicU64,
+}
+
+impl TokenMeter {
+    pub fn add(&self, usage: hermes_llm::Usage) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.input.fetch_add(usage.input_tokens, Relaxed);
+        self.output.fetch_add(usage.output_tokens, Relaxed);
+    }
+
+    /// What was used, `None` when nothing was.
+    pub fn usage(&self) -> Option<hermes_proto::TokenUsage> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (input_tokens, output_tokens) = (self.input.load(Relaxed), self.output.load(Relaxed));
+        (input_tokens + output_tokens > 0).then_some(hermes_proto::TokenUsage { input_tokens, output_tokens })
+    }
+}
+
+impl ToolContext {
+    /// Counts a model call's tokens toward the task, when there is one.
+    pub fn charge(&self, usage: hermes_llm::Usage) {
+        if let Some(scope) = &self.task {
+            scope.tokens.add(usage);
+        }
+    }
 }
 
 impl std::fmt::Debug for TaskScope {
@@ -281,12 +314,40 @@ impl ToolRegistry {
 
     /// Validates `args` and runs the tool under its timeout; counts the outcome in
     /// `hermes_tool_calls`.
+    ///
+    /// Each call is a span (`execute_tool <name>`) with the tool's name, status and duration, and
+    /// its arguments and output redacted and truncated to [`TRACED_CHARS`].
     pub async fn call(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
-        let result = self.call_uncounted(name, args, ctx).await;
+        use tracing::Instrument as _;
+        use tracing::field::Empty;
+        let span = tracing::info_span!(
+            "tool_call",
+            otel.name = %format_args!("execute_tool {name}"),
+            otel.kind = "internal",
+            otel.status_code = Empty,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = name,
+            hermes.tool.arguments = %traced(&args),
+            hermes.tool.output = Empty,
+            hermes.tool.status = Empty,
+            hermes.tool.duration_ms = Empty,
+            error.type = Empty,
+        );
+        let started = std::time::Instant::now();
+        let result = self.call_uncounted(name, args, ctx).instrument(span.clone()).await;
         let outcome = match &result {
-            Ok(_) => "ok",
-            Err(e) => e.code.as_str(),
+            Ok(output) => {
+                span.record("hermes.tool.output", tracing::field::display(traced(output)));
+                "ok"
+            }
+            Err(e) => {
+                span.record("otel.status_code", "ERROR");
+                span.record("error.type", e.code.as_str());
+                e.code.as_str()
+            }
         };
+        span.record("hermes.tool.status", outcome);
+        span.record("hermes.tool.duration_ms", started.elapsed().as_millis() as u64);
         let labels =
             hermes_core::metrics::labels(&[("agent", &self.agent), ("tool", name), ("outcome", outcome)]);
         hermes_core::metrics::global().tool_calls.get_or_create(&labels).inc();
@@ -400,6 +461,18 @@ impl RegisteredTool {
                 message: format!("tool `{name}` did not finish within {} ms", timeout.as_millis()),
             }),
         }
+    }
+}
+
+/// How much of a tool's arguments and output a span keeps.
+pub const TRACED_CHARS: usize = 512;
+
+/// A value as recorded on a span: secrets redacted, cut to [`TRACED_CHARS`] characters.
+fn traced(value: &Value) -> String {
+    let text = hermes_core::redact::redact(value).to_string();
+    match text.char_indices().nth(TRACED_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
     }
 }
 

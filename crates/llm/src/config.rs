@@ -47,6 +47,13 @@ pub struct LlmArgs {
     /// Per-request timeout in seconds.
     #[arg(long, env = "HERMES_LLM_TIMEOUT_SECS", default_value_t = 60)]
     pub llm_timeout_secs: u64,
+    /// US dollars per million input tokens, for goals' estimated cost and cost budgets
+    /// (dispatcher; 0: cost is not estimated).
+    #[arg(long, env = "HERMES_LLM_PRICE_INPUT_PER_MTOK", default_value_t = 0.0)]
+    pub price_input_per_mtok: f64,
+    /// US dollars per million output tokens (dispatcher).
+    #[arg(long, env = "HERMES_LLM_PRICE_OUTPUT_PER_MTOK", default_value_t = 0.0)]
+    pub price_output_per_mtok: f64,
 }
 
 impl LlmArgs {

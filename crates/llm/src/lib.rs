@@ -14,6 +14,7 @@ pub mod embed;
 pub mod local;
 #[cfg(feature = "local")]
 pub mod local_embed;
+mod observe;
 pub mod openai;
 pub mod params;
 pub mod react;

@@ -275,11 +275,12 @@ impl ChatModel for LocalChat {
 
     fn chat<'a>(&'a self, request: ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
         let this = self.clone();
-        Box::pin(async move {
+        let call = async move {
             tokio::task::spawn_blocking(move || this.generate(&request).map(|(r, _)| r))
                 .await
                 .map_err(|e| run_err(format!("generation task failed: {e}")))?
-        })
+        };
+        Box::pin(crate::observe::observed(self.provider(), self.model(), call))
     }
 }
 

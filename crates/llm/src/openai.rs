@@ -157,7 +157,7 @@ impl ChatModel for OpenAiChat {
     }
 
     fn chat<'a>(&'a self, request: ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
-        Box::pin(async move {
+        let call = async move {
             let _permit = self.permits.acquire().await.map_err(|e| LlmError::Config(e.to_string()))?;
             let body = self.body(&request);
             let mut attempt = 0;
@@ -175,7 +175,8 @@ impl ChatModel for OpenAiChat {
                     Err((err, _)) => return Err(err),
                 }
             }
-        })
+        };
+        Box::pin(crate::observe::observed(self.provider(), self.model(), call))
     }
 }
 

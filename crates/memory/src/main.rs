@@ -16,6 +16,9 @@ struct Args {
     /// The model that folds old session turns (the summarizer model); see docs/llm.md.
     #[command(flatten)]
     llm: hermes_llm::config::LlmArgs,
+    /// Serve Prometheus metrics on this address (`/metrics`); unset: no endpoint.
+    #[arg(long, env = "HERMES_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 // mimalloc: glibc malloc showed up at ~17% of CPU under load in `make bench`.
@@ -24,9 +27,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    hermes_core::telemetry::init_logging();
     let args = Args::parse();
+    let _telemetry = hermes_core::telemetry::init("hermes-memory");
     let shutdown = hermes_core::shutdown::install_signal_handlers();
+    hermes_core::metrics::serve_if(args.metrics_listen, shutdown.clone()).await?;
     let bus_config = hermes_core::BusConfig::new(&args.nats_url).with_name("hermes-memory");
     let bus = hermes_core::Bus::connect(bus_config).await.context("failed to connect to NATS")?;
     let config = args.memory.to_config(&args.llm)?;

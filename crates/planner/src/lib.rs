@@ -322,7 +322,14 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
     info!(model = %planner.config.model.model(), "planner serving");
     let mut running = hermes_core::bus::consume_concurrently(&mut messages, concurrency, &shutdown, |msg| {
         let (bus, planner) = (bus.clone(), planner.clone());
-        async move { handle_request(&bus, &planner, msg).await }.instrument(tracing::info_span!("plan"))
+        let span = tracing::info_span!(
+            "plan",
+            otel.kind = "consumer",
+            goal_id = tracing::field::Empty,
+            request_id = tracing::field::Empty
+        );
+        hermes_core::trace::follow(&span, hermes_core::trace::extract(msg.headers.as_ref()).as_ref());
+        async move { handle_request(&bus, &planner, msg).await }.instrument(span)
     })
     .await;
     // Shutting down: hand back what was pulled but not started, for another planner.
@@ -343,6 +350,9 @@ async fn handle_request(bus: &Bus, planner: &Planner, msg: async_nats::jetstream
         return;
     };
     let request = &delivery.message;
+    let span = tracing::Span::current();
+    span.record("goal_id", request.goal_id.as_str());
+    span.record("request_id", request.request_id.as_str());
     info!(goal_id = %request.goal_id, request_id = %request.request_id, replan = request.replan.is_some(), event = "task_received", "plan request");
     let result = match planner.plan(request).await {
         Ok(result) => result,
@@ -360,7 +370,8 @@ async fn handle_request(bus: &Bus, planner: &Planner, msg: async_nats::jetstream
     };
     let subject = bus.topology().plan_result();
     let msg_id = format!("result:{}", request.request_id);
-    match bus.publish(subject, &result, &msg_id, delivery.trace.as_ref()).await {
+    let trace = hermes_core::trace::propagate(delivery.trace.as_ref());
+    match bus.publish(subject, &result, &msg_id, trace.as_ref()).await {
         Ok(_) => {
             let _ = delivery.ack().await;
             info!(goal_id = %request.goal_id, corrections = result.corrections, event = "plan_created", "plan result published");

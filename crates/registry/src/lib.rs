@@ -32,7 +32,7 @@ use hermes_proto::{
 use prost::Message as _;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, warn};
+use tracing::{debug, info, warn};
 
 pub use grpc::RegistryGrpc;
 
@@ -413,7 +413,31 @@ fn validate_heartbeat(subject_agent: &str, hb: &AgentHeartbeat) -> Result<(), St
 }
 
 /// Runs the registry's NATS side until `shutdown` is cancelled.
+/// Keeps `hermes_agents_online` (live agents by task type) current at every scrape, for as long
+/// as the registry exists. A task type whose last agent left reads 0.
+fn export_metrics(registry: &Registry) {
+    let inner = Arc::downgrade(&registry.inner);
+    let seen = std::sync::Mutex::new(BTreeSet::<String>::new());
+    hermes_core::metrics::global().on_scrape(move || {
+        let Some(inner) = inner.upgrade() else { return };
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        let gauge = &hermes_core::metrics::global().agents_online;
+        let live: Vec<(String, i64)> =
+            inner.by_type.iter().map(|e| (e.key().clone(), e.value().len() as i64)).collect();
+        for task_type in seen.iter() {
+            if !live.iter().any(|(t, _)| t == task_type) {
+                gauge.get_or_create(&hermes_core::metrics::labels(&[("task_type", task_type)])).set(0);
+            }
+        }
+        for (task_type, count) in live {
+            gauge.get_or_create(&hermes_core::metrics::labels(&[("task_type", &task_type)])).set(count);
+            seen.insert(task_type);
+        }
+    });
+}
+
 pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> anyhow::Result<()> {
+    export_metrics(&registry);
     let topology = bus.topology().clone();
     let (loaded, dead) = registry.rebuild_from_kv(&bus).await;
     let mut heartbeats = bus.client().subscribe(topology.all_heartbeats()).await?;
@@ -502,7 +526,6 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
             }
         }
     }
-    .instrument(tracing::info_span!("registry"))
     .await;
     Ok(())
 }

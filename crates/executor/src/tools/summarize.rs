@@ -47,7 +47,7 @@ impl Tool for TextSummarize {
     fn timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(60)
     }
-    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
             if args.text.chars().count() > MAX_TEXT_CHARS {
@@ -73,6 +73,7 @@ impl Tool for TextSummarize {
                 .chat(request)
                 .await
                 .map_err(|e| ToolError { code: e.code(), message: e.to_string() })?;
+            ctx.charge(response.usage);
             let summary = response.content.unwrap_or_default().trim().to_owned();
             if summary.is_empty() {
                 return Err(ToolError {
