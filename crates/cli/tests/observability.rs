@@ -559,6 +559,15 @@ fn metrics_endpoints_count_what_the_goal_did() {
     for task_type in ["agent.run", "fs.read", "fs.write"] {
         assert_eq!(get(&up, "hermes_agents_online", &[("task_type", task_type)]), 1.0);
     }
+    assert_eq!(get(&up, "hermes_pool_agents", &[("pool", "default")]), 1.0);
+    // The dispatcher reads queue depth from the server every few seconds: the agent's directed
+    // consumer and the pool consumers show up, with nothing left waiting.
+    wait_for("queue depth series", Duration::from_secs(10), || {
+        series(&scrape(&run.metrics["up"]), "hermes_queue_pending", &[("consumer", "obs-1")]).is_some()
+    });
+    let up = scrape(&run.metrics["up"]);
+    assert_eq!(get(&up, "hermes_queue_pending", &[("consumer", "obs-1"), ("task_type", "*")]), 0.0);
+    assert_eq!(get(&up, "hermes_queue_ack_pending", &[("consumer", "obs-1")]), 0.0);
     // Planner: one model call with the tokens the model reported.
     let planner_labels = [("model", PLANNER_MODEL), ("direction", "input")];
     assert_eq!(get(&planner, "hermes_llm_tokens_total", &planner_labels), 100.0);

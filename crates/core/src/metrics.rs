@@ -58,6 +58,8 @@ pub struct Metrics {
     pub queue_ack_pending: Family<Labels, Gauge>,
     /// Live agents serving a task type (registry).
     pub agents_online: Family<Labels, Gauge>,
+    /// Live agents by pool (registry).
+    pub pool_agents: Family<Labels, Gauge>,
     /// LLM calls by provider, model and outcome (`ok` or the error code).
     pub llm_calls: Family<Labels, Counter>,
     /// LLM tokens by provider, model and direction (`input`, `output`).
@@ -86,6 +88,7 @@ pub fn global() -> &'static Metrics {
             queue_pending: Family::default(),
             queue_ack_pending: Family::default(),
             agents_online: Family::default(),
+            pool_agents: Family::default(),
             llm_calls: Family::default(),
             llm_tokens: Family::default(),
             llm_duration: Durations::new_with_constructor(duration_histogram),
@@ -127,6 +130,7 @@ pub fn global() -> &'static Metrics {
             m.queue_ack_pending.clone(),
         );
         registry.register("hermes_agents_online", "Live agents by task type", m.agents_online.clone());
+        registry.register("hermes_pool_agents", "Live agents by pool", m.pool_agents.clone());
         registry.register(
             "hermes_llm_calls",
             "LLM calls by provider, model and outcome",

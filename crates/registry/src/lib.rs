@@ -413,25 +413,31 @@ fn validate_heartbeat(subject_agent: &str, hb: &AgentHeartbeat) -> Result<(), St
 }
 
 /// Runs the registry's NATS side until `shutdown` is cancelled.
-/// Keeps `hermes_agents_online` (live agents by task type) current at every scrape, for as long
-/// as the registry exists. A task type whose last agent left reads 0.
+/// Keeps `hermes_agents_online` (live agents by task type) and `hermes_pool_agents` (by pool)
+/// current at every scrape, for as long as the registry exists. A series whose last agent left
+/// reads 0.
 fn export_metrics(registry: &Registry) {
+    use hermes_core::metrics::{Labels, labels};
     let inner = Arc::downgrade(&registry.inner);
-    let seen = std::sync::Mutex::new(BTreeSet::<String>::new());
+    let seen = std::sync::Mutex::new(BTreeSet::<(bool, Labels)>::new());
     hermes_core::metrics::global().on_scrape(move || {
         let Some(inner) = inner.upgrade() else { return };
-        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-        let gauge = &hermes_core::metrics::global().agents_online;
-        let live: Vec<(String, i64)> =
-            inner.by_type.iter().map(|e| (e.key().clone(), e.value().len() as i64)).collect();
-        for task_type in seen.iter() {
-            if !live.iter().any(|(t, _)| t == task_type) {
-                gauge.get_or_create(&hermes_core::metrics::labels(&[("task_type", task_type)])).set(0);
-            }
+        let metrics = hermes_core::metrics::global();
+        let mut live: std::collections::BTreeMap<(bool, Labels), i64> = Default::default();
+        for entry in inner.by_type.iter() {
+            live.insert((false, labels(&[("task_type", entry.key())])), entry.value().len() as i64);
         }
-        for (task_type, count) in live {
-            gauge.get_or_create(&hermes_core::metrics::labels(&[("task_type", &task_type)])).set(count);
-            seen.insert(task_type);
+        for agent in inner.agents.iter() {
+            *live.entry((true, labels(&[("pool", &agent.heartbeat.pool)]))).or_default() += 1;
+        }
+        let gauge = |by_pool: bool| if by_pool { &metrics.pool_agents } else { &metrics.agents_online };
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        for key in seen.iter().filter(|k| !live.contains_key(*k)) {
+            gauge(key.0).get_or_create(&key.1).set(0);
+        }
+        for (key, count) in live {
+            gauge(key.0).get_or_create(&key.1).set(count);
+            seen.insert(key);
         }
     });
 }
