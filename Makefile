@@ -17,7 +17,7 @@ export HERMES_LOCAL_MODEL ?= $(LOCAL_MODEL)
 export HERMES_LOCAL_EMBEDDING_DIR ?= $(LOCAL_EMBEDDING_DIR)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all tools models nextest build test chaos demo bench clean fmt lint
+.PHONY: all tools models nextest build test deploy-check chaos demo bench clean fmt lint
 
 all: build
 
@@ -37,9 +37,16 @@ $(LOCAL_MODEL) $(LOCAL_EMBEDDING_DIR)/model.safetensors:
 build: tools models
 	$(CARGO) build --workspace --bins --tests $(FEATURES)
 
-## test: the whole suite, built once and run with nextest
+## test: the whole suite, built once and run with nextest, then the offline checks of deploy/ and
+## helm/ (tests/deploy, against the built binaries)
 test: tools models nextest
 	$(CARGO) nextest run --workspace --no-fail-fast $(FEATURES)
+	$(CARGO) build --workspace --bins $(FEATURES)
+	scripts/check-deploy.sh
+
+## deploy-check: only the offline checks of deploy/ and helm/ (needs the binaries built)
+deploy-check: tools
+	scripts/check-deploy.sh
 
 ## chaos: the chaos suite at full trial counts (make test runs it reduced); prints its table
 chaos: tools nextest

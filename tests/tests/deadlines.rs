@@ -39,7 +39,9 @@ async fn a_lost_task_is_published_again_by_a_restarted_dispatcher() {
     };
     let now = hermes_core::now_unix_ms();
     let mut plan_node = plan.nodes[0].clone();
-    plan_node.timeout_ms = 500;
+    // Far enough that only a republish (not the deadline's retry, attempt 2) can finish the goal
+    // within the bound below, even on a loaded machine.
+    plan_node.timeout_ms = 30_000;
     let state = GoalState {
         goal_id: "goal-lost-task".into(),
         status: GoalStatus::Running as i32,

@@ -81,6 +81,11 @@ fn submit_watch_prints_the_report_and_exit_codes_follow_the_goal() {
     assert!(shown.contains("Total April sales:"), "{shown}");
     assert!(shown.contains("Top 3 categories in April:"), "{shown}");
 
+    // The first goal of the Helm chart's NOTES and docs/deploy.md, on built-in tools only.
+    let out = hermes(&["submit", "--plan", "examples/plans/first-goal.yaml", "--watch", "--server", &server]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("Q1 sales (200) were 1.33 times Q2 sales (150)."), "{}", text(&out));
+
     // A goal that fails exits 1 and says why.
     let dir = tempfile::tempdir().unwrap();
     let failing = dir.path().join("fail.yaml");

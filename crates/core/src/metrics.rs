@@ -192,11 +192,12 @@ pub fn seconds(ms: u64) -> f64 {
     ms as f64 / 1000.0
 }
 
-/// Serves `/metrics` on `addr` until `shutdown`; returns the bound address (port 0 picks one).
+/// Serves `/metrics` on `addr` until `shutdown`, and `/healthz` (200 while the process serves;
+/// the liveness and readiness probe of services without a gRPC port); returns the bound address (port 0 picks one).
 pub async fn serve(addr: SocketAddr, shutdown: CancellationToken) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let app = axum::Router::new().route(
+    let app = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" })).route(
         "/metrics",
         axum::routing::get(|| async {
             (
