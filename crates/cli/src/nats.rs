@@ -1,5 +1,12 @@
 //! Finding or starting the nats-server for `hermes up`: `HERMES_NATS_URL` when it is set and
 //! reachable, otherwise a local child process on a free port with its store under `.hermes/`.
+//!
+//! The child dies with its parent: it is started through util-linux `setpriv --pdeathsig KILL`,
+//! so the kernel kills it when `hermes up` dies, even by `kill -9` or an abort. One store dir has
+//! one server: `hermes up` holds an exclusive lock on `hermes-up.lock` in it for its whole life
+//! (released by the kernel when the process dies) and records its own pid and the server's there.
+//! A second `hermes up` on the same dir is refused naming the holder's pid, and so is a start
+//! while a server recorded by an earlier run is still alive.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -13,6 +20,68 @@ use tokio::process::{Child, Command};
 pub struct LocalNats {
     child: Child,
     pub url: String,
+    /// The store dir's lock, held while the server runs.
+    _lock: std::fs::File,
+}
+
+/// The lock file in a store dir.
+const LOCK_FILE: &str = "hermes-up.lock";
+
+/// Whether the process `pid` is alive and is a nats-server serving `data_dir`.
+fn live_server(pid: u32, data_dir: &Path) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    cmdline.contains("nats-server") && cmdline.contains(&*data_dir.to_string_lossy())
+}
+
+/// Takes the store dir's lock, or says who holds the dir.
+fn lock_store(data_dir: &Path) -> anyhow::Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    let path = data_dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let mut recorded = String::new();
+    let _ = file.read_to_string(&mut recorded);
+    let pid_of = |role: &str| {
+        recorded.lines().find_map(|l| l.strip_prefix(role).and_then(|p| p.trim().parse::<u32>().ok()))
+    };
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = pid_of("hermes ").map(|p| format!("pid {p}")).unwrap_or_else(|| "another process".into());
+            bail!(
+                "{} is in use by another `hermes up` ({holder}); stop it first, or use another --data-dir",
+                data_dir.display()
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+        }
+    }
+    if let Some(pid) = pid_of("nats ")
+        && live_server(pid, data_dir)
+    {
+        bail!(
+            "a nats-server (pid {pid}) left by an earlier run still serves {}; stop it (`kill {pid}`) before starting another on the same store",
+            data_dir.display()
+        );
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "hermes {}", std::process::id())?;
+    Ok(file)
+}
+
+/// Records the server's pid in the lock file.
+fn record_server(lock: &mut std::fs::File, pid: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    writeln!(lock, "nats {pid}")?;
+    lock.flush()
 }
 
 impl Drop for LocalNats {
@@ -60,19 +129,32 @@ pub async fn start_local(data_dir: &Path) -> anyhow::Result<LocalNats> {
     let binary = find_server_binary()?;
     check_binary_version(&binary).await?;
     std::fs::create_dir_all(data_dir).with_context(|| format!("cannot create {}", data_dir.display()))?;
+    let data_dir = data_dir.canonicalize().with_context(|| format!("cannot resolve {}", data_dir.display()))?;
+    let mut lock = lock_store(&data_dir)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = Command::new(&binary)
+    // The parent-death signal follows the thread that forks: this runs on the thread that drives
+    // `hermes up` (its main thread), which lives as long as the process.
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if !setpriv.exists() {
+        bail!("{} (util-linux) is missing: hermes up needs it so its nats-server dies with it", setpriv.display());
+    }
+    let child = Command::new(setpriv)
+        .args(["--pdeathsig", "KILL", "--"])
+        .arg(&binary)
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(data_dir)
+        .arg(&data_dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("cannot start {}", binary.display()))?;
+    if let Some(pid) = child.id() {
+        record_server(&mut lock, pid)?;
+    }
     let url = format!("nats://127.0.0.1:{port}");
     for _ in 0..200 {
         if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Ok(LocalNats { child, url });
+            return Ok(LocalNats { child, url, _lock: lock });
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

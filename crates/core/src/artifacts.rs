@@ -11,6 +11,12 @@
 //! (the dispatcher never loads the payload); the executor replaces every such stub in a task's
 //! inputs with the value it stands for before the tool runs ([`Artifacts::resolve_value`]).
 //! Objects are written in 32 KiB chunks, so no NATS message of a transfer exceeds the limit.
+//!
+//! Artifacts are scoped to their goal: a task resolves only stubs naming artifacts its own goal
+//! produced, and a submitted plan may not contain stubs at all (they are made by Hermes, never
+//! written by hand: [`stub_pointers`] finds them for validation). Resolution is bounded before
+//! anything is loaded: each stub counts with its artifact's full size, and the total must stay
+//! within [`MAX_RESOLVED_INPUT_BYTES`].
 //! Each artifact records its content type, goal and expiry in the object's metadata; the bucket's
 //! max age is the retention ceiling, and the memory service deletes artifacts past their own TTL.
 
@@ -30,6 +36,10 @@ pub const DEFAULT_INLINE_LIMIT: usize = 64 * 1024;
 pub const CHUNK_SIZE: usize = 32 * 1024;
 /// The stub key naming an artifact.
 pub const ARTIFACT_KEY: &str = "$artifact";
+/// Most bytes a task's inputs may take once their artifact stubs are resolved; each stub counts
+/// with the full size of the artifact it names, so a node with many references to one large
+/// output is refused before it is materialised.
+pub const MAX_RESOLVED_INPUT_BYTES: u64 = 96 * 1024 * 1024;
 /// Characters of content kept in a stub's preview.
 const PREVIEW_CHARS: usize = 200;
 
@@ -110,6 +120,7 @@ impl Artifacts {
 
     /// The whole content of an artifact.
     pub async fn get(&self, reference: &str) -> Result<Vec<u8>> {
+        check_reference(reference)?;
         let mut object = self.store.get(reference).await.map_err(|e| match e.kind() {
             object_store::GetErrorKind::NotFound | object_store::GetErrorKind::InvalidName => {
                 Error::NotFound { what: "artifact", id: reference.to_owned() }
@@ -122,6 +133,7 @@ impl Artifacts {
     }
 
     pub async fn info(&self, reference: &str) -> Result<ArtifactInfo> {
+        check_reference(reference)?;
         let info = self.store.info(reference).await.map_err(|e| match e.kind() {
             object_store::InfoErrorKind::NotFound | object_store::InfoErrorKind::InvalidName => {
                 Error::NotFound { what: "artifact", id: reference.to_owned() }
@@ -132,6 +144,7 @@ impl Artifacts {
     }
 
     pub async fn delete(&self, reference: &str) -> Result<()> {
+        check_reference(reference)?;
         self.store.delete(reference).await.map_err(|e| object_error("delete artifact", e))
     }
 
@@ -172,11 +185,45 @@ impl Artifacts {
 
     /// Replaces every artifact stub in `value` with the value it stands for (the stored JSON, or
     /// its text when it is not JSON), following the stub's `path`. Each artifact is read once.
-    pub async fn resolve_value(&self, value: Value) -> Result<Value> {
+    ///
+    /// Only artifacts of `goal_id` resolve: a stub naming another goal's artifact is refused
+    /// (`DENIED`), as is one naming no artifact (`NOT_FOUND`). Before anything is loaded, the
+    /// resolved size is bounded: every stub counts with its artifact's full size, and over
+    /// `max_bytes` in all the inputs are refused (`INVALID_ARGUMENT`, naming the limit).
+    pub async fn resolve_value(&self, value: Value, goal_id: &str, max_bytes: u64) -> Result<Value> {
         let mut references = Vec::new();
         collect_stubs(&value, &mut references);
         if references.is_empty() {
             return Ok(value);
+        }
+        let mut sizes: HashMap<String, u64> = HashMap::new();
+        let mut total: u64 = 0;
+        for reference in &references {
+            let size = match sizes.get(reference) {
+                Some(size) => *size,
+                None => {
+                    let info = self.info(reference).await?;
+                    if info.goal_id != goal_id {
+                        return Err(Error::Denied {
+                            reason: format!(
+                                "artifact `{reference}` belongs to another goal; a goal resolves only its own artifacts"
+                            ),
+                        });
+                    }
+                    sizes.insert(reference.clone(), info.size_bytes);
+                    info.size_bytes
+                }
+            };
+            total = total.saturating_add(size);
+            if total > max_bytes {
+                return Err(Error::InvalidArgument {
+                    field: "inputs".into(),
+                    reason: format!(
+                        "the inputs would take over {max_bytes} bytes once their {} artifact reference(s) are resolved (each counts with its artifact's full size); pass fewer or smaller references",
+                        references.len()
+                    ),
+                });
+            }
         }
         let mut loaded = HashMap::new();
         for reference in references {
@@ -190,6 +237,11 @@ impl Artifacts {
         }
         substitute(value, &loaded)
     }
+}
+
+/// An artifact reference must look like one (`art-<hex>`: letters, digits, `_`, `-`).
+fn check_reference(reference: &str) -> Result<()> {
+    crate::ids::check_id("artifact", reference, 128, crate::ids::IdShape::Word)
 }
 
 /// The stub standing for an artifact in a message.
@@ -213,6 +265,39 @@ pub fn stub_reference(value: &Value) -> Option<&str> {
     let reference = map.get(ARTIFACT_KEY)?.as_str()?;
     let known = ["path", "size_bytes", "content_type", "preview", ARTIFACT_KEY];
     map.keys().all(|k| known.contains(&k.as_str())).then_some(reference)
+}
+
+/// The JSON pointers of every object in `value` with an `$artifact` key, stub-shaped or not: a
+/// submitted plan may contain none.
+pub fn stub_pointers(value: &Value) -> Vec<String> {
+    fn walk(value: &Value, pointer: &mut String, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                if map.contains_key(ARTIFACT_KEY) {
+                    out.push(if pointer.is_empty() { "/".to_owned() } else { pointer.clone() });
+                }
+                for (key, child) in map {
+                    let len = pointer.len();
+                    pointer.push('/');
+                    pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                    walk(child, pointer, out);
+                    pointer.truncate(len);
+                }
+            }
+            Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    let len = pointer.len();
+                    pointer.push_str(&format!("/{i}"));
+                    walk(child, pointer, out);
+                    pointer.truncate(len);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, &mut String::new(), &mut out);
+    out
 }
 
 fn collect_stubs(value: &Value, out: &mut Vec<String>) {
@@ -281,6 +366,13 @@ mod tests {
         assert_eq!(stub_reference(&json!({"$artifact": "art-1", "path": ["a"]})), Some("art-1"));
         assert_eq!(stub_reference(&json!({"$artifact": "art-1", "other": 1})), None);
         assert_eq!(stub_reference(&json!({"$artifact": 3})), None);
+    }
+
+    #[test]
+    fn hand_written_stubs_are_found_anywhere() {
+        let value = json!({"a": {"$artifact": "art-1"}, "b": [1, {"x": {"$artifact": "art-2", "junk": 1}}]});
+        assert_eq!(stub_pointers(&value), vec!["/a".to_owned(), "/b/1/x".to_owned()]);
+        assert!(stub_pointers(&json!({"$ref": "n.x", "s": "$artifact"})).is_empty());
     }
 
     #[test]

@@ -20,12 +20,13 @@ pub enum ErrorCode {
     NoCapableAgent,
     PoisonMessage,
     Cancelled,
+    LimitExceeded,
     Internal,
 }
 
 impl ErrorCode {
     /// Every code, for documentation and round-trip tests.
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::InvalidArgument,
         ErrorCode::PlanInvalid,
         ErrorCode::NotFound,
@@ -40,6 +41,7 @@ impl ErrorCode {
         ErrorCode::NoCapableAgent,
         ErrorCode::PoisonMessage,
         ErrorCode::Cancelled,
+        ErrorCode::LimitExceeded,
         ErrorCode::Internal,
     ];
 
@@ -59,6 +61,7 @@ impl ErrorCode {
             ErrorCode::NoCapableAgent => "NO_CAPABLE_AGENT",
             ErrorCode::PoisonMessage => "POISON_MESSAGE",
             ErrorCode::Cancelled => "CANCELLED",
+            ErrorCode::LimitExceeded => "LIMIT_EXCEEDED",
             ErrorCode::Internal => "INTERNAL",
         }
     }
@@ -82,7 +85,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => tonic::Code::Unavailable,
             ErrorCode::Timeout => tonic::Code::DeadlineExceeded,
             ErrorCode::Denied => tonic::Code::PermissionDenied,
-            ErrorCode::BudgetExceeded => tonic::Code::ResourceExhausted,
+            ErrorCode::BudgetExceeded | ErrorCode::LimitExceeded => tonic::Code::ResourceExhausted,
             ErrorCode::Cancelled => tonic::Code::Cancelled,
             ErrorCode::ToolError
             | ErrorCode::LlmParseError
@@ -124,6 +127,8 @@ pub enum Error {
     NotFound { what: &'static str, id: String },
     #[error("{0}")]
     FailedPrecondition(String),
+    #[error("denied: {reason}")]
+    Denied { reason: String },
     #[error("{0} is unavailable")]
     Unavailable(String),
     #[error("timed out after {elapsed_ms} ms: {what}")]
@@ -144,6 +149,7 @@ impl Error {
             Error::PlanInvalid { .. } => ErrorCode::PlanInvalid,
             Error::InvalidArgument { .. } => ErrorCode::InvalidArgument,
             Error::NotFound { .. } => ErrorCode::NotFound,
+            Error::Denied { .. } => ErrorCode::Denied,
             Error::Timeout { .. } => ErrorCode::Timeout,
         }
     }

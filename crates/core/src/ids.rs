@@ -89,3 +89,65 @@ mod tests {
         assert!(id.as_str().chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
     }
 }
+
+/// How a client-supplied id may be spelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdShape {
+    /// `[A-Za-z0-9_-]`: goal, agent, artifact ids.
+    Word,
+    /// Words joined by single dots, none empty: call ids (`<goal>.<node>.<n>.<hash>`), session ids.
+    Dotted,
+    /// Any printable text without control characters: idempotency keys (hashed before use).
+    Printable,
+}
+
+/// Checks a client-supplied id before it reaches a subject, a key or a message, so that NATS
+/// wildcards (`*`, `>`), separators (`.` where not allowed, `/`, spaces), `..`, NUL and other
+/// control characters are refused with `INVALID_ARGUMENT` naming the field and the id, never
+/// with a retryable error.
+pub fn check_id(field: &str, value: &str, max_len: usize, shape: IdShape) -> crate::Result<()> {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let reason = if value.is_empty() {
+        Some("is empty".to_owned())
+    } else if value.len() > max_len {
+        Some(format!("is longer than {max_len} bytes"))
+    } else {
+        match shape {
+            IdShape::Word if !value.chars().all(word) => Some("may contain only letters, digits, `_` and `-`".to_owned()),
+            IdShape::Dotted if !value.split('.').all(|seg| !seg.is_empty() && seg.chars().all(word)) => {
+                Some("must be words of letters, digits, `_` and `-` joined by single dots".to_owned())
+            }
+            IdShape::Printable if value.chars().any(char::is_control) => {
+                Some("may not contain control characters".to_owned())
+            }
+            _ => None,
+        }
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(crate::Error::InvalidArgument {
+            field: field.to_owned(),
+            reason: format!("`{}` {reason}", crate::topology::truncate_for_message(&value.escape_default().to_string())),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod check_id_tests {
+    use super::*;
+
+    #[test]
+    fn hostile_ids_are_invalid_arguments_naming_the_id() {
+        for bad in ["../a", "a..b", "a\0b", "a.*", "a.>", "a b", "a/b", ".a", "a.", "", "a\nb"] {
+            let err = check_id("call_id", bad, 256, IdShape::Dotted).unwrap_err();
+            assert_eq!(err.code(), crate::ErrorCode::InvalidArgument, "{bad:?}");
+            assert!(err.to_string().contains("call_id"), "{err}");
+        }
+        check_id("call_id", "g-1.n1.0.abc123", 256, IdShape::Dotted).unwrap();
+        check_id("goal_id", "g-0193abc", 128, IdShape::Word).unwrap();
+        assert!(check_id("goal_id", "g.1", 128, IdShape::Word).is_err());
+        assert!(check_id("idempotency_key", "k\0", 256, IdShape::Printable).is_err());
+        check_id("idempotency_key", "order 42 / retry *", 256, IdShape::Printable).unwrap();
+        assert!(check_id("goal_id", &"a".repeat(129), 128, IdShape::Word).is_err());
+    }
+}

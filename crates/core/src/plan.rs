@@ -114,6 +114,11 @@ fn check_node(
 
     let inputs = parse_inputs(node, problems);
     if let Some(inputs) = &inputs {
+        for pointer in crate::artifacts::stub_pointers(inputs) {
+            problems.push(format!(
+                "node `{id}` input {pointer}: `$artifact` stubs cannot be submitted; Hermes makes them for large outputs, and a plan refers to another node's output with `$ref`"
+            ));
+        }
         for (pointer, reference) in json_ref::collect_refs(inputs) {
             match RefTarget::parse(&reference) {
                 None => problems.push(format!(

@@ -240,14 +240,35 @@ pub fn in_flight_tasks(state: &GoalState, limits: Limits) -> Effects {
     effects
 }
 
+/// Most bytes a node's inputs may take once the dispatcher resolves their `$ref`s to inline
+/// outputs; over it the node fails with `INVALID_ARGUMENT` before anything is built.
+pub const MAX_DISPATCH_INPUT_BYTES: usize = 8 * 1024 * 1024;
+
 /// Replaces the `$ref`s in a node's inputs with its dependencies' outputs.
 fn resolve_inputs(state: &GoalState, inputs_json: &str) -> Result<String, String> {
     if inputs_json.trim().is_empty() {
         return Ok("{}".to_owned());
     }
     let inputs: Value = serde_json::from_str(inputs_json).map_err(|e| format!("inputs: {e}"))?;
-    if json_ref::collect_refs(&inputs).is_empty() {
+    let refs = json_ref::collect_refs(&inputs);
+    if refs.is_empty() {
         return Ok(inputs_json.to_owned());
+    }
+    // Bound the resolved size before materialising it: each ref to an inline output counts with
+    // that whole output (refs to artifacts become small stubs, bounded by the executor).
+    let mut estimate = inputs_json.len();
+    for (_, reference) in &refs {
+        if let Some(target) = json_ref::RefTarget::parse(reference)
+            && let Some(node) = state.nodes.iter().find(|n| n.node_id == target.node_id && n.memory_ref.is_empty())
+        {
+            estimate = estimate.saturating_add(node.output_json.len());
+        }
+    }
+    if estimate > MAX_DISPATCH_INPUT_BYTES {
+        return Err(format!(
+            "the inputs would take about {estimate} bytes once their {} $ref(s) are resolved, over the limit of {MAX_DISPATCH_INPUT_BYTES} bytes; pass fewer or smaller references",
+            refs.len()
+        ));
     }
     // A ref to an output kept as an artifact becomes a stub pointing into it; the executor loads
     // the content, so large payloads never pass through the dispatcher.

@@ -68,18 +68,8 @@ impl Api {
 }
 
 fn goal_id_arg(goal_id: &str) -> Result<&str, Status> {
-    let valid = !goal_id.is_empty()
-        && goal_id.len() <= 128
-        && goal_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if valid {
-        Ok(goal_id)
-    } else {
-        Err(Error::InvalidArgument {
-            field: "goal_id".into(),
-            reason: "must be a goal id such as g-0193...".into(),
-        }
-        .into())
-    }
+    hermes_core::ids::check_id("goal_id", goal_id, 128, hermes_core::ids::IdShape::Word)?;
+    Ok(goal_id)
 }
 
 /// The client's view of a goal.
@@ -200,6 +190,7 @@ impl DispatcherApi for Api {
         self.nats_up()?;
         let req = request.into_inner();
         let goal_id = goal_id_arg(&req.goal_id)?;
+        hermes_core::ids::check_id("call_id", &req.call_id, 256, hermes_core::ids::IdShape::Dotted)?;
         let decision = self.service.decide_approval(goal_id, &req.call_id, req.approve, &req.note).await?;
         Ok(Response::new(ApproveToolCallResponse {
             approved: decision.approved,

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use futures::StreamExt;
+use hermes_core::ids::IdShape;
 use hermes_core::bus::ConsumerSpec;
 use hermes_core::plan::validate_plan;
 use hermes_core::trace::TraceContext;
@@ -180,11 +181,11 @@ impl GoalService {
                 reason: "this dispatcher has no LLM prices configured (HERMES_LLM_PRICE_INPUT_PER_MTOK, HERMES_LLM_PRICE_OUTPUT_PER_MTOK), so it cannot enforce a cost budget".into(),
             });
         }
-        if spec.idempotency_key.len() > 256 {
-            return Err(Error::InvalidArgument {
-                field: "idempotency_key".into(),
-                reason: "must be at most 256 bytes".into(),
-            });
+        if !spec.idempotency_key.is_empty() {
+            hermes_core::ids::check_id("idempotency_key", &spec.idempotency_key, 256, IdShape::Printable)?;
+        }
+        if !spec.session_id.is_empty() {
+            hermes_core::ids::check_id("session_id", &spec.session_id, 200, IdShape::Dotted)?;
         }
         let goal_id = if spec.idempotency_key.is_empty() {
             GoalId::generate()
@@ -302,9 +303,7 @@ impl GoalService {
         use async_nats::jetstream::kv;
         use prost::Message as _;
         let not_found = || Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") };
-        if call_id.is_empty() || call_id.len() > 256 || call_id.contains(['*', '>', ' ']) {
-            return Err(not_found());
-        }
+        hermes_core::ids::check_id("call_id", call_id, 256, IdShape::Dotted)?;
         let store = self.bus.approvals();
         for _ in 0..16 {
             let entry = store

@@ -98,9 +98,12 @@ pub struct CodePythonSpec {
     pub confirm: bool,
     /// Wall-clock seconds per snippet (default 10).
     pub timeout_secs: Option<u64>,
-    /// Address-space limit in MiB (default 512).
+    /// Address-space limit in MiB, per process (default 512).
     pub memory_mb: Option<u64>,
-    /// The interpreter (default `python3`).
+    /// Processes or threads a snippet may start besides itself (default 0: it cannot fork).
+    pub max_processes: Option<u32>,
+    /// The interpreter: a path, or a name looked up in `/usr/bin` first, then `PATH` (default
+    /// `python3`).
     pub python: Option<String>,
 }
 
@@ -234,6 +237,7 @@ impl AgentSpec {
                 confirm: c.confirm,
                 timeout: c.timeout_secs.map(|s| Duration::from_secs(s.max(1))).unwrap_or(defaults.timeout),
                 memory_mb: c.memory_mb.unwrap_or(defaults.memory_mb).max(16),
+                max_processes: c.max_processes.unwrap_or(defaults.max_processes),
                 python: c.python.clone().unwrap_or(defaults.python),
             }
         });

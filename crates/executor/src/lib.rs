@@ -7,6 +7,7 @@ pub mod agent_loop;
 mod approval;
 pub mod cli;
 pub mod config;
+pub mod isolate;
 pub mod tool;
 pub mod tools;
 
@@ -164,6 +165,7 @@ impl Agent {
             in_flight: AtomicU32::new(0),
             stats: std::sync::Mutex::new(Stats::default()),
             running: Default::default(),
+            instance: uuid::Uuid::new_v4().simple().to_string(),
         });
         let cancels = tokio::spawn(cancel_loop(shared.clone(), shutdown.clone()));
         shared.registry.export_breaker_metrics();
@@ -270,6 +272,9 @@ struct Shared {
     stats: std::sync::Mutex<Stats>,
     /// Running tasks' cancellation tokens, by task id, with their goal.
     running: std::sync::Mutex<std::collections::HashMap<String, (String, CancellationToken)>>,
+    /// This run of the agent, in crash markers: a marker of another instance found on a
+    /// redelivery means the process that ran the task before died with it in flight.
+    instance: String,
 }
 
 /// Rolling success rate and latency, reported in heartbeats.
@@ -352,9 +357,14 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
     hermes_core::trace::follow(&span, delivery.trace.as_ref());
     async {
         info!(event = "task_received", task_type = %task.task_type, attempt = task.attempt, "task received");
+        match crash_marker(shared, &delivery).await {
+            Crashes::Quarantine(deaths) => return quarantine(shared, &delivery, deaths).await,
+            Crashes::Marked => {}
+        }
         shared.in_flight.fetch_add(1, Ordering::Relaxed);
         let result = run_with_progress(shared, &delivery).await;
         shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+        clear_crash_marker(shared, task);
         let succeeded = result.status == TaskStatus::Succeeded as i32;
         if let Ok(mut stats) = shared.stats.lock() {
             stats.record(succeeded, result.elapsed_ms);
@@ -397,6 +407,103 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
     }
     .instrument(span)
     .await;
+}
+
+/// Process deaths with one node in flight after which its task is quarantined.
+pub const CRASH_QUARANTINE_DEATHS: u32 = 2;
+
+/// What the crash marker of a delivery says.
+enum Crashes {
+    /// The marker is set: run the task.
+    Marked,
+    /// The node killed its consumer this many times: dead-letter it instead of running it.
+    Quarantine(u32),
+}
+
+/// The crash marker's key: one per node, across attempts, in the ledger bucket.
+fn crash_key(task: &TaskMessage) -> String {
+    format!("inflight.{}.{}", task.goal_id, task.node_id)
+}
+
+/// Sets the crash marker before a task runs. A task that crashes its consumer (an abort, a stack
+/// overflow, the OOM killer) leaves the marker behind; the next delivery, here or on another
+/// agent, finds a marker of another instance and counts one death. After
+/// [`CRASH_QUARANTINE_DEATHS`] deaths the task is quarantined. Only redeliveries and later
+/// attempts read the marker, so a first delivery costs one write.
+async fn crash_marker(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Crashes {
+    let task = &delivery.message;
+    let key = crash_key(task);
+    let store = shared.bus.ledger();
+    let mut deaths = 0;
+    if delivery.delivered() > 1 || task.attempt > 1 {
+        match store.get(&key).await {
+            Ok(Some(bytes)) => {
+                let marker: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+                deaths = marker.get("deaths").and_then(serde_json::Value::as_u64).unwrap_or(0) as u32;
+                if marker.get("instance").and_then(serde_json::Value::as_str) != Some(shared.instance.as_str()) {
+                    deaths += 1;
+                    warn!(deaths, event = "crash_detected", "the task was in flight when an agent process died");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => warn!(error = %e, "cannot read the crash marker"),
+        }
+    }
+    if deaths >= CRASH_QUARANTINE_DEATHS {
+        return Crashes::Quarantine(deaths);
+    }
+    let marker = serde_json::json!({"instance": shared.instance, "deaths": deaths, "task_id": task.task_id});
+    if let Err(e) = store.put(&key, marker.to_string().into()).await {
+        warn!(error = %e, "cannot set the crash marker; a crash of this task would not be counted");
+    }
+    Crashes::Marked
+}
+
+/// Clears the marker once the task ran to an outcome, without waiting: a lost clear costs at
+/// most one miscounted death on a later redelivery.
+fn clear_crash_marker(shared: &Shared, task: &TaskMessage) {
+    let store = shared.bus.ledger().clone();
+    let key = crash_key(task);
+    tokio::spawn(async move {
+        if let Err(e) = store.delete(&key).await {
+            warn!(error = %e, key, "cannot clear the crash marker");
+        }
+    });
+}
+
+/// Moves a task that crashed its consumer to the DLQ and fails its node with `POISON_MESSAGE`, so
+/// the agents serving its type stay up for every other goal.
+async fn quarantine(shared: &Shared, delivery: &Delivery<TaskMessage>, deaths: u32) {
+    let task = &delivery.message;
+    let reason = format!(
+        "crashed its consumer: task {} was in flight when {deaths} agent processes died",
+        task.task_id
+    );
+    warn!(deaths, event = "task_quarantined", "{reason}; moving it to the dlq");
+    let mut error = hermes_core::error::wire_error(ErrorCode::PoisonMessage, reason.clone());
+    error.node_id = task.node_id.clone();
+    let result = TaskResult {
+        goal_id: task.goal_id.clone(),
+        node_id: task.node_id.clone(),
+        task_id: task.task_id.clone(),
+        attempt: task.attempt,
+        agent_id: shared.agent_id.clone(),
+        started_unix_ms: now_unix_ms(),
+        status: TaskStatus::Failed as i32,
+        error: Some(error),
+        ..Default::default()
+    };
+    let subject = shared.bus.topology().result(&task.goal_id);
+    let trace = hermes_core::trace::propagate(delivery.trace.as_ref());
+    let msg_id = format!("result:{}", task.task_id);
+    if let Err(e) = shared.bus.publish(subject, &result, &msg_id, trace.as_ref()).await {
+        warn!(error = %e, "cannot publish the quarantined task's result; asking for redelivery");
+        let _ = delivery.nak(Some(Duration::from_secs(1))).await;
+        return;
+    }
+    shared.bus.dead_letter("task", delivery.raw(), &reason).await;
+    let store = shared.bus.ledger().clone();
+    let _ = store.delete(&crash_key(task)).await;
 }
 
 /// Cancels the running tasks of goals a dispatcher cancelled.
@@ -531,9 +638,11 @@ async fn run_tool(
             .map_err(|e| ToolError::invalid_argument(format!("inputs are not valid JSON: {e}")))?
     };
     // Inputs that reference artifacts (large outputs of other nodes) get their content here.
-    let args = shared.bus.artifacts().resolve_value(args).await.map_err(|e| ToolError {
+    // Only the goal's own artifacts resolve, and the total is bounded before anything is loaded.
+    let max = hermes_core::artifacts::MAX_RESOLVED_INPUT_BYTES;
+    let args = shared.bus.artifacts().resolve_value(args, &task.goal_id, max).await.map_err(|e| ToolError {
         code: match e.code() {
-            code @ (ErrorCode::InvalidArgument | ErrorCode::NotFound) => code,
+            code @ (ErrorCode::InvalidArgument | ErrorCode::NotFound | ErrorCode::Denied) => code,
             _ => ErrorCode::Unavailable,
         },
         message: format!("cannot resolve the inputs' artifacts: {e}"),

@@ -13,9 +13,13 @@ struct Args {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // A child started to run one isolated tool job (a template render) does only that.
+    hermes_executor::isolate::serve_if_child();
+    hermes_executor::isolate::enable();
     let args = Args::parse();
-    let _telemetry = hermes_core::telemetry::init("hermes-agent");
-    hermes_executor::cli::run_agent(args.agent).await
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async {
+        let _telemetry = hermes_core::telemetry::init("hermes-agent");
+        hermes_executor::cli::run_agent(args.agent).await
+    })
 }

@@ -1,8 +1,12 @@
 //! The tool abstraction and the per-agent tool registry. A tool declares a JSON Schema for its
 //! parameters (derived from a Rust type with `schemars`); the registry validates arguments against
 //! it before the tool runs, bounds every run with the tool's timeout, retries retryable failures
-//! with backoff (3 tries, 0.5 s × 2^n), and keeps a circuit breaker per tool: after 5 consecutive
-//! failures calls fail fast until a cool-down has passed, then one trial call decides.
+//! with backoff (3 tries, 0.5 s × 2^n), and keeps a circuit breaker per tool and target (the host
+//! of `http.fetch`, say): after 5 consecutive dependency faults calls fail fast until a cool-down
+//! has passed, then one trial call decides. Only dependency faults count: timeouts and
+//! `UNAVAILABLE` (a remote that is down, an MCP server that died). A bad request (invalid
+//! arguments, a schema failure, a policy denial, a deterministic tool error on the input) never
+//! opens a breaker, so one client's bad goals cannot make a tool unavailable to everyone else.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -204,6 +208,11 @@ pub trait Tool: Send + Sync + 'static {
     fn require_confirm(&self) -> bool {
         false
     }
+    /// The dependency a call reaches, when the tool reaches several (the host of a URL): each
+    /// target has its own circuit breaker, so one sick host does not close the tool for others.
+    fn breaker_target(&self, _args: &Value) -> Option<String> {
+        None
+    }
     /// Runs with arguments already validated against [`Tool::params_schema`].
     fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>>;
 }
@@ -221,7 +230,14 @@ pub fn schema_of<T: schemars::JsonSchema>() -> Value {
 struct RegisteredTool {
     tool: Arc<dyn Tool>,
     schema: InputSchema,
-    breaker: std::sync::Mutex<Breaker>,
+    /// Breakers by target; `""` is the tool's own.
+    breakers: std::sync::Mutex<BTreeMap<String, Breaker>>,
+}
+
+/// Whether a failure says the tool's dependency is unwell (and counts toward its breaker), as
+/// opposed to a bad request, which is the caller's problem and says nothing about the tool.
+pub fn is_dependency_fault(code: ErrorCode) -> bool {
+    matches!(code, ErrorCode::Timeout | ErrorCode::Unavailable)
 }
 
 /// The tools one agent serves, by name.
@@ -262,8 +278,8 @@ impl ToolRegistry {
         hermes_core::topology::validate_task_type(tool.name()).map_err(|e| e.to_string())?;
         let schema = InputSchema::compile(tool.params_schema())
             .map_err(|e| format!("tool {}: schema does not compile: {e}", tool.name()))?;
-        let breaker = std::sync::Mutex::new(Breaker::default());
-        self.tools.insert(tool.name().to_owned(), Arc::new(RegisteredTool { tool, schema, breaker }));
+        let breakers = std::sync::Mutex::new(BTreeMap::new());
+        self.tools.insert(tool.name().to_owned(), Arc::new(RegisteredTool { tool, schema, breakers }));
         Ok(())
     }
 
@@ -286,12 +302,17 @@ impl ToolRegistry {
         self.tools.contains_key(name)
     }
 
-    /// The breaker state of a tool.
+    /// The breaker state of a tool (its own breaker, not a target's).
     pub fn breaker_state(&self, name: &str) -> Option<BreakerState> {
+        self.breaker_state_for(name, "")
+    }
+
+    /// The breaker state of one target of a tool (`""`: the tool's own breaker).
+    pub fn breaker_state_for(&self, name: &str, target: &str) -> Option<BreakerState> {
         let entry = self.tools.get(name)?;
         let policy = entry.tool.retry_policy();
-        let breaker = entry.breaker.lock().ok()?;
-        Some(match breaker.opened_at {
+        let breakers = entry.breakers.lock().ok()?;
+        Some(match breakers.get(target).and_then(|b| b.opened_at) {
             None => BreakerState::Closed,
             Some(at) if at.elapsed() < policy.breaker_cooldown => BreakerState::Open,
             Some(_) => BreakerState::HalfOpen,
@@ -403,11 +424,12 @@ impl ToolRegistry {
         ctx: &ToolContext,
     ) -> Result<Value, ToolError> {
         let policy = entry.tool.retry_policy();
+        let target = entry.tool.breaker_target(&args).unwrap_or_default();
         let mut attempt = 0;
         loop {
-            entry.admit(name, policy)?;
+            entry.admit(name, &target, policy)?;
             let result = entry.run_once(name, args.clone(), ctx).await;
-            entry.record(&result, policy);
+            entry.record(&target, &result, policy);
             match result {
                 Err(e) if e.code.retryable() && attempt + 1 < policy.attempts => {
                     tokio::time::sleep(policy.backoff * 2u32.saturating_pow(attempt)).await;
@@ -420,35 +442,42 @@ impl ToolRegistry {
 }
 
 impl RegisteredTool {
-    /// Fails fast while the breaker is open; after the cool-down one call goes through.
-    fn admit(&self, name: &str, policy: RetryPolicy) -> Result<(), ToolError> {
-        let breaker = self.breaker.lock().map_err(|_| ToolError::failed("breaker lock poisoned"))?;
+    /// Fails fast while the target's breaker is open; after the cool-down one call goes through.
+    fn admit(&self, name: &str, target: &str, policy: RetryPolicy) -> Result<(), ToolError> {
+        let breakers = self.breakers.lock().map_err(|_| ToolError::failed("breaker lock poisoned"))?;
+        let Some(breaker) = breakers.get(target) else { return Ok(()) };
         match breaker.opened_at {
-            Some(at) if at.elapsed() < policy.breaker_cooldown => Err(ToolError {
-                code: ErrorCode::ToolError,
-                message: format!(
-                    "tool `{name}` is unavailable: its circuit breaker opened after {} consecutive failures; retry in {} s",
-                    breaker.consecutive_failures,
-                    (policy.breaker_cooldown - at.elapsed()).as_secs().max(1)
-                ),
-            }),
+            Some(at) if at.elapsed() < policy.breaker_cooldown => {
+                let what = if target.is_empty() { String::new() } else { format!(" for `{target}`") };
+                Err(ToolError {
+                    code: ErrorCode::Unavailable,
+                    message: format!(
+                        "tool `{name}` is unavailable{what}: its circuit breaker opened after {} consecutive timeouts or unavailable dependencies; retry in {} s",
+                        breaker.consecutive_failures,
+                        (policy.breaker_cooldown - at.elapsed()).as_secs().max(1)
+                    ),
+                })
+            }
             _ => Ok(()),
         }
     }
 
-    /// A success closes the breaker; a failure of the tool counts toward opening it. Arguments the
-    /// tool rejects are the caller's mistake and count for neither.
-    fn record(&self, result: &Result<Value, ToolError>, policy: RetryPolicy) {
-        let Ok(mut breaker) = self.breaker.lock() else { return };
+    /// A success closes the breaker; a dependency fault ([`is_dependency_fault`]) counts toward
+    /// opening it. Every other failure is about the request and counts for neither.
+    fn record(&self, target: &str, result: &Result<Value, ToolError>, policy: RetryPolicy) {
+        let Ok(mut breakers) = self.breakers.lock() else { return };
         match result {
-            Err(e) if e.code == ErrorCode::InvalidArgument => {}
-            Ok(_) => *breaker = Breaker::default(),
-            Err(_) => {
+            Ok(_) => {
+                breakers.remove(target);
+            }
+            Err(e) if is_dependency_fault(e.code) => {
+                let breaker = breakers.entry(target.to_owned()).or_default();
                 breaker.consecutive_failures += 1;
                 if breaker.consecutive_failures >= policy.breaker_threshold {
                     breaker.opened_at = Some(std::time::Instant::now());
                 }
             }
+            Err(_) => {}
         }
     }
 

@@ -51,7 +51,9 @@ pub fn parse_react(text: &str) -> Result<ReactStep, ReactError> {
 /// The text after `label:` up to the next known label, or the end.
 fn field(text: &str, label: &str) -> Option<String> {
     const LABELS: [&str; 4] = ["thought", "action input", "action", "final answer"];
-    let lower = text.to_lowercase();
+    // ASCII only: the labels are ASCII, and a full lowercasing changes the UTF-8 length of some
+    // letters (`Ⱥ`, `İ`, the Kelvin sign), so offsets found in it would not fit `text`.
+    let lower = text.to_ascii_lowercase();
     let (_, start) = find_label(&lower, label)?;
     let rest = &text[start..];
     let rest_lower = &lower[start..];
@@ -111,6 +113,25 @@ mod tests {
     fn reads_a_final_answer_and_chinese_colons() {
         let step = parse_react("Thought：完成\nFinal Answer：总计 42").unwrap();
         assert_eq!(step, ReactStep::Final { thought: Some("完成".into()), answer: "总计 42".into() });
+    }
+
+    #[test]
+    fn letters_whose_lowercase_has_another_length_do_not_shift_the_labels() {
+        // Found by tests/fuzz.rs: with `to_lowercase`, `Ⱥ` grew by a byte and `text[start..]`
+        // cut `é` in half.
+        assert_eq!(
+            parse_react("Ⱥ\naction:é"),
+            Ok(ReactStep::Action {
+                thought: None,
+                tool: "é".into(),
+                input: Value::Object(Default::default())
+            })
+        );
+        let step = parse_react("İK Ω\nThought: t\nAction: x.y\nAction Input: {\"a\": 1}").unwrap();
+        assert_eq!(
+            step,
+            ReactStep::Action { thought: Some("t".into()), tool: "x.y".into(), input: json!({"a": 1}) }
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `fs.read`, `fs.write` and `fs.list`, confined to the agent's workspace. Every path is
 //! relative; absolute paths, `..`, URL-encoded dots or slashes and NUL bytes are refused before
 //! the file system is touched, and the resolved path (symlinks followed) must stay inside the
-//! workspace.
+//! workspace. Only regular files are read: a FIFO, socket, device or directory is refused with
+//! `INVALID_ARGUMENT` before any byte is read (the file is opened non-blocking and checked with
+//! `fstat`, so a FIFO cannot block the open), and so is a file over the size limit.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -89,6 +91,59 @@ fn confine_for_write(workspace: &Path, relative: &str) -> Result<PathBuf, ToolEr
     Ok(target)
 }
 
+/// Opens a confined path for reading, refusing anything but a regular file of at most `max`
+/// bytes, before reading it. Returns the file and its size.
+pub(crate) fn open_regular(path: &Path, shown: &str, max: u64) -> Result<(std::fs::File, u64), ToolError> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOCTTY).bits())
+        .open(path)
+        .map_err(|e| ToolError::invalid_argument(format!("{}: {e}", shown.escape_default())))?;
+    let meta = file.metadata().map_err(|e| ToolError::invalid_argument(format!("{shown}: {e}")))?;
+    let kind = meta.file_type();
+    let not = |what: &str| {
+        Err(ToolError::invalid_argument(format!(
+            "{} is {what}, not a regular file; only regular files can be read",
+            shown.escape_default()
+        )))
+    };
+    if kind.is_dir() {
+        return not("a directory");
+    } else if kind.is_fifo() {
+        return not("a FIFO");
+    } else if kind.is_socket() {
+        return not("a socket");
+    } else if kind.is_block_device() || kind.is_char_device() {
+        return not("a device");
+    } else if !kind.is_file() {
+        return not("a special file");
+    }
+    if meta.len() > max {
+        return Err(ToolError::invalid_argument(format!(
+            "{} is {} bytes, over the limit of {max}",
+            shown.escape_default(),
+            meta.len()
+        )));
+    }
+    Ok((file, meta.len()))
+}
+
+/// Reads a confined regular file of at most `max` bytes (see [`open_regular`]); a file that grows
+/// while it is read is cut off at `max` and refused.
+pub(crate) fn read_regular(path: &Path, shown: &str, max: u64) -> Result<Vec<u8>, ToolError> {
+    use std::io::Read;
+    let (file, size) = open_regular(path, shown, max)?;
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ToolError::invalid_argument(format!("{}: {e}", shown.escape_default())))?;
+    if bytes.len() as u64 > max {
+        return Err(ToolError::invalid_argument(format!("{shown} grew past the limit of {max} bytes")));
+    }
+    Ok(bytes)
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReadArgs {
@@ -112,19 +167,14 @@ impl Tool for FsRead {
         Box::pin(async move {
             let args: ReadArgs = parse_args(args)?;
             let path = confine(&ctx.workspace, &args.path)?;
-            let bytes = tokio::fs::read(&path)
-                .await
-                .map_err(|e| ToolError::invalid_argument(format!("{}: {e}", args.path)))?;
-            if bytes.len() > MAX_FILE_BYTES {
-                return Err(ToolError::invalid_argument(format!(
-                    "{} is {} bytes, over {MAX_FILE_BYTES}",
-                    args.path,
-                    bytes.len()
-                )));
-            }
-            let text = String::from_utf8(bytes)
-                .map_err(|_| ToolError::invalid_argument(format!("{} is not UTF-8 text", args.path)))?;
-            Ok(json!({"path": args.path, "size": text.len(), "text": text}))
+            // Reading and checking up to 64 MiB is blocking work: keep it off the async workers.
+            crate::isolate::cpu(move || {
+                let bytes = read_regular(&path, &args.path, MAX_FILE_BYTES as u64)?;
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| ToolError::invalid_argument(format!("{} is not UTF-8 text", args.path)))?;
+                Ok(json!({"path": args.path, "size": text.len(), "text": text}))
+            })
+            .await?
         })
     }
 }

@@ -1,6 +1,19 @@
 //! `http.fetch`: GET a URL whose host is on the agent's allowlist, with a size and a time limit.
-//! Redirects are followed only to allowed hosts. With an empty allowlist every fetch is denied.
+//! With an empty allowlist every fetch is denied.
+//!
+//! The allowlist names hosts (`api.example.com`, `*.example.com` for its subdomains) or
+//! addresses (`10.1.2.3`, `10.0.0.0/8`, `::1`), each optionally with a port (`host:8080`, or
+//! `host:*` for any). An entry without a port allows only the default ports, 80 and 443.
+//!
+//! Addresses are checked after resolution, against the addresses actually connected to (the
+//! client connects only to what the check let through, so a name cannot resolve twice):
+//! loopback, private, link-local, CGNAT, multicast, reserved and cloud-metadata ranges, in IPv4
+//! and IPv6 with IPv4-mapped, -compatible, NAT64 and 6to4 forms, are refused unless an address
+//! entry of the allowlist covers them. Every redirect hop is checked again, host, port and
+//! address; at most 5 are followed.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -10,6 +23,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::tool::{Tool, ToolContext, ToolError, parse_args, schema_of};
+use hermes_core::ErrorCode;
 
 /// Largest body returned.
 const DEFAULT_MAX_BYTES: usize = 1024 * 1024;
@@ -27,58 +41,312 @@ struct Args {
     max_bytes: Option<usize>,
 }
 
-/// The tool, with the hosts it may reach.
-pub struct HttpFetch {
-    allow: Vec<String>,
-    client: reqwest::Client,
+/// Which ports an entry allows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Ports {
+    /// 80 and 443.
+    Default,
+    One(u16),
+    Any,
 }
 
-/// Whether `host` is allowed: an exact entry, or `*.example.com` for its subdomains.
-fn allowed(allow: &[String], host: &str) -> bool {
-    let host = host.to_ascii_lowercase();
-    allow.iter().any(|entry| {
-        let entry = entry.to_ascii_lowercase();
-        match entry.strip_prefix("*.") {
-            Some(domain) => host.ends_with(&format!(".{domain}")),
-            None => host == entry,
+impl Ports {
+    fn allows(self, port: u16) -> bool {
+        match self {
+            Ports::Default => port == 80 || port == 443,
+            Ports::One(p) => p == port,
+            Ports::Any => true,
         }
-    })
+    }
+}
+
+/// What an entry names.
+#[derive(Debug, Clone, PartialEq)]
+enum Target {
+    /// An exact host name, lower-cased.
+    Host(String),
+    /// `*.domain`: the domain's subdomains.
+    Subdomains(String),
+    /// An address range; a single address is a /32 or /128.
+    Net(IpAddr, u8),
+}
+
+/// One allowlist entry.
+#[derive(Debug, Clone, PartialEq)]
+struct Entry {
+    target: Target,
+    ports: Ports,
+}
+
+impl Entry {
+    fn parse(text: &str) -> Result<Entry, String> {
+        let text = text.trim().to_ascii_lowercase();
+        let bad = |why: &str| Err(format!("http allowlist entry `{text}`: {why}"));
+        // `[v6]:port`, `v4:port`, `name:port`, or no port at all.
+        let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+            match rest.split_once(']') {
+                Some((host, "")) => (host.to_owned(), None),
+                Some((host, port)) => match port.strip_prefix(':') {
+                    Some(port) => (host.to_owned(), Some(port.to_owned())),
+                    None => return bad("expected `[address]:port`"),
+                },
+                None => return bad("unclosed `[`"),
+            }
+        } else if text.matches(':').count() == 1 {
+            let (host, port) = text.split_once(':').unwrap_or((&text, ""));
+            (host.to_owned(), Some(port.to_owned()))
+        } else {
+            (text.clone(), None)
+        };
+        let ports = match port.as_deref() {
+            None => Ports::Default,
+            Some("*") => Ports::Any,
+            Some(port) => match port.parse::<u16>() {
+                Ok(p) if p > 0 => Ports::One(p),
+                _ => return bad("the port must be 1-65535 or `*`"),
+            },
+        };
+        let target = if let Some((addr, bits)) = host.split_once('/') {
+            let Ok(addr) = addr.parse::<IpAddr>() else { return bad("not an address range") };
+            let max = if addr.is_ipv4() { 32 } else { 128 };
+            match bits.parse::<u8>() {
+                Ok(bits) if bits <= max => Target::Net(addr, bits),
+                _ => return bad("bad prefix length"),
+            }
+        } else if let Ok(addr) = host.parse::<IpAddr>() {
+            Target::Net(addr, if addr.is_ipv4() { 32 } else { 128 })
+        } else if let Some(domain) = host.strip_prefix("*.") {
+            Target::Subdomains(domain.to_owned())
+        } else if host.is_empty() {
+            return bad("no host");
+        } else {
+            Target::Host(host)
+        };
+        Ok(Entry { target, ports })
+    }
+
+    fn matches_host(&self, host: &url::Host<&str>) -> bool {
+        match (&self.target, host) {
+            (Target::Host(name), url::Host::Domain(h)) => h.eq_ignore_ascii_case(name),
+            (Target::Subdomains(domain), url::Host::Domain(h)) => {
+                h.to_ascii_lowercase().ends_with(&format!(".{domain}"))
+            }
+            (Target::Net(..), url::Host::Ipv4(ip)) => self.covers(IpAddr::V4(*ip)),
+            (Target::Net(..), url::Host::Ipv6(ip)) => self.covers(IpAddr::V6(*ip)),
+            _ => false,
+        }
+    }
+
+    /// Whether this is an address entry covering `ip`.
+    fn covers(&self, ip: IpAddr) -> bool {
+        let Target::Net(net, bits) = self.target else { return false };
+        match (net, canonical(ip)) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = if bits == 0 { 0 } else { u32::MAX << (32 - u32::from(bits)) };
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = if bits == 0 { 0 } else { u128::MAX << (128 - u32::from(bits)) };
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// An IPv6 address that embeds an IPv4 one (mapped, compatible, NAT64, 6to4) as that IPv4.
+fn canonical(ip: IpAddr) -> IpAddr {
+    let IpAddr::V6(v6) = ip else { return ip };
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return IpAddr::V4(v4);
+    }
+    let bits = u128::from(v6);
+    let low32 = Ipv4Addr::from((bits & 0xffff_ffff) as u32);
+    let segments = v6.segments();
+    // ::a.b.c.d (deprecated IPv4-compatible), but not :: and ::1 themselves.
+    if bits >> 32 == 0 && bits > 1 {
+        return IpAddr::V4(low32);
+    }
+    // 64:ff9b::/96 (NAT64) and 64:ff9b:1::/48 (local NAT64).
+    if bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 || (segments[0] == 0x64 && segments[1] == 0xff9b && segments[2] == 1) {
+        return IpAddr::V4(low32);
+    }
+    // 2002:AABB:CCDD::/48 (6to4) embeds AA.BB.CC.DD.
+    if segments[0] == 0x2002 {
+        return IpAddr::V4(Ipv4Addr::from(((u32::from(segments[1])) << 16) | u32::from(segments[2])));
+    }
+    ip
+}
+
+/// Why `ip` may not be reached without an explicit entry, or `None` when it is public.
+pub fn refused_range(ip: IpAddr) -> Option<&'static str> {
+    match canonical(ip) {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            Some(match (a, b, c) {
+                (0, ..) => "this-network (0.0.0.0/8)",
+                (10, ..) => "private (10.0.0.0/8)",
+                (100, 64..=127, _) => "shared CGNAT (100.64.0.0/10)",
+                (127, ..) => "loopback (127.0.0.0/8)",
+                (169, 254, _) => "link-local and cloud metadata (169.254.0.0/16)",
+                (172, 16..=31, _) => "private (172.16.0.0/12)",
+                (192, 0, 0) => "IETF protocol assignments (192.0.0.0/24)",
+                (192, 0, 2) | (198, 51, 100) | (203, 0, 113) => "documentation",
+                (192, 168, _) => "private (192.168.0.0/16)",
+                (198, 18..=19, _) => "benchmarking (198.18.0.0/15)",
+                (224..=239, ..) => "multicast (224.0.0.0/4)",
+                (240..=255, ..) => "reserved or broadcast (240.0.0.0/4)",
+                _ => return None,
+            })
+        }
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            Some(if v6 == Ipv6Addr::UNSPECIFIED {
+                "unspecified (::)"
+            } else if v6 == Ipv6Addr::LOCALHOST {
+                "loopback (::1)"
+            } else if first & 0xfe00 == 0xfc00 {
+                "unique local and cloud metadata (fc00::/7)"
+            } else if first & 0xffc0 == 0xfe80 {
+                "link-local (fe80::/10)"
+            } else if first & 0xffc0 == 0xfec0 {
+                "site-local (fec0::/10)"
+            } else if first & 0xff00 == 0xff00 {
+                "multicast (ff00::/8)"
+            } else if first == 0x2001 && v6.segments()[1] == 0x0db8 {
+                "documentation (2001:db8::/32)"
+            } else if first == 0x0100 && v6.segments()[1..4] == [0, 0, 0] {
+                "discard (100::/64)"
+            } else {
+                return None;
+            })
+        }
+    }
+}
+
+/// The parsed allowlist, shared by the tool, its resolver and its redirect policy.
+#[derive(Debug, Default)]
+struct Policy {
+    entries: Vec<Entry>,
+}
+
+impl Policy {
+    /// Whether `ip` may be connected to: public, or covered by an address entry.
+    fn address_ok(&self, ip: IpAddr) -> Result<(), String> {
+        match refused_range(ip) {
+            None => Ok(()),
+            Some(_) if self.entries.iter().any(|e| e.covers(ip)) => Ok(()),
+            Some(range) => Err(format!("{ip} is {range}, which is refused unless the allowlist names it")),
+        }
+    }
+
+    /// Checks a URL's scheme, host and port, and its address when the host is one.
+    fn check_url(&self, url: &reqwest::Url) -> Result<(), ToolError> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(ToolError::invalid_argument(format!("`{url}`: only http and https are allowed")));
+        }
+        let Some(host) = url.host() else {
+            return Err(ToolError::invalid_argument(format!("`{url}` has no host")));
+        };
+        let port = url.port_or_known_default().unwrap_or(0);
+        let denied = |message: String| ToolError { code: ErrorCode::Denied, message };
+        if !self.entries.iter().any(|e| e.matches_host(&host)) {
+            return Err(denied(format!("host `{host}` is not on this agent's allowlist")));
+        }
+        if !self.entries.iter().any(|e| e.matches_host(&host) && e.ports.allows(port)) {
+            return Err(denied(format!(
+                "port {port} of `{host}` is not on this agent's allowlist (an entry without a port allows 80 and 443)"
+            )));
+        }
+        let literal = match host {
+            url::Host::Ipv4(ip) => Some(IpAddr::V4(ip)),
+            url::Host::Ipv6(ip) => Some(IpAddr::V6(ip)),
+            url::Host::Domain(_) => None,
+        };
+        if let Some(ip) = literal {
+            self.address_ok(ip).map_err(denied)?;
+        }
+        Ok(())
+    }
+}
+
+/// Resolves names and keeps only the addresses the policy allows; the client connects to no other.
+struct CheckedResolver(Arc<Policy>);
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.0.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let mut refusals = Vec::new();
+            let allowed: Vec<SocketAddr> = resolved
+                .into_iter()
+                .filter(|addr| match policy.address_ok(addr.ip()) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        refusals.push(why);
+                        false
+                    }
+                })
+                .collect();
+            if allowed.is_empty() {
+                let why = if refusals.is_empty() { "no address".to_owned() } else { refusals.join("; ") };
+                return Err(format!("refused address for `{host}`: {why}").into());
+            }
+            Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// The tool, with the hosts it may reach.
+pub struct HttpFetch {
+    policy: Arc<Policy>,
+    /// An allowlist entry that did not parse; every fetch fails with it.
+    invalid: Option<String>,
+    client: reqwest::Client,
 }
 
 impl HttpFetch {
     pub fn new(allow: Vec<String>) -> Self {
-        let hosts = allow.clone();
+        let mut entries = Vec::new();
+        let mut invalid = None;
+        for entry in &allow {
+            match Entry::parse(entry) {
+                Ok(entry) => entries.push(entry),
+                Err(e) => invalid = Some(e),
+            }
+        }
+        let policy = Arc::new(Policy { entries });
+        let redirects = policy.clone();
         let client = reqwest::Client::builder()
             .timeout(FETCH_TIMEOUT)
+            .no_proxy()
+            .dns_resolver(Arc::new(CheckedResolver(policy.clone())))
             .redirect(reqwest::redirect::Policy::custom(move |attempt| {
-                let ok = attempt.url().host_str().is_some_and(|h| allowed(&hosts, h));
-                if !ok {
-                    let url = attempt.url().to_string();
-                    attempt.error(format!("redirect to {url} is not on the allowlist"))
-                } else if attempt.previous().len() >= 5 {
-                    attempt.error("too many redirects")
-                } else {
-                    attempt.follow()
+                if attempt.previous().len() >= 5 {
+                    return attempt.error("too many redirects");
+                }
+                match redirects.check_url(attempt.url()) {
+                    Ok(()) => attempt.follow(),
+                    Err(e) => {
+                        let url = attempt.url().to_string();
+                        attempt.error(format!("redirect to {url} is not on the allowlist: {}", e.message))
+                    }
                 }
             }))
             .build()
             .unwrap_or_default();
-        Self { allow, client }
+        Self { policy, invalid, client }
     }
 
     fn check(&self, url: &str) -> Result<reqwest::Url, ToolError> {
+        if let Some(invalid) = &self.invalid {
+            return Err(ToolError { code: ErrorCode::FailedPrecondition, message: invalid.clone() });
+        }
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| ToolError::invalid_argument(format!("`{url}` is not a URL: {e}")))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(ToolError::invalid_argument(format!("`{url}`: only http and https are allowed")));
-        }
-        let host = parsed.host_str().unwrap_or_default();
-        if !allowed(&self.allow, host) {
-            return Err(ToolError {
-                code: hermes_core::ErrorCode::Denied,
-                message: format!("host `{host}` is not on this agent's allowlist"),
-            });
-        }
+        self.policy.check_url(&parsed)?;
         Ok(parsed)
     }
 }
@@ -96,27 +364,45 @@ impl Tool for HttpFetch {
     fn timeout(&self) -> Duration {
         FETCH_TIMEOUT + Duration::from_secs(1)
     }
+    /// Each host has its own breaker: one that is down does not close the tool for the others.
+    fn breaker_target(&self, args: &Value) -> Option<String> {
+        let url = reqwest::Url::parse(args.get("url")?.as_str()?).ok()?;
+        Some(format!("{}:{}", url.host_str()?, url.port_or_known_default()?))
+    }
     fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
             let url = self.check(&args.url)?;
             let limit = args.max_bytes.unwrap_or(DEFAULT_MAX_BYTES).min(DEFAULT_MAX_BYTES);
             let response = self.client.get(url).send().await.map_err(|e| {
-                let code = if e.is_timeout() {
-                    hermes_core::ErrorCode::Timeout
-                } else {
-                    hermes_core::ErrorCode::ToolError
-                };
-                // reqwest puts the reason (a refused redirect, say) in the source chain.
+                // reqwest puts the reason (a refused redirect or address, say) in the source chain.
                 let mut message = format!("fetch failed: {e}");
                 let mut source = std::error::Error::source(&e);
                 while let Some(cause) = source {
                     message.push_str(&format!(": {cause}"));
                     source = cause.source();
                 }
+                // A refusal is policy; a timeout or a host that does not answer is the remote's
+                // fault (and counts toward its breaker); anything else is about the request.
+                let code = if message.contains("refused address") || message.contains("not on the allowlist") {
+                    ErrorCode::Denied
+                } else if e.is_timeout() {
+                    ErrorCode::Timeout
+                } else if e.is_connect() {
+                    ErrorCode::Unavailable
+                } else {
+                    ErrorCode::ToolError
+                };
                 ToolError { code, message }
             })?;
             let status = response.status().as_u16();
+            if status >= 500 {
+                // A sick remote: its breaker counts it, and the node may be retried.
+                return Err(ToolError {
+                    code: ErrorCode::Unavailable,
+                    message: format!("{} answered {status}", response.url()),
+                });
+            }
             let content_type = response
                 .headers()
                 .get(reqwest::header::CONTENT_TYPE)
@@ -141,17 +427,74 @@ impl Tool for HttpFetch {
 
 #[cfg(test)]
 mod tests {
-    use super::allowed;
+    use super::*;
+
+    fn policy(entries: &[&str]) -> Policy {
+        Policy { entries: entries.iter().map(|e| Entry::parse(e).unwrap()).collect() }
+    }
+
+    fn check(policy: &Policy, url: &str) -> Result<(), String> {
+        policy.check_url(&reqwest::Url::parse(url).unwrap()).map_err(|e| e.message)
+    }
 
     #[test]
-    fn allowlist_matches_exact_hosts_and_subdomain_wildcards() {
-        let allow = vec!["api.example.com".to_owned(), "*.internal.test".to_owned()];
-        assert!(allowed(&allow, "api.example.com"));
-        assert!(allowed(&allow, "API.example.com"));
-        assert!(allowed(&allow, "a.b.internal.test"));
-        assert!(!allowed(&allow, "internal.test"));
-        assert!(!allowed(&allow, "evil-api.example.com"));
-        assert!(!allowed(&allow, "api.example.com.evil.net"));
-        assert!(!allowed(&[], "anything"));
+    fn allowlist_matches_hosts_subdomains_and_ports() {
+        let p = policy(&["api.example.com", "*.internal.test", "svc.test:8080", "any.test:*"]);
+        assert!(check(&p, "https://api.example.com/x").is_ok());
+        assert!(check(&p, "http://API.example.com/x").is_ok());
+        assert!(check(&p, "https://a.b.internal.test/").is_ok());
+        assert!(check(&p, "https://internal.test/").is_err());
+        assert!(check(&p, "https://evil-api.example.com/").is_err());
+        assert!(check(&p, "https://api.example.com.evil.net/").is_err());
+        assert!(check(&p, "https://api.example.com:8443/").unwrap_err().contains("port 8443"));
+        assert!(check(&p, "http://svc.test:8080/").is_ok());
+        assert!(check(&p, "http://svc.test/").is_err());
+        assert!(check(&p, "http://any.test:1234/").is_ok());
+        assert!(check(&policy(&[]), "https://api.example.com/").is_err());
+    }
+
+    #[test]
+    fn private_and_special_addresses_are_refused_in_every_form() {
+        let refused = [
+            "127.0.0.1", "127.1.2.3", "0.0.0.0", "10.0.0.1", "172.16.5.4", "172.31.255.255", "192.168.1.1",
+            "169.254.169.254", "100.64.0.1", "224.0.0.1", "255.255.255.255", "::1", "::", "fe80::1", "fc00::1",
+            "fd00:ec2::254", "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1", "64:ff9b::7f00:1",
+            "2002:7f00:1::", "ff02::1",
+        ];
+        for ip in refused {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert!(refused_range(ip).is_some(), "{ip} should be refused");
+        }
+        for ip in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "172.32.0.1", "100.128.0.1"] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(refused_range(ip), None, "{ip}");
+        }
+    }
+
+    #[test]
+    fn ip_literal_urls_are_checked_in_their_normalised_forms() {
+        // The URL parser normalises decimal, hex, octal and short forms to 127.0.0.1.
+        let p = policy(&["127.0.0.1:*"]);
+        let open = policy(&["*.test"]);
+        for url in ["http://2130706433/", "http://0x7f.0.0.1/", "http://0177.0.0.1/", "http://127.1/", "http://[::ffff:7f00:1]/"] {
+            assert!(check(&open, url).is_err(), "{url}");
+            let _ = check(&p, url);
+        }
+        assert!(check(&p, "http://127.0.0.1:9999/").is_ok(), "an explicit address entry allows it");
+        let named = policy(&["localhost.test:*"]);
+        assert!(named.address_ok("127.0.0.1".parse().unwrap()).is_err(), "a name entry does not allow loopback");
+        let net = policy(&["10.0.0.0/8"]);
+        assert!(net.address_ok("10.2.3.4".parse().unwrap()).is_ok());
+        assert!(net.address_ok("11.0.0.1".parse().unwrap()).is_ok());
+        assert!(net.address_ok("192.168.0.1".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn bad_entries_are_reported() {
+        assert!(Entry::parse("host:0").is_err());
+        assert!(Entry::parse("host:99999").is_err());
+        assert!(Entry::parse("10.0.0.0/40").is_err());
+        assert!(Entry::parse("[::1").is_err());
+        assert_eq!(Entry::parse("[::1]:8080").unwrap().ports, Ports::One(8080));
     }
 }

@@ -8,6 +8,7 @@ mod memory;
 pub mod python;
 mod summarize;
 mod table;
+pub mod testing;
 mod text;
 mod time;
 
@@ -20,7 +21,10 @@ pub use memory::{MemoryGet, MemoryPut, MemorySearch};
 pub use python::{CodePython, CodePythonConfig};
 pub use summarize::TextSummarize;
 pub use table::TableAggregate;
+pub use testing::{TestAbort, TestSpin, test_tools_enabled};
 pub use text::TextTemplate;
+pub(crate) use testing::spin_job;
+pub(crate) use text::render_job;
 pub use time::{TimeAdd, TimeNow, TimeSleep};
 
 use crate::tool::Tool;
@@ -30,8 +34,18 @@ pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
     builtin_tools_with(Vec::new())
 }
 
-/// Every built-in tool, `http.fetch` limited to the `http_allow` hosts.
+/// Every built-in tool, `http.fetch` limited to the `http_allow` hosts; the fault-injection
+/// tools too when [`test_tools_enabled`].
 pub fn builtin_tools_with(http_allow: Vec<String>) -> Vec<Arc<dyn Tool>> {
+    let mut tools = builtin(http_allow);
+    if test_tools_enabled() {
+        tools.push(Arc::new(TestAbort));
+        tools.push(Arc::new(TestSpin));
+    }
+    tools
+}
+
+fn builtin(http_allow: Vec<String>) -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(MathEvaluate),
         Arc::new(TimeNow),

@@ -63,25 +63,15 @@ impl Tool for TableAggregate {
             let args: Args = parse_args(args)?;
             let path = super::fs::confine(&ctx.workspace, &args.path)?;
             // CSV parsing is CPU-bound; keep it off the async workers.
-            tokio::task::spawn_blocking(move || aggregate(&path, &args))
-                .await
-                .map_err(|e| ToolError::failed(format!("aggregation task failed: {e}")))?
+            crate::isolate::cpu(move || aggregate(&path, &args)).await?
         })
     }
 }
 
 fn aggregate(path: &Path, args: &Args) -> Result<Value, ToolError> {
-    let size = std::fs::metadata(path)
-        .map_err(|e| ToolError::invalid_argument(format!("{}: {e}", args.path)))?
-        .len();
-    if size > MAX_FILE_BYTES {
-        return Err(ToolError::invalid_argument(format!(
-            "{} is {size} bytes, over the limit of {MAX_FILE_BYTES}",
-            args.path
-        )));
-    }
-    let mut reader = csv::Reader::from_path(path)
-        .map_err(|e| ToolError::invalid_argument(format!("{}: {e}", args.path)))?;
+    // A regular file within the limit, checked before a byte is read (no FIFO can block here).
+    let (file, _) = super::fs::open_regular(path, &args.path, MAX_FILE_BYTES)?;
+    let mut reader = csv::Reader::from_reader(std::io::Read::take(file, MAX_FILE_BYTES));
     let headers = reader
         .headers()
         .map_err(|e| ToolError::invalid_argument(format!("{}: no header row: {e}", args.path)))?
