@@ -17,7 +17,7 @@ export HERMES_LOCAL_MODEL ?= $(LOCAL_MODEL)
 export HERMES_LOCAL_EMBEDDING_DIR ?= $(LOCAL_EMBEDDING_DIR)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all tools models nextest build test deploy-check chaos demo bench clean fmt lint
+.PHONY: all tools models nextest build test deploy-check chaos fuzz demo bench clean fmt lint
 
 all: build
 
@@ -53,6 +53,14 @@ deploy-check: tools
 ## chaos: the chaos suite at full trial counts (make test runs it reduced); prints its table
 chaos: tools nextest
 	HERMES_CHAOS_SCALE=full $(CARGO) nextest run -p hermes-cli --test chaos --no-capture
+
+## fuzz: the property-based fuzz targets (tests/fuzz.rs of hermes-core, -llm, -proto, -executor)
+## at FUZZ_CASES cases per property (make test runs them at 256). No $(FEATURES): the targets need
+## no model, and cargo refuses features of packages that are not selected
+FUZZ_CASES ?= 20000
+fuzz: nextest
+	HERMES_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) nextest run --no-fail-fast \
+		-p hermes-core -p hermes-llm -p hermes-proto -p hermes-executor --test fuzz
 
 nextest:
 	@command -v cargo-nextest >/dev/null 2>&1 || $(CARGO) install cargo-nextest --locked

@@ -99,7 +99,18 @@ impl Tool for MathEvaluate {
     }
 }
 
+/// Evaluates, turning a panic inside evalexpr (some builtins panic on odd arguments, such as a
+/// shift by 64 or a substring inside a character) into an `INVALID_ARGUMENT`.
 fn evaluate(expression: &str, variables: &BTreeMap<String, f64>) -> Result<f64, ToolError> {
+    std::panic::catch_unwind(|| evaluate_unguarded(expression, variables)).unwrap_or_else(|_| {
+        Err(ToolError::invalid_argument(format!(
+            "cannot evaluate `{}`: the evaluator failed on its arguments",
+            hermes_core::topology::truncate_for_message(expression)
+        )))
+    })
+}
+
+fn evaluate_unguarded(expression: &str, variables: &BTreeMap<String, f64>) -> Result<f64, ToolError> {
     let mut context = HashMapContext::<evalexpr::DefaultNumericTypes>::new();
     for (name, value) in variables {
         context
@@ -161,6 +172,15 @@ mod tests {
             })
             .unwrap();
         assert_eq!(handle.join().unwrap(), (MAX_TERMS + 1) as f64);
+    }
+
+    #[test]
+    fn evaluator_panics_are_invalid_arguments() {
+        for expression in ["shl(1, 64)", "str::substring(\"é\", 0, 1)"] {
+            if let Err(e) = evaluate(expression, &BTreeMap::new()) {
+                assert_eq!(e.code, hermes_core::ErrorCode::InvalidArgument, "{expression}: {e}");
+            }
+        }
     }
 
     #[test]
