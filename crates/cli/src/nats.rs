@@ -53,7 +53,8 @@ fn lock_store(data_dir: &Path) -> anyhow::Result<std::fs::File> {
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
-            let holder = pid_of("hermes ").map(|p| format!("pid {p}")).unwrap_or_else(|| "another process".into());
+            let holder =
+                pid_of("hermes ").map(|p| format!("pid {p}")).unwrap_or_else(|| "another process".into());
             bail!(
                 "{} is in use by another `hermes up` ({holder}); stop it first, or use another --data-dir",
                 data_dir.display()
@@ -129,14 +130,18 @@ pub async fn start_local(data_dir: &Path) -> anyhow::Result<LocalNats> {
     let binary = find_server_binary()?;
     check_binary_version(&binary).await?;
     std::fs::create_dir_all(data_dir).with_context(|| format!("cannot create {}", data_dir.display()))?;
-    let data_dir = data_dir.canonicalize().with_context(|| format!("cannot resolve {}", data_dir.display()))?;
+    let data_dir =
+        data_dir.canonicalize().with_context(|| format!("cannot resolve {}", data_dir.display()))?;
     let mut lock = lock_store(&data_dir)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     // The parent-death signal follows the thread that forks: this runs on the thread that drives
     // `hermes up` (its main thread), which lives as long as the process.
     let setpriv = Path::new("/usr/bin/setpriv");
     if !setpriv.exists() {
-        bail!("{} (util-linux) is missing: hermes up needs it so its nats-server dies with it", setpriv.display());
+        bail!(
+            "{} (util-linux) is missing: hermes up needs it so its nats-server dies with it",
+            setpriv.display()
+        );
     }
     let child = Command::new(setpriv)
         .args(["--pdeathsig", "KILL", "--"])

@@ -43,7 +43,11 @@ impl Up {
     fn start(nats_url: Option<&str>, data_dir: &Path, agents: &Path) -> Up {
         let grpc = format!("127.0.0.1:{}", hermes_test_util::free_port());
         let mut command = Command::new(env!("CARGO_BIN_EXE_hermes"));
-        command.args(["up", "--grpc-listen", &grpc, "--data-dir"]).arg(data_dir).arg("--agents-config").arg(agents);
+        command
+            .args(["up", "--grpc-listen", &grpc, "--data-dir"])
+            .arg(data_dir)
+            .arg("--agents-config")
+            .arg(agents);
         if let Some(url) = nats_url {
             command.args(["--nats-url", url]);
         } else {
@@ -227,26 +231,54 @@ fn cases(http_port: u16, foreign_artifact: &str) -> Vec<Case> {
     // Expression bombs.
     for depth in [65, 100, 1_000, 10_000, 30_000] {
         let e = format!("{}1{}", "(".repeat(depth), ")".repeat(depth));
-        out.push(case(format!("nested parens {depth}"), one_node("math.evaluate", json!({"expression": e})), BAD_INPUT));
+        out.push(case(
+            format!("nested parens {depth}"),
+            one_node("math.evaluate", json!({"expression": e})),
+            BAD_INPUT,
+        ));
         let e = format!("{}1", "(-".repeat(depth));
-        out.push(case(format!("unclosed unary {depth}"), one_node("math.evaluate", json!({"expression": e})), BAD_INPUT));
+        out.push(case(
+            format!("unclosed unary {depth}"),
+            one_node("math.evaluate", json!({"expression": e})),
+            BAD_INPUT,
+        ));
     }
     for terms in [2_050, 5_000, 30_000] {
         for op in ["+", "*", "^", "-", "&&"] {
             let e = vec!["1"; terms].join(op);
-            out.push(case(format!("{terms} terms {op}"), one_node("math.evaluate", json!({"expression": e})), BAD_INPUT));
+            out.push(case(
+                format!("{terms} terms {op}"),
+                one_node("math.evaluate", json!({"expression": e})),
+                BAD_INPUT,
+            ));
         }
     }
     for n in [100, 1000, 5000] {
         let e = format!("{}1{}", "math::abs(".repeat(n), ")".repeat(n));
-        out.push(case(format!("nested calls {n}"), one_node("math.evaluate", json!({"expression": e})), BAD_INPUT));
+        out.push(case(
+            format!("nested calls {n}"),
+            one_node("math.evaluate", json!({"expression": e})),
+            BAD_INPUT,
+        ));
     }
     let vars: serde_json::Map<String, Value> = (0..2000).map(|i| (format!("v{i}"), json!(1.0))).collect();
-    out.push(case("2000 variables", one_node("math.evaluate", json!({"expression": "v1", "variables": vars})), BAD_INPUT));
+    out.push(case(
+        "2000 variables",
+        one_node("math.evaluate", json!({"expression": "v1", "variables": vars})),
+        BAD_INPUT,
+    ));
     for e in ["1e308*1e308", "0/0", "1/0.0", "\"s\" + 1", "x + 1", "((((", "))))", "1 +", "", "\u{0}"] {
-        out.push(case(format!("bad expression {e:?}"), one_node("math.evaluate", json!({"expression": e})), BAD_INPUT));
+        out.push(case(
+            format!("bad expression {e:?}"),
+            one_node("math.evaluate", json!({"expression": e})),
+            BAD_INPUT,
+        ));
     }
-    out.push(case("60 KB expression", one_node("math.evaluate", json!({"expression": "1".repeat(60_000)})), BAD_INPUT));
+    out.push(case(
+        "60 KB expression",
+        one_node("math.evaluate", json!({"expression": "1".repeat(60_000)})),
+        BAD_INPUT,
+    ));
     // Template bombs.
     let templates = [
         r#"{% set a = "x" * 100000000 %}{% set b = a ~ a %}{% set c = b ~ b %}{{ c | length }}"#.to_owned(),
@@ -269,7 +301,11 @@ fn cases(http_port: u16, foreign_artifact: &str) -> Vec<Case> {
         r#"{% set a = "a" * 90000000 %}{{ "%s%s%s" | format(a, a, a) | length }}"#.to_owned(),
     ];
     for (i, t) in templates.into_iter().enumerate() {
-        out.push(case(format!("template bomb {i}"), one_node("text.template", json!({"template": t})), BAD_INPUT));
+        out.push(case(
+            format!("template bomb {i}"),
+            one_node("text.template", json!({"template": t})),
+            BAD_INPUT,
+        ));
     }
     for n in [30, 40, 50, 60, 64] {
         let t = format!(
@@ -278,12 +314,19 @@ fn cases(http_port: u16, foreign_artifact: &str) -> Vec<Case> {
         out.push(case(format!("doubling {n}"), one_node("text.template", json!({"template": t})), BAD_INPUT));
     }
     // $ref amplification: to a 1 MB artifact, and to a 60 KB inline output.
-    for (file, refs) in [("one-mb.txt", 150), ("one-mb.txt", 120), ("sixty-kb.txt", 150), ("sixty-kb.txt", 300)] {
+    for (file, refs) in
+        [("one-mb.txt", 150), ("one-mb.txt", 120), ("sixty-kb.txt", 150), ("sixty-kb.txt", 300)]
+    {
         let values: serde_json::Map<String, Value> =
             (0..refs).map(|i| (format!("v{i}"), json!({"$ref": "read.text"}))).collect();
         let plan = TaskPlan {
             nodes: vec![
-                TaskNode { id: "read".into(), task_type: "fs.read".into(), inputs_json: json!({"path": file}).to_string(), ..Default::default() },
+                TaskNode {
+                    id: "read".into(),
+                    task_type: "fs.read".into(),
+                    inputs_json: json!({"path": file}).to_string(),
+                    ..Default::default()
+                },
                 TaskNode {
                     id: "amp".into(),
                     task_type: "text.template".into(),
@@ -296,7 +339,20 @@ fn cases(http_port: u16, foreign_artifact: &str) -> Vec<Case> {
         out.push(case(format!("{refs} refs to {file}"), plan, BAD_INPUT));
     }
     // Huge and special files.
-    for path in ["fifo", "sock", "dir", "huge.bin", "zero", "shadow", "/etc/shadow", "../etc/passwd", "/proc/self/mem", "nope.txt", "%2e%2e/x", "a\u{0}b"] {
+    for path in [
+        "fifo",
+        "sock",
+        "dir",
+        "huge.bin",
+        "zero",
+        "shadow",
+        "/etc/shadow",
+        "../etc/passwd",
+        "/proc/self/mem",
+        "nope.txt",
+        "%2e%2e/x",
+        "a\u{0}b",
+    ] {
         out.push(case(format!("fs.read {path:?}"), one_node("fs.read", json!({"path": path})), BAD_INPUT));
     }
     for path in ["fifo", "huge.bin", "sock", "zero"] {
@@ -318,8 +374,16 @@ fn cases(http_port: u16, foreign_artifact: &str) -> Vec<Case> {
         json!({"deep": {"deeper": [{"$artifact": foreign_artifact}]}}),
     ];
     for (i, stub) in stubs.iter().enumerate() {
-        out.push(case(format!("stub in template values {i}"), one_node("text.template", json!({"template": "{{ v }}", "values": {"v": stub}})), REFUSED));
-        out.push(case(format!("stub as write content {i}"), one_node("fs.write", json!({"path": "leak.txt", "content": stub})), REFUSED));
+        out.push(case(
+            format!("stub in template values {i}"),
+            one_node("text.template", json!({"template": "{{ v }}", "values": {"v": stub}})),
+            REFUSED,
+        ));
+        out.push(case(
+            format!("stub as write content {i}"),
+            one_node("fs.write", json!({"path": "leak.txt", "content": stub})),
+            REFUSED,
+        ));
     }
     // SSRF: names, address forms and redirects.
     let urls = [
@@ -355,7 +419,11 @@ fn cases(http_port: u16, foreign_artifact: &str) -> Vec<Case> {
         "http://localhost.:1/".to_owned(),
     ];
     for url in urls {
-        out.push(case(format!("http.fetch {url}"), one_node("http.fetch", json!({"url": url})), &["DENIED", "INVALID_ARGUMENT", "PLAN_INVALID"]));
+        out.push(case(
+            format!("http.fetch {url}"),
+            one_node("http.fetch", json!({"url": url})),
+            &["DENIED", "INVALID_ARGUMENT", "PLAN_INVALID"],
+        ));
     }
     // Sandbox escapes in code.python: each prints ESCAPED only if it got out.
     let escapes = [
@@ -363,7 +431,9 @@ fn cases(http_port: u16, foreign_artifact: &str) -> Vec<Case> {
         "open('/tmp/hermes-escape-marker','w').write('x')",
         "open('/etc/hermes-escape','w').write('x'); print('ESCAPED')",
         "import socket; s=socket.socket(socket.AF_UNIX); s.connect('/var/run/docker.sock'); print('ESCAPED')",
-        &format!("import socket; socket.create_connection(('127.0.0.1', {http_port}), timeout=2); print('ESCAPED')"),
+        &format!(
+            "import socket; socket.create_connection(('127.0.0.1', {http_port}), timeout=2); print('ESCAPED')"
+        ),
         "import os\nfor i in range(3):\n    if os.fork() == 0:\n        b = bytearray(200*1024*1024)\n        os._exit(0)\nprint('ESCAPED')",
         "import os\nfor i in range(40):\n    if os.fork() == 0:\n        os.setsid(); import time; time.sleep(100); os._exit(0)\nprint('ESCAPED')",
         "import os\nwhile True:\n    os.fork()",
@@ -372,7 +442,11 @@ fn cases(http_port: u16, foreign_artifact: &str) -> Vec<Case> {
         "import os; print('ESCAPED' if os.getuid() == 0 else '')",
     ];
     for (i, code) in escapes.iter().enumerate() {
-        out.push(case(format!("sandbox escape {i}"), one_node("code.python", json!({"code": code})), &["TOOL_ERROR", "TIMEOUT", "FAILED_PRECONDITION", "LIMIT_EXCEEDED", "OK-WITHOUT-ESCAPE"]));
+        out.push(case(
+            format!("sandbox escape {i}"),
+            one_node("code.python", json!({"code": code})),
+            &["TOOL_ERROR", "TIMEOUT", "FAILED_PRECONDITION", "LIMIT_EXCEEDED", "OK-WITHOUT-ESCAPE"],
+        ));
     }
     out
 }
@@ -392,7 +466,8 @@ async fn hostile_inputs_end_in_typed_errors_and_hurt_no_one_else() {
     // Another goal's artifact, for the stub cases.
     let plan = one_node("fs.read", json!({"path": "one-mb.txt"}));
     let spec = GoalSpec { plan: Some(plan), ..Default::default() };
-    let victim = attacker.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
+    let victim =
+        attacker.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
     wait_goal(&mut attacker, &victim, Duration::from_secs(30)).await.unwrap();
     let goal = attacker.get_goal(GetGoalRequest { goal_id: victim.clone() }).await.unwrap().into_inner();
     let foreign = goal.nodes[0].memory_ref.clone();
@@ -458,11 +533,16 @@ async fn hostile_inputs_end_in_typed_errors_and_hurt_no_one_else() {
             BadId::Submit(r) => client.submit_goal(r).await.err(),
         };
         match status {
-            Some(s) if s.code() == tonic::Code::InvalidArgument && s.message().starts_with("INVALID_ARGUMENT") => {}
+            Some(s)
+                if s.code() == tonic::Code::InvalidArgument
+                    && s.message().starts_with("INVALID_ARGUMENT") => {}
             other => failures.push(format!("{name}: expected INVALID_ARGUMENT, got {other:?}")),
         }
     }
-    assert!(!std::path::Path::new("/tmp/hermes-escape-marker").exists(), "a snippet wrote outside its sandbox");
+    assert!(
+        !std::path::Path::new("/tmp/hermes-escape-marker").exists(),
+        "a snippet wrote outside its sandbox"
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (done, slowest) = bystander.await.unwrap();
     assert!(done >= 5, "the well-formed goals kept completing ({done})");
@@ -479,16 +559,27 @@ enum BadId {
 }
 
 fn bad_id_cases() -> Vec<(String, BadId)> {
-    let bad = ["../a", "a..b", "a\u{0}b", "a.*", "a.>", "*", ">", "a b", "a/b", ".a", "a.", "", "a\nb", "a\tb"];
+    let bad =
+        ["../a", "a..b", "a\u{0}b", "a.*", "a.>", "*", ">", "a b", "a/b", ".a", "a.", "", "a\nb", "a\tb"];
     let mut out = Vec::new();
     for id in bad {
         out.push((
             format!("approve call id {id:?}"),
-            BadId::Approve(ApproveToolCallRequest { goal_id: "g-1".into(), call_id: id.into(), approve: true, note: String::new() }),
+            BadId::Approve(ApproveToolCallRequest {
+                goal_id: "g-1".into(),
+                call_id: id.into(),
+                approve: true,
+                note: String::new(),
+            }),
         ));
         out.push((
             format!("approve goal id {id:?}"),
-            BadId::Approve(ApproveToolCallRequest { goal_id: id.into(), call_id: "g-1.n.0.ab".into(), approve: true, note: String::new() }),
+            BadId::Approve(ApproveToolCallRequest {
+                goal_id: id.into(),
+                call_id: "g-1.n.0.ab".into(),
+                approve: true,
+                note: String::new(),
+            }),
         ));
         out.push((format!("get goal id {id:?}"), BadId::Get(GetGoalRequest { goal_id: id.into() })));
         out.push((
@@ -551,7 +642,8 @@ async fn a_task_that_crashes_its_agent_lands_in_the_dlq_after_two_deaths() {
     assert_eq!(error.code, "POISON_MESSAGE", "{error:?}");
     assert!(error.message.contains("crashed its consumer"), "{}", error.message);
     assert!(deaths >= 1, "the tool really killed the process");
-    let letters = c.list_dead_letters(hermes_proto::ListDeadLettersRequest { limit: 100 }).await.unwrap().into_inner();
+    let letters =
+        c.list_dead_letters(hermes_proto::ListDeadLettersRequest { limit: 100 }).await.unwrap().into_inner();
     assert!(
         letters.dead_letters.iter().any(|d| d.reason.contains("crashed its consumer")),
         "{:?}",
@@ -582,9 +674,14 @@ async fn a_cpu_bound_tool_is_stopped_at_its_limit_and_starves_no_one() {
     let mut other = client(&up.grpc).await;
     for _ in 0..5 {
         let t = Instant::now();
-        let out = outcome(&mut other, one_node("math.evaluate", json!({"expression": "3 * 3"}))).await.unwrap();
+        let out =
+            outcome(&mut other, one_node("math.evaluate", json!({"expression": "3 * 3"}))).await.unwrap();
         assert_eq!(out["value"], 9.0);
-        assert!(t.elapsed() < Duration::from_secs(1), "a single-node goal took {:?} beside the spinning tool", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "a single-node goal took {:?} beside the spinning tool",
+            t.elapsed()
+        );
     }
     let (code, message) = wait_goal(&mut c, &spin, Duration::from_secs(30)).await.unwrap_err();
     assert_eq!(code, "LIMIT_EXCEEDED", "{message}");

@@ -113,7 +113,9 @@ pub fn check_id(field: &str, value: &str, max_len: usize, shape: IdShape) -> cra
         Some(format!("is longer than {max_len} bytes"))
     } else {
         match shape {
-            IdShape::Word if !value.chars().all(word) => Some("may contain only letters, digits, `_` and `-`".to_owned()),
+            IdShape::Word if !value.chars().all(word) => {
+                Some("may contain only letters, digits, `_` and `-`".to_owned())
+            }
             IdShape::Dotted if !value.split('.').all(|seg| !seg.is_empty() && seg.chars().all(word)) => {
                 Some("must be words of letters, digits, `_` and `-` joined by single dots".to_owned())
             }
@@ -127,7 +129,10 @@ pub fn check_id(field: &str, value: &str, max_len: usize, shape: IdShape) -> cra
         None => Ok(()),
         Some(reason) => Err(crate::Error::InvalidArgument {
             field: field.to_owned(),
-            reason: format!("`{}` {reason}", crate::topology::truncate_for_message(&value.escape_default().to_string())),
+            reason: format!(
+                "`{}` {reason}",
+                crate::topology::truncate_for_message(&value.escape_default().to_string())
+            ),
         }),
     }
 }

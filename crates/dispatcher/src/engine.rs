@@ -259,7 +259,8 @@ fn resolve_inputs(state: &GoalState, inputs_json: &str) -> Result<String, String
     let mut estimate = inputs_json.len();
     for (_, reference) in &refs {
         if let Some(target) = json_ref::RefTarget::parse(reference)
-            && let Some(node) = state.nodes.iter().find(|n| n.node_id == target.node_id && n.memory_ref.is_empty())
+            && let Some(node) =
+                state.nodes.iter().find(|n| n.node_id == target.node_id && n.memory_ref.is_empty())
         {
             estimate = estimate.saturating_add(node.output_json.len());
         }

@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use futures::StreamExt;
-use hermes_core::ids::IdShape;
 use hermes_core::bus::ConsumerSpec;
+use hermes_core::ids::IdShape;
 use hermes_core::plan::validate_plan;
 use hermes_core::trace::TraceContext;
 use hermes_core::{Bus, Delivery, Error, GoalId, Result, now_unix_ms};

@@ -137,8 +137,14 @@ pub async fn cpu<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> R
         .spawn(move || {
             let _ = tx.send(f());
         })
-        .map_err(|e| ToolError { code: ErrorCode::Unavailable, message: format!("cannot start a work thread: {e}") })?;
-    rx.await.map_err(|_| ToolError { code: ErrorCode::Internal, message: "the tool's work thread panicked".into() })
+        .map_err(|e| ToolError {
+            code: ErrorCode::Unavailable,
+            message: format!("cannot start a work thread: {e}"),
+        })?;
+    rx.await.map_err(|_| ToolError {
+        code: ErrorCode::Internal,
+        message: "the tool's work thread panicked".into(),
+    })
 }
 
 /// Runs the job `name` on `input` in a child process under `limits` (see the module doc), or on
@@ -210,7 +216,11 @@ pub async fn run(name: &'static str, input: Value, limits: Limits) -> Result<Val
     }
     let error = reply.get("error").cloned().unwrap_or_default();
     Err(ToolError {
-        code: error.get("code").and_then(Value::as_str).and_then(ErrorCode::parse).unwrap_or(ErrorCode::ToolError),
+        code: error
+            .get("code")
+            .and_then(Value::as_str)
+            .and_then(ErrorCode::parse)
+            .unwrap_or(ErrorCode::ToolError),
         message: error.get("message").and_then(Value::as_str).unwrap_or("no message").to_owned(),
     })
 }
@@ -250,6 +260,8 @@ fn crashed(name: &str, status: std::process::ExitStatus, stderr: &[u8], limits: 
     };
     ToolError {
         code: ErrorCode::LimitExceeded,
-        message: format!("`{name}` was stopped because {why}; the agent is unaffected. Make the input smaller or simpler"),
+        message: format!(
+            "`{name}` was stopped because {why}; the agent is unaffected. Make the input smaller or simpler"
+        ),
     }
 }

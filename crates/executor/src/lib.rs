@@ -440,9 +440,15 @@ async fn crash_marker(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Cras
             Ok(Some(bytes)) => {
                 let marker: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
                 deaths = marker.get("deaths").and_then(serde_json::Value::as_u64).unwrap_or(0) as u32;
-                if marker.get("instance").and_then(serde_json::Value::as_str) != Some(shared.instance.as_str()) {
+                if marker.get("instance").and_then(serde_json::Value::as_str)
+                    != Some(shared.instance.as_str())
+                {
                     deaths += 1;
-                    warn!(deaths, event = "crash_detected", "the task was in flight when an agent process died");
+                    warn!(
+                        deaths,
+                        event = "crash_detected",
+                        "the task was in flight when an agent process died"
+                    );
                 }
             }
             Ok(None) => {}
@@ -640,13 +646,14 @@ async fn run_tool(
     // Inputs that reference artifacts (large outputs of other nodes) get their content here.
     // Only the goal's own artifacts resolve, and the total is bounded before anything is loaded.
     let max = hermes_core::artifacts::MAX_RESOLVED_INPUT_BYTES;
-    let args = shared.bus.artifacts().resolve_value(args, &task.goal_id, max).await.map_err(|e| ToolError {
-        code: match e.code() {
-            code @ (ErrorCode::InvalidArgument | ErrorCode::NotFound | ErrorCode::Denied) => code,
-            _ => ErrorCode::Unavailable,
-        },
-        message: format!("cannot resolve the inputs' artifacts: {e}"),
-    })?;
+    let args =
+        shared.bus.artifacts().resolve_value(args, &task.goal_id, max).await.map_err(|e| ToolError {
+            code: match e.code() {
+                code @ (ErrorCode::InvalidArgument | ErrorCode::NotFound | ErrorCode::Denied) => code,
+                _ => ErrorCode::Unavailable,
+            },
+            message: format!("cannot resolve the inputs' artifacts: {e}"),
+        })?;
     info!(event = "tool_called", tool = %task.task_type, "tool called");
     let ctx = ToolContext {
         workspace: shared.workspace.clone(),

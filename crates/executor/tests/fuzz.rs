@@ -19,19 +19,9 @@ use std::path::{Path, PathBuf};
 
 use hermes_core::ErrorCode;
 use hermes_executor::{ToolContext, ToolError, ToolRegistry};
+use hermes_test_util::fuzz::{any_text, config, select_owned, token_text};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-
-/// The cases per property: `HERMES_FUZZ_CASES`, 256 by default.
-fn config() -> ProptestConfig {
-    let cases = std::env::var("HERMES_FUZZ_CASES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(256);
-    ProptestConfig {
-        cases,
-        // No persistence file: a crash found here is added as a regression test by hand.
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 fn registry() -> ToolRegistry {
     let mut registry = ToolRegistry::default();
@@ -55,24 +45,6 @@ fn check_typed(tool: &str, result: &Result<Value, ToolError>) -> Result<(), Test
         prop_assert!(e.code != ErrorCode::Internal, "{} panicked or failed internally: {}", tool, e);
     }
     Ok(())
-}
-
-/// Any text: every `char` can appear (NUL, controls, combining marks, astral planes).
-fn any_text(max_chars: usize) -> BoxedStrategy<String> {
-    prop::collection::vec(any::<char>(), 0..max_chars).prop_map(|chars| chars.into_iter().collect()).boxed()
-}
-
-/// Text made of `tokens`, with the odd arbitrary char between them.
-fn token_text(tokens: &'static [&'static str], max_pieces: usize) -> BoxedStrategy<String> {
-    let piece = prop_oneof![
-        6 => prop::sample::select(tokens).prop_map(|t| t.to_owned()),
-        1 => any::<char>().prop_map(String::from),
-    ];
-    prop::collection::vec(piece, 0..max_pieces).prop_map(|pieces| pieces.concat()).boxed()
-}
-
-fn select_owned(values: &'static [&'static str]) -> BoxedStrategy<String> {
-    prop::sample::select(values).prop_map(|v| v.to_owned()).boxed()
 }
 
 // ---- math.evaluate -----------------------------------------------------------------------------

@@ -71,7 +71,10 @@ async fn names_resolving_to_private_addresses_and_redirects_to_other_ports_are_r
     let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
     let ctx = ToolContext { workspace: std::env::temp_dir(), task: None };
     let by_name = tools(&["localhost:*"]);
-    let err = by_name.call("http.fetch", json!({"url": format!("http://localhost:{port}/hello")}), &ctx).await.unwrap_err();
+    let err = by_name
+        .call("http.fetch", json!({"url": format!("http://localhost:{port}/hello")}), &ctx)
+        .await
+        .unwrap_err();
     assert_eq!(err.code.as_str(), "DENIED", "{}", err.message);
     assert!(err.message.contains("loopback"), "{}", err.message);
 

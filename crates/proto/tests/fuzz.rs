@@ -14,25 +14,17 @@
 //! crash it finds must be added as a plain regression `#[test]`.
 
 use hermes_proto as pb;
+use hermes_test_util::fuzz::{any_text, config};
 use proptest::prelude::*;
 use prost::Message;
-
-/// The cases per property: `HERMES_FUZZ_CASES`, 256 by default.
-fn config() -> ProptestConfig {
-    let cases = std::env::var("HERMES_FUZZ_CASES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(256);
-    ProptestConfig {
-        cases,
-        // No persistence file: a crash found here is added as a regression test by hand.
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 // ---- decoding arbitrary bytes -----------------------------------------------------------------
 
 /// Decoding `bytes` as `M` does not panic; a message that decodes re-encodes to `encoded_len`
 /// bytes that decode to the same message.
-fn check_decode<M: Message + Default + PartialEq + std::fmt::Debug>(bytes: &[u8]) -> Result<(), TestCaseError> {
+fn check_decode<M: Message + Default + PartialEq + std::fmt::Debug>(
+    bytes: &[u8],
+) -> Result<(), TestCaseError> {
     let name = std::any::type_name::<M>();
     let Ok(first) = M::decode(bytes) else { return Ok(()) };
     let encoded = first.encode_to_vec();
@@ -164,11 +156,6 @@ fn varint_value() -> BoxedStrategy<u64> {
         1 => Just(i64::MIN as u64),
     ]
     .boxed()
-}
-
-/// Any text: every `char` can appear.
-fn any_text(max_chars: usize) -> BoxedStrategy<String> {
-    prop::collection::vec(any::<char>(), 0..max_chars).prop_map(|chars| chars.into_iter().collect()).boxed()
 }
 
 fn payload() -> BoxedStrategy<Vec<u8>> {

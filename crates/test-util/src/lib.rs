@@ -2,6 +2,7 @@
 //! script. [`NatsServer`] runs a real nats-server with JetStream on a free port and a
 //! temporary store dir, and kills it when dropped, the way the async-nats test harness does.
 
+pub mod fuzz;
 pub mod scripted;
 
 use std::net::TcpListener;

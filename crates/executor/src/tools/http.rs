@@ -168,7 +168,9 @@ fn canonical(ip: IpAddr) -> IpAddr {
         return IpAddr::V4(low32);
     }
     // 64:ff9b::/96 (NAT64) and 64:ff9b:1::/48 (local NAT64).
-    if bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 || (segments[0] == 0x64 && segments[1] == 0xff9b && segments[2] == 1) {
+    if bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000
+        || (segments[0] == 0x64 && segments[1] == 0xff9b && segments[2] == 1)
+    {
         return IpAddr::V4(low32);
     }
     // 2002:AABB:CCDD::/48 (6to4) embeds AA.BB.CC.DD.
@@ -384,7 +386,8 @@ impl Tool for HttpFetch {
                 }
                 // A refusal is policy; a timeout or a host that does not answer is the remote's
                 // fault (and counts toward its breaker); anything else is about the request.
-                let code = if message.contains("refused address") || message.contains("not on the allowlist") {
+                let code = if message.contains("refused address") || message.contains("not on the allowlist")
+                {
                     ErrorCode::Denied
                 } else if e.is_timeout() {
                     ErrorCode::Timeout
@@ -456,10 +459,28 @@ mod tests {
     #[test]
     fn private_and_special_addresses_are_refused_in_every_form() {
         let refused = [
-            "127.0.0.1", "127.1.2.3", "0.0.0.0", "10.0.0.1", "172.16.5.4", "172.31.255.255", "192.168.1.1",
-            "169.254.169.254", "100.64.0.1", "224.0.0.1", "255.255.255.255", "::1", "::", "fe80::1", "fc00::1",
-            "fd00:ec2::254", "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1", "64:ff9b::7f00:1",
-            "2002:7f00:1::", "ff02::1",
+            "127.0.0.1",
+            "127.1.2.3",
+            "0.0.0.0",
+            "10.0.0.1",
+            "172.16.5.4",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fe80::1",
+            "fc00::1",
+            "fd00:ec2::254",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "::127.0.0.1",
+            "64:ff9b::7f00:1",
+            "2002:7f00:1::",
+            "ff02::1",
         ];
         for ip in refused {
             let ip: IpAddr = ip.parse().unwrap();
@@ -476,13 +497,22 @@ mod tests {
         // The URL parser normalises decimal, hex, octal and short forms to 127.0.0.1.
         let p = policy(&["127.0.0.1:*"]);
         let open = policy(&["*.test"]);
-        for url in ["http://2130706433/", "http://0x7f.0.0.1/", "http://0177.0.0.1/", "http://127.1/", "http://[::ffff:7f00:1]/"] {
+        for url in [
+            "http://2130706433/",
+            "http://0x7f.0.0.1/",
+            "http://0177.0.0.1/",
+            "http://127.1/",
+            "http://[::ffff:7f00:1]/",
+        ] {
             assert!(check(&open, url).is_err(), "{url}");
             let _ = check(&p, url);
         }
         assert!(check(&p, "http://127.0.0.1:9999/").is_ok(), "an explicit address entry allows it");
         let named = policy(&["localhost.test:*"]);
-        assert!(named.address_ok("127.0.0.1".parse().unwrap()).is_err(), "a name entry does not allow loopback");
+        assert!(
+            named.address_ok("127.0.0.1".parse().unwrap()).is_err(),
+            "a name entry does not allow loopback"
+        );
         let net = policy(&["10.0.0.0/8"]);
         assert!(net.address_ok("10.2.3.4".parse().unwrap()).is_ok());
         assert!(net.address_ok("11.0.0.1".parse().unwrap()).is_ok());

@@ -64,7 +64,9 @@ fn check_bounds(expression: &str, variables: usize) -> Result<(), ToolError> {
         }
     }
     if deepest > MAX_NESTING {
-        return too(format!("deeply nested: {deepest} levels of parentheses, over the limit of {MAX_NESTING}"));
+        return too(format!(
+            "deeply nested: {deepest} levels of parentheses, over the limit of {MAX_NESTING}"
+        ));
     }
     if terms > MAX_TERMS {
         return too(format!("complex: {terms} operators, over the limit of {MAX_TERMS}"));

@@ -21,9 +21,9 @@ pub use memory::{MemoryGet, MemoryPut, MemorySearch};
 pub use python::{CodePython, CodePythonConfig};
 pub use summarize::TextSummarize;
 pub use table::TableAggregate;
+pub(crate) use testing::spin_job;
 pub use testing::{TestAbort, TestSpin, test_tools_enabled};
 pub use text::TextTemplate;
-pub(crate) use testing::spin_job;
 pub(crate) use text::render_job;
 pub use time::{TimeAdd, TimeNow, TimeSleep};
 
