@@ -417,8 +417,11 @@ async fn kill_the_planner(trials: usize) -> Row {
         row.trials += 1;
         row.count(&cluster, &goals, &completed);
         // Exactly one plan.
-        let events =
-            client.watch_goal(hermes_proto::WatchGoalRequest { goal_id }).await.unwrap().into_inner();
+        let events = client
+            .watch_goal(hermes_proto::WatchGoalRequest { goal_id, after_seq: 0 })
+            .await
+            .unwrap()
+            .into_inner();
         use futures::StreamExt;
         let events: Vec<_> = tokio::time::timeout(Duration::from_secs(10), events.collect::<Vec<_>>())
             .await

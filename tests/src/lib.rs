@@ -151,7 +151,7 @@ impl TestStack {
     pub async fn events(&mut self, goal_id: &str) -> Vec<Event> {
         let stream = self
             .client
-            .watch_goal(WatchGoalRequest { goal_id: goal_id.to_owned() })
+            .watch_goal(WatchGoalRequest { goal_id: goal_id.to_owned(), after_seq: 0 })
             .await
             .expect("watch starts")
             .into_inner();

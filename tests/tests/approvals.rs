@@ -46,8 +46,12 @@ async fn wait_for_approval(t: &mut TestStack, goal_id: &str) -> String {
 
 /// The call id and the arguments the approval request shows.
 async fn wait_for_approval_args(t: &mut TestStack, goal_id: &str) -> (String, String) {
-    let mut events =
-        t.client.watch_goal(WatchGoalRequest { goal_id: goal_id.into() }).await.unwrap().into_inner();
+    let mut events = t
+        .client
+        .watch_goal(WatchGoalRequest { goal_id: goal_id.into(), after_seq: 0 })
+        .await
+        .unwrap()
+        .into_inner();
     tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(event) = events.next().await {
             if let Some(Kind::ApprovalRequired(a)) = event.unwrap().kind {

@@ -161,8 +161,11 @@ async fn cancel_stops_a_goal_and_watch_replays_finished_goals() {
 
     let err = t.client.get_goal(GetGoalRequest { goal_id: "g-doesnotexist".into() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
-    let err =
-        t.client.watch_goal(hermes_proto::WatchGoalRequest { goal_id: "bad id!".into() }).await.unwrap_err();
+    let err = t
+        .client
+        .watch_goal(hermes_proto::WatchGoalRequest { goal_id: "bad id!".into(), after_seq: 0 })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     t.stop().await;
 }

@@ -587,7 +587,7 @@ fn status_error(status: tonic::Status) -> anyhow::Error {
 /// terminal, a timeout) withdraws the question.
 async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str, ask: bool) -> anyhow::Result<i32> {
     let mut events = client
-        .watch_goal(WatchGoalRequest { goal_id: goal_id.to_owned() })
+        .watch_goal(WatchGoalRequest { goal_id: goal_id.to_owned(), after_seq: 0 })
         .await
         .map_err(status_error)?
         .into_inner();

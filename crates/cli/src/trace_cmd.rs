@@ -24,7 +24,7 @@ pub async fn run(client: &mut DispatcherClient<Channel>, goal_id: &str) -> anyho
         .map_err(|s| anyhow::anyhow!("{}: {}", s.code(), s.message()))?
         .into_inner();
     let mut stream = client
-        .watch_goal(WatchGoalRequest { goal_id: goal_id.to_owned() })
+        .watch_goal(WatchGoalRequest { goal_id: goal_id.to_owned(), after_seq: 0 })
         .await
         .map_err(|s| anyhow::anyhow!("{}: {}", s.code(), s.message()))?
         .into_inner();
@@ -184,7 +184,7 @@ mod tests {
     use hermes_proto::{NodeState, TaskDispatched, TaskPlan, TaskSucceeded, TokenUsage, ToolCalled};
 
     fn event(at: u64, kind: Kind) -> Event {
-        Event { goal_id: "g-1".into(), at_unix_ms: at, kind: Some(kind) }
+        Event { goal_id: "g-1".into(), at_unix_ms: at, kind: Some(kind), seq: 0 }
     }
 
     #[test]

@@ -76,8 +76,11 @@ async fn a_pending_approval_survives_an_agent_kill() {
     let spec = GoalSpec { plan: Some(plan), ..Default::default() };
     let goal_id =
         client.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
-    let mut events =
-        client.watch_goal(WatchGoalRequest { goal_id: goal_id.clone() }).await.unwrap().into_inner();
+    let mut events = client
+        .watch_goal(WatchGoalRequest { goal_id: goal_id.clone(), after_seq: 0 })
+        .await
+        .unwrap()
+        .into_inner();
     let call_id = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             if let Some(Kind::ApprovalRequired(a)) = events.next().await.unwrap().unwrap().kind {

@@ -71,7 +71,11 @@ async fn a_side_effect_runs_once_when_its_agent_is_killed_before_the_ack() {
     let spec = GoalSpec { plan: Some(plan), ..Default::default() };
     let goal_id =
         client.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
-    let events = client.watch_goal(WatchGoalRequest { goal_id: goal_id.clone() }).await.unwrap().into_inner();
+    let events = client
+        .watch_goal(WatchGoalRequest { goal_id: goal_id.clone(), after_seq: 0 })
+        .await
+        .unwrap()
+        .into_inner();
 
     // Kill -9 once the append ran and its outcome is in the ledger: the task is not acked yet.
     let log = workspace.path().join("log.txt");

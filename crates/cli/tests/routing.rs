@@ -89,8 +89,12 @@ impl Harness {
 
     /// Every event of the goal until it ends, with the time each was received.
     async fn events(&mut self, goal_id: &str, within: Duration) -> Vec<(Instant, Event)> {
-        let stream =
-            self.client.watch_goal(WatchGoalRequest { goal_id: goal_id.into() }).await.unwrap().into_inner();
+        let stream = self
+            .client
+            .watch_goal(WatchGoalRequest { goal_id: goal_id.into(), after_seq: 0 })
+            .await
+            .unwrap()
+            .into_inner();
         tokio::time::timeout(within, stream.map(|e| (Instant::now(), e.unwrap())).collect::<Vec<_>>())
             .await
             .expect("goal ends in time")
@@ -213,7 +217,11 @@ async fn a_killed_agent_goes_offline_and_its_tasks_finish_elsewhere() {
     let watch = tokio::spawn({
         let goal = goal.clone();
         async move {
-            let stream = client.watch_goal(WatchGoalRequest { goal_id: goal }).await.unwrap().into_inner();
+            let stream = client
+                .watch_goal(WatchGoalRequest { goal_id: goal, after_seq: 0 })
+                .await
+                .unwrap()
+                .into_inner();
             stream.map(|e| (Instant::now(), e.unwrap())).collect::<Vec<_>>().await
         }
     });

@@ -229,23 +229,40 @@ impl Bus {
         msg_id: &str,
         trace: Option<&TraceContext>,
     ) -> Result<PublishOutcome> {
+        self.send_bytes(subject, payload, msg_id, trace).await?.await
+    }
+
+    /// Sends a message to JetStream and returns the wait for its ack. Sends made one after the
+    /// other (each awaited before the next) are stored in that order, while their acks can be
+    /// awaited together; publishing many futures at once does not keep their order.
+    pub async fn send_bytes(
+        &self,
+        subject: String,
+        payload: Bytes,
+        msg_id: &str,
+        trace: Option<&TraceContext>,
+    ) -> Result<impl std::future::Future<Output = Result<PublishOutcome>> + use<>> {
         let mut headers = HeaderMap::new();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
         if let Some(trace) = trace {
             headers.insert(trace::TRACEPARENT, trace.to_header().as_str());
         }
-        let ack = self
+        let pending = self
             .inner
             .js
             .publish_with_headers(subject.clone(), headers, payload)
             .await
-            .map_err(|e| Error::Publish { subject: subject.clone(), reason: e.to_string() })?
-            .await
             .map_err(|e| Error::Publish { subject: subject.clone(), reason: e.to_string() })?;
-        if ack.duplicate {
-            debug!(subject = %subject, msg_id, "publish deduplicated by jetstream");
-        }
-        Ok(PublishOutcome { sequence: ack.sequence, duplicate: ack.duplicate })
+        let msg_id = msg_id.to_owned();
+        Ok(async move {
+            let ack = pending
+                .await
+                .map_err(|e| Error::Publish { subject: subject.clone(), reason: e.to_string() })?;
+            if ack.duplicate {
+                debug!(subject = %subject, msg_id, "publish deduplicated by jetstream");
+            }
+            Ok(PublishOutcome { sequence: ack.sequence, duplicate: ack.duplicate })
+        })
     }
 
     /// Creates (or binds to) a durable pull consumer.

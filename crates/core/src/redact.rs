@@ -284,6 +284,7 @@ mod tests {
     #[test]
     fn events_are_redacted_where_they_carry_data() {
         let event = Event {
+            seq: 0,
             goal_id: "g".into(),
             at_unix_ms: 1,
             kind: Some(Kind::TaskSucceeded(hermes_proto::TaskSucceeded {

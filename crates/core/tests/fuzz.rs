@@ -556,7 +556,10 @@ fn events_carrying(text: &str) -> Vec<Event> {
         Kind::GoalFailed(hermes_proto::GoalFailed { error }),
         Kind::PlanCreated(hermes_proto::PlanCreated { plan, ..Default::default() }),
     ];
-    kinds.into_iter().map(|kind| Event { goal_id: "g".into(), at_unix_ms: 1, kind: Some(kind) }).collect()
+    kinds
+        .into_iter()
+        .map(|kind| Event { seq: 0, goal_id: "g".into(), at_unix_ms: 1, kind: Some(kind) })
+        .collect()
 }
 
 proptest! {

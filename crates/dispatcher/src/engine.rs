@@ -29,11 +29,40 @@ pub struct Effects {
     pub plan_requests: Vec<PlanRequest>,
     /// Every node is done and the summarizer should write the answer.
     pub summarize: bool,
+    /// The goal ended with nodes running: their agents are told to stop.
+    pub stop_agents: bool,
 }
 
 impl Effects {
     fn event(&mut self, goal_id: &str, now_ms: u64, kind: Kind) {
-        self.events.push(Event { goal_id: goal_id.to_owned(), at_unix_ms: now_ms, kind: Some(kind) });
+        self.events.push(Event { goal_id: goal_id.to_owned(), at_unix_ms: now_ms, kind: Some(kind), seq: 0 });
+    }
+
+    /// Numbers the transition's events on from the goal's last `seq`. Call it inside the
+    /// compare-and-set, after the transition, so the numbers are committed with the state: a
+    /// goal's events then run 1, 2, 3, ... in the order its transitions committed.
+    pub fn number(&mut self, state: &mut GoalState) {
+        for event in &mut self.events {
+            state.event_seq += 1;
+            event.seq = state.event_seq;
+        }
+    }
+}
+
+/// What a compare-and-set transition returns: its effects, maybe with more.
+pub trait Transition {
+    fn effects(&mut self) -> &mut Effects;
+}
+
+impl Transition for Effects {
+    fn effects(&mut self) -> &mut Effects {
+        self
+    }
+}
+
+impl<T> Transition for (T, Effects) {
+    fn effects(&mut self) -> &mut Effects {
+        &mut self.1
     }
 }
 
@@ -690,7 +719,8 @@ fn fail_node(
     end_goal(state, GoalStatus::Failed, error, event, now_ms, effects);
 }
 
-/// Ends the goal: nodes not started are skipped, and the terminal event is emitted.
+/// Ends the goal: nodes not started are skipped, nodes running are cancelled (with a finish time
+/// and the reason; their agents are told to stop), and the terminal event is emitted.
 fn end_goal(
     state: &mut GoalState,
     status: GoalStatus,
@@ -700,6 +730,18 @@ fn end_goal(
     effects: &mut Effects,
 ) {
     skip_pending(state);
+    let why = match status {
+        GoalStatus::Cancelled => format!("the goal was cancelled: {}", error.message),
+        _ => format!("the goal ended before this node finished: {}", error.message),
+    };
+    for node in &mut state.nodes {
+        if node.status == NodeStatus::Dispatched as i32 {
+            node.status = NodeStatus::Cancelled as i32;
+            node.finished_unix_ms = now_ms;
+            node.error = Some(wire_error(ErrorCode::Cancelled, why.clone()));
+            effects.stop_agents = true;
+        }
+    }
     state.status = status as i32;
     state.plan_request_id.clear();
     state.error = Some(error);
@@ -1128,6 +1170,25 @@ mod tests {
     }
 
     #[test]
+    fn events_are_numbered_on_from_the_goal_s_last_seq() {
+        let mut s = running(TaskPlan {
+            nodes: vec![TaskNode { id: "a".into(), task_type: "t".into(), ..Default::default() }],
+            ..Default::default()
+        });
+        let mut fx = Effects::default();
+        dispatch_ready(&mut s, LIMITS, 1, &mut fx);
+        fx.number(&mut s);
+        let first: Vec<u64> = fx.events.iter().map(|e| e.seq).collect();
+        assert_eq!(first, (1..=fx.events.len() as u64).collect::<Vec<_>>());
+        let mut fx = Effects::default();
+        apply_result(&mut s, &ok("a", 1, json!({})), LIMITS, 2, &mut fx);
+        fx.number(&mut s);
+        let next = first.len() as u64 + 1;
+        assert_eq!(fx.events.first().map(|e| e.seq), Some(next));
+        assert_eq!(s.event_seq, first.len() as u64 + fx.events.len() as u64);
+    }
+
+    #[test]
     fn cancel_skips_pending_nodes_once() {
         let plan = TaskPlan {
             nodes: vec![
@@ -1146,6 +1207,12 @@ mod tests {
         let mut fx = Effects::default();
         assert!(cancel(&mut s, "user asked", 2, &mut fx));
         assert_eq!(s.status, GoalStatus::Cancelled as i32);
+        // The running node is cancelled, with a finish time and why; its agent is told.
+        assert_eq!(s.nodes[0].status, NodeStatus::Cancelled as i32);
+        assert_eq!(s.nodes[0].finished_unix_ms, 2);
+        assert_eq!(s.nodes[0].error.as_ref().unwrap().code, "CANCELLED");
+        assert!(s.nodes[0].error.as_ref().unwrap().message.contains("user asked"));
+        assert!(fx.stop_agents);
         assert_eq!(s.nodes[1].status, NodeStatus::Skipped as i32);
         assert!(is_terminal_event(&fx.events[0]));
         assert!(!cancel(&mut s, "again", 3, &mut Effects::default()));

@@ -150,29 +150,51 @@ impl DispatcherApi for Api {
             .await
             .map_err(|e| Status::unavailable(format!("UNAVAILABLE: events: {e}")))?;
         info!(goal_id = %goal_id, "watch started");
-        let events = futures::stream::unfold((messages, false), |(mut messages, done)| async move {
-            if done {
-                return None;
-            }
-            loop {
-                match messages.next().await? {
-                    Ok(msg) => match Event::decode(msg.payload.clone()) {
-                        Ok(event) => {
-                            let terminal = is_terminal_event(&event);
-                            return Some((Ok(event), (messages, terminal)));
+        // Resuming after `after_seq`: everything up to and including that event is skipped (agent
+        // events, with no `seq`, among them), so the watcher gets exactly what came after.
+        let after = req.after_seq;
+        let events = futures::stream::unfold(
+            (messages, false, after),
+            |(mut messages, done, mut skip_to)| async move {
+                if done {
+                    return None;
+                }
+                loop {
+                    match messages.next().await? {
+                        Ok(msg) => match Event::decode(msg.payload.clone()) {
+                            Ok(event) => {
+                                let terminal = is_terminal_event(&event);
+                                if skip_to > 0 {
+                                    if event.seq == 0 || event.seq < skip_to {
+                                        if terminal {
+                                            return None;
+                                        }
+                                        continue;
+                                    }
+                                    let seen = event.seq == skip_to;
+                                    skip_to = 0;
+                                    if seen {
+                                        if terminal {
+                                            return None;
+                                        }
+                                        continue;
+                                    }
+                                }
+                                return Some((Ok(event), (messages, terminal, 0)));
+                            }
+                            // Events are written only by dispatchers; skip anything else.
+                            Err(_) => continue,
+                        },
+                        Err(e) => {
+                            return Some((
+                                Err(Status::unavailable(format!("UNAVAILABLE: {e}"))),
+                                (messages, true, 0),
+                            ));
                         }
-                        // Events are written only by dispatchers; skip anything else.
-                        Err(_) => continue,
-                    },
-                    Err(e) => {
-                        return Some((
-                            Err(Status::unavailable(format!("UNAVAILABLE: {e}"))),
-                            (messages, true),
-                        ));
                     }
                 }
-            }
-        });
+            },
+        );
         Ok(Response::new(Box::pin(events.take_until(self.shutdown.clone().cancelled_owned()))))
     }
 

@@ -104,6 +104,25 @@ pub struct GoalService {
     summaries_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
     /// Goals by their next deadline (see [`timers`]).
     timers: timers::Timers,
+    /// One lock per goal with a transition in progress here: a transition holds it from its
+    /// compare-and-set until its events are stored, so this process stores each goal's events
+    /// in `seq` order. (Across replicas, the CAS orders the numbers; a watcher can tell a gap.)
+    order: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+}
+
+/// Holds a goal's transition order until dropped (see [`GoalService::order`]).
+pub(crate) struct OrderGuard<'a> {
+    service: &'a GoalService,
+    goal_id: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for OrderGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        // The last holder removes the lock, so finished goals leave nothing behind.
+        self.service.order.remove_if(&self.goal_id, |_, lock| Arc::strong_count(lock) == 1);
+    }
 }
 
 /// What SubmitGoal returns.
@@ -128,7 +147,16 @@ impl GoalService {
             summaries_tx,
             summaries_rx: std::sync::Mutex::new(Some(summaries_rx)),
             timers: Default::default(),
+            order: DashMap::new(),
         }
+    }
+
+    /// Waits for the goal's earlier transitions in this process to be published; held until the
+    /// returned guard drops.
+    pub(crate) async fn order(&self, goal_id: &str) -> OrderGuard<'_> {
+        let lock = self.order.entry(goal_id.to_owned()).or_default().clone();
+        let guard = lock.lock_owned().await;
+        OrderGuard { service: self, goal_id: goal_id.to_owned(), guard: Some(guard) }
     }
 
     fn limits(&self) -> Limits {
@@ -230,6 +258,7 @@ impl GoalService {
                 session_id: spec.session_id.clone(),
                 idempotency_key: spec.idempotency_key.clone(),
             })),
+            seq: 0,
         });
         match validated {
             Some(validated) => {
@@ -244,11 +273,14 @@ impl GoalService {
                             .map(|node_ids| ParallelGroup { node_ids })
                             .collect(),
                     })),
+                    seq: 0,
                 });
                 engine::dispatch_ready(&mut state, self.limits(), now, &mut effects);
             }
             None => engine::start_planning(&mut state, now, &mut effects),
         }
+        effects.number(&mut state);
+        let _order = self.order(&state.goal_id).await;
         if !self.store.create(&state).await? {
             return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
         }
@@ -268,6 +300,8 @@ impl GoalService {
 
     pub async fn cancel(&self, goal_id: &str, reason: &str) -> Result<GoalState> {
         let reason = if reason.is_empty() { "cancelled by request" } else { reason };
+        // Commit and publish in order: this goal's events are stored in `seq` order.
+        let _order = self.order(goal_id).await;
         let updated = self
             .store
             .update(goal_id, |state| {
@@ -279,12 +313,6 @@ impl GoalService {
             Some(updated) => {
                 info!(goal_id, event = "goal_cancelled", "goal cancelled");
                 self.publish_effects(&updated.state, updated.value).await?;
-                // Agents running the goal's tasks abandon them at their next step. Best effort:
-                // results that still arrive are ignored, since the goal has ended.
-                let subject = self.bus.topology().cancel(goal_id);
-                if let Err(e) = self.bus.client().publish(subject, reason.to_owned().into()).await {
-                    warn!(goal_id, error = %e, "cannot tell agents about a cancelled goal");
-                }
                 Ok(updated.state)
             }
             None => self.get(goal_id).await,
@@ -339,6 +367,7 @@ impl GoalService {
                             note: note.to_owned(),
                             timed_out: false,
                         })),
+                        seq: 0,
                     };
                     let msg_id = engine::event_msg_id(&event);
                     self.bus.publish_event(&event, &msg_id).await?;
@@ -379,6 +408,8 @@ impl GoalService {
     /// at-least-once delivery of results safe. Returns how many results changed the goal.
     pub async fn apply_results(&self, goal_id: &str, results: &[TaskResult]) -> Result<usize> {
         let limits = self.limits();
+        // Commit and publish in order: this goal's events are stored in `seq` order.
+        let _order = self.order(goal_id).await;
         let outcome = self
             .store
             .update(goal_id, |state| {
@@ -465,18 +496,28 @@ impl GoalService {
             pending.push((topology.plan_request(), request.encode_to_vec(), msg_id, trace.clone()));
         }
         metrics::record(state, &effects.events);
-        let sends = pending.into_iter().map(|(subject, body, msg_id, trace)| {
-            let bus = self.bus.clone();
-            async move { bus.publish_bytes(subject, body.into(), &msg_id, trace.as_ref()).await }
-        });
-        // `buffered` polls in order, so sends go out in order while acks overlap.
-        let mut acks = futures::stream::iter(sends).buffered(256);
-        while let Some(ack) = acks.next().await {
+        // Sent one after the other, so they are stored in order (a goal's events by `seq`, each
+        // `TaskDispatched` before its task); the acks are awaited together. (Publishing the futures
+        // concurrently, as a `buffered` stream, stored runs of a wide fan-out's events reversed.)
+        let mut acks = Vec::with_capacity(pending.len());
+        for (subject, body, msg_id, trace) in pending {
+            acks.push(self.bus.send_bytes(subject, body.into(), &msg_id, trace.as_ref()).await?);
+        }
+        for ack in futures::future::join_all(acks).await {
             ack?;
         }
         drop(dispatch_spans);
         if effects.summarize {
             let _ = self.summaries_tx.send(state.goal_id.clone());
+        }
+        if effects.stop_agents {
+            // Agents running the goal's tasks abandon them at their next step. Best effort:
+            // results that still arrive are ignored, since the goal has ended.
+            let subject = self.bus.topology().cancel(&state.goal_id);
+            let reason = state.error.as_ref().map(|e| e.message.clone()).unwrap_or_default();
+            if let Err(e) = self.bus.client().publish(subject, reason.into()).await {
+                warn!(goal_id = %state.goal_id, error = %e, "cannot tell agents that the goal ended");
+            }
         }
         self.schedule_timer(state);
         Ok(())

@@ -28,6 +28,8 @@ impl GoalService {
         };
         let limits = self.limits();
         let request_id = result.request_id.as_str();
+        // Commit and publish in order: this goal's events are stored in `seq` order.
+        let _order = self.order(&result.goal_id).await;
         let updated = self
             .store
             .update(&result.goal_id, |state| {

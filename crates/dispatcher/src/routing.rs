@@ -180,6 +180,8 @@ impl GoalService {
                 };
                 let task = &delivery.message;
                 let limits = self.limits();
+                // Commit and publish in order: this goal's events are stored in `seq` order.
+                let _order = self.order(&task.goal_id).await;
                 let updated = self
                     .store
                     .update(&task.goal_id, |state| {
@@ -234,6 +236,8 @@ impl GoalService {
                 ErrorCode::NoCapableAgent,
                 format!("no live agent serves task type `{}` (waited {waited:.1} s)", waiting.task_type),
             );
+            // Commit and publish in order: this goal's events are stored in `seq` order.
+            let _order = self.order(&goal_id).await;
             let updated = self
                 .store
                 .update(&goal_id, |state| {

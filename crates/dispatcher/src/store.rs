@@ -64,8 +64,9 @@ impl GoalStore {
 
     /// Loads the goal, applies `change` and writes it back with compare-and-set. `change` returns
     /// `None` to leave the goal untouched. It may run several times, so it must be a pure function
-    /// of the state it is given.
-    pub async fn update<T>(
+    /// of the state it is given. The transition's events are numbered ([`Effects::number`]) on
+    /// the state that is written, so their `seq` commits with it.
+    pub async fn update<T: crate::engine::Transition>(
         &self,
         goal_id: &str,
         mut change: impl FnMut(&mut GoalState) -> Option<T>,
@@ -82,7 +83,7 @@ impl GoalStore {
                     }
                 },
             };
-            let Some(value) = change(&mut state) else {
+            let Some(mut value) = change(&mut state) else {
                 if from_cache {
                     // "Nothing to do" on the state this replica wrote last is not proof: another
                     // replica may have written since (dispatched the node this result is for,
@@ -93,6 +94,7 @@ impl GoalStore {
                 }
                 return Ok(None);
             };
+            value.effects().number(&mut state);
             let bytes = self.encode(&state)?;
             match self.kv.update(goal_id, bytes, revision).await {
                 Ok(revision) => {

@@ -116,6 +116,8 @@ impl GoalService {
             }
         };
         let output = output.to_string();
+        // Commit and publish in order: this goal's events are stored in `seq` order.
+        let _order = self.order(goal_id).await;
         let updated = self
             .store
             .update(goal_id, |state| {

@@ -73,6 +73,8 @@ impl GoalService {
     async fn expire_goal(&self, goal_id: &str) -> crate::Result<()> {
         let human = self.nodes_waiting_on_approval(goal_id).await;
         let limits = self.limits();
+        // Commit and publish in order: this goal's events are stored in `seq` order.
+        let _order = self.order(goal_id).await;
         let updated = self
             .store
             .update(goal_id, |state| {

@@ -105,6 +105,7 @@ async fn ask(
         Err(e) => return Err(unavailable(e)),
     };
     let event = Event {
+        seq: 0,
         goal_id: scope.goal_id.clone(),
         at_unix_ms: now_unix_ms(),
         kind: Some(Kind::ApprovalRequired(ApprovalRequired {
@@ -124,6 +125,7 @@ async fn ask(
 
 async fn publish_decided(scope: &TaskScope, call_id: &str, decision: &ApprovalDecision) {
     let event = Event {
+        seq: 0,
         goal_id: scope.goal_id.clone(),
         at_unix_ms: now_unix_ms(),
         kind: Some(Kind::ApprovalDecided(ApprovalDecided {

@@ -417,8 +417,8 @@ fn event() -> BoxedStrategy<pb::Event> {
             })
         }),
     ];
-    (text(), any::<u64>(), prop::option::of(kind))
-        .prop_map(|(goal_id, at_unix_ms, kind)| pb::Event { goal_id, at_unix_ms, kind })
+    (text(), any::<u64>(), prop::option::of(kind), any::<u64>())
+        .prop_map(|(goal_id, at_unix_ms, kind, seq)| pb::Event { goal_id, at_unix_ms, kind, seq })
         .boxed()
 }
 
