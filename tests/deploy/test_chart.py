@@ -202,6 +202,22 @@ class Invariants(unittest.TestCase):
         service = next(d for d in by_kind(docs, "Service") if d["metadata"]["name"] == "hermes-dispatcher")
         self.assertEqual(service["spec"]["type"], "LoadBalancer")
 
+    def test_dispatcher_timeouts_and_limits_reach_its_environment(self):
+        values = load_values("minimal-values.yaml")
+        values.setdefault("dispatcher", {}).update({"goalTimeoutSecs": 1234, "nodeTimeoutSecs": 56, "grpcMaxMessageBytes": 8388608})
+        docs, _ = render(values)
+        dispatcher = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "hermes-dispatcher")
+        container = dispatcher["spec"]["template"]["spec"]["containers"][0]
+        env = env_of(container)
+        # The chart puts the dispatcher's settings in its ConfigMap or its env; either way they
+        # must reach the container.
+        settings = dict(env)
+        for config in config_maps(docs).values():
+            settings.update(config)
+        self.assertEqual(settings.get("HERMES_GOAL_TIMEOUT_SECS"), "1234")
+        self.assertEqual(settings.get("HERMES_NODE_TIMEOUT_SECS"), "56")
+        self.assertEqual(settings.get("HERMES_GRPC_MAX_MESSAGE_BYTES"), "8388608")
+
     def test_a_pool_s_own_api_key_secret_wins(self):
         docs, _ = render(load_values("autoscaled-pools-values.yaml"))
         dep = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "hermes-pool-llm")

@@ -159,3 +159,28 @@ async fn arguments_that_fail_the_schema_after_ref_resolution_fail_the_node() {
     assert!(error.message.contains("/variables/x"), "{}", error.message);
     t.stop().await;
 }
+
+/// A request over the gRPC size limit is refused with INVALID_ARGUMENT naming the limit, not a
+/// codec's OUT_OF_RANGE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_request_is_an_invalid_argument_naming_the_limit() {
+    let mut t = TestStack::start_with(StackOptions { agents: 1, ..Default::default() }).await;
+    let limit = hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES;
+    let spec = hermes_proto::GoalSpec { text: "x".repeat(5 * 1024 * 1024), ..Default::default() };
+    let status = t
+        .client
+        .submit_goal(hermes_proto::SubmitGoalRequest { spec: Some(spec) })
+        .await
+        .expect_err("a 5 MiB request is refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().starts_with("INVALID_ARGUMENT"), "{}", status.message());
+    assert!(status.message().contains(&limit.to_string()), "{}", status.message());
+    assert!(status.message().contains("HERMES_GRPC_MAX_MESSAGE_BYTES"), "{}", status.message());
+    // The server is fine afterwards.
+    let plan = TaskPlan {
+        nodes: vec![node("a", "math.evaluate", json!({"expression": "1"}), &[])],
+        ..Default::default()
+    };
+    t.submit(plan).await.unwrap();
+    t.stop().await;
+}

@@ -90,6 +90,9 @@ enum Command {
         /// Do not run the memory service in this process.
         #[arg(long, env = "HERMES_NO_MEMORY")]
         no_memory: bool,
+        /// The dispatcher's timeouts and request limits.
+        #[command(flatten)]
+        limits: hermes_dispatcher::cli::LimitArgs,
     },
     /// Run a planner in this process (the same as the `hermes-planner` binary).
     Planner {
@@ -219,6 +222,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() {
     // A child started to run one isolated tool job (a template render) does only that.
     hermes_executor::isolate::serve_if_child();
+    let cli = Cli::parse();
+    // Processes that run agents run as the child of a crash supervisor, so a task that crashes
+    // them is counted and quarantined (see `hermes_executor::supervise`).
+    if matches!(cli.command, Command::Up { .. } | Command::Agent { .. }) {
+        hermes_executor::supervise::supervise_unless_child("hermes");
+    }
     hermes_executor::isolate::enable();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -227,7 +236,6 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let cli = Cli::parse();
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
@@ -254,6 +262,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             metrics_listen,
             external_planner,
             no_memory,
+            limits,
         } => {
             let _telemetry = hermes_core::telemetry::init("hermes");
             let agents = match agents_config {
@@ -266,8 +275,18 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             let registry = hermes_registry::RegistryConfig {
                 heartbeat_ttl: Duration::from_secs(heartbeat_ttl_secs.max(1)),
             };
-            up(Up { grpc_listen, nats_url, data_dir, agents, llm, memory, registry, external_planner })
-                .await?;
+            up(Up {
+                grpc_listen,
+                nats_url,
+                data_dir,
+                agents,
+                llm,
+                memory,
+                registry,
+                external_planner,
+                limits,
+            })
+            .await?;
             Ok(0)
         }
         Command::Submit {
@@ -484,10 +503,12 @@ struct Up {
     memory: Option<hermes_memory::MemoryArgs>,
     registry: hermes_registry::RegistryConfig,
     external_planner: bool,
+    limits: hermes_dispatcher::cli::LimitArgs,
 }
 
 async fn up(options: Up) -> anyhow::Result<()> {
-    let Up { grpc_listen, nats_url, data_dir, agents, llm, memory, registry, external_planner } = options;
+    let Up { grpc_listen, nats_url, data_dir, agents, llm, memory, registry, external_planner, limits } =
+        options;
     let planner = llm.planner_model()?.map(hermes_planner::PlannerConfig::new);
     let agent_model = llm.agent_model()?.map(hermes_executor::agent_loop::AgentModel);
     let summarizer = llm.summarizer_model()?.map(hermes_dispatcher::summarize::Summarizer);
@@ -525,15 +546,19 @@ async fn up(options: Up) -> anyhow::Result<()> {
         nats_url: nats_url.clone(),
         registry,
         agents,
-        dispatcher: hermes_dispatcher::DispatcherConfig {
-            grpc_listen,
-            summarizer,
-            planner: external_planner,
-            prices: hermes_dispatcher::engine::Prices {
-                input_per_mtok: llm.price_input_per_mtok,
-                output_per_mtok: llm.price_output_per_mtok,
-            },
-            ..Default::default()
+        dispatcher: {
+            let mut config = hermes_dispatcher::DispatcherConfig {
+                grpc_listen,
+                summarizer,
+                planner: external_planner,
+                prices: hermes_dispatcher::engine::Prices {
+                    input_per_mtok: llm.price_input_per_mtok,
+                    output_per_mtok: llm.price_output_per_mtok,
+                },
+                ..Default::default()
+            };
+            limits.apply(&mut config);
+            config
         },
         planner: if external_planner { None } else { planner },
         memory: memory.as_ref().map(|m| m.to_config(&llm)).transpose()?,

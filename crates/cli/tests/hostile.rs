@@ -7,15 +7,16 @@
 //! burning 60 s of CPU beside a single-node goal, and `kill -9` of `hermes up` with its own
 //! nats-server.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::{
     ApproveToolCallRequest, GetGoalRequest, GoalSpec, GoalStatus, SubmitGoalRequest, TaskNode, TaskPlan,
 };
+use hermes_test_util::process::HermesUp;
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
@@ -26,80 +27,30 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-/// `hermes up` as a child process, killed on drop.
-struct Up {
-    child: Child,
-    grpc: String,
+/// `hermes up` with the fault-injection tools, its stderr in `data_dir/../stderr.log`.
+fn start_up(nats_url: Option<&str>, data_dir: &Path, agents: &Path) -> HermesUp {
+    let mut builder = HermesUp::builder(env!("CARGO_BIN_EXE_hermes"), data_dir)
+        .arg("--agents-config")
+        .arg(agents)
+        .env("HERMES_TEST_TOOLS", "1")
+        .current_dir(repo_root())
+        .stderr_file(&stderr_log(data_dir));
+    if let Some(url) = nats_url {
+        builder = builder.nats_url(url);
+    }
+    builder.start()
 }
 
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn stderr_log(data_dir: &Path) -> PathBuf {
+    data_dir.with_extension("stderr.log")
 }
 
-impl Up {
-    fn start(nats_url: Option<&str>, data_dir: &Path, agents: &Path) -> Up {
-        let grpc = format!("127.0.0.1:{}", hermes_test_util::free_port());
-        let mut command = Command::new(env!("CARGO_BIN_EXE_hermes"));
-        command
-            .args(["up", "--grpc-listen", &grpc, "--data-dir"])
-            .arg(data_dir)
-            .arg("--agents-config")
-            .arg(agents);
-        if let Some(url) = nats_url {
-            command.args(["--nats-url", url]);
-        } else {
-            command.env_remove("HERMES_NATS_URL");
-        }
-        let mut child = command
-            .env("HERMES_TEST_TOOLS", "1")
-            .current_dir(repo_root())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Ok(line) = rx.recv_timeout(Duration::from_millis(100))
-                && line.starts_with("hermes up: grpc")
-            {
-                return Up { child, grpc };
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("hermes up exited at start: {status}");
-            }
-        }
-        let _ = child.kill();
-        panic!("hermes up did not become ready within 60 s");
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    fn rss(&self) -> u64 {
-        rss_of(self.child.id())
-    }
-}
-
-/// Resident bytes of `pid` and its children (the isolated jobs are children too, and short-lived).
-fn rss_of(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0)
-        * 1024
+/// How many times the supervisor reported a crash of its worker process.
+fn crashes_reported(data_dir: &Path) -> usize {
+    std::fs::read_to_string(stderr_log(data_dir))
+        .unwrap_or_default()
+        .matches("worker process crashed")
+        .count()
 }
 
 fn agents_config(dir: &Path, workspace: &Path, _http_port: u16) -> PathBuf {
@@ -460,7 +411,8 @@ async fn hostile_inputs_end_in_typed_errors_and_hurt_no_one_else() {
     workspace_files(&ws);
     let http_port = http_server();
     let agents = agents_config(dir.path(), &ws, http_port);
-    let mut up = Up::start(Some(&nats.url()), &dir.path().join("data"), &agents);
+    let data = dir.path().join("data");
+    let mut up = start_up(Some(&nats.url()), &data, &agents);
     let mut attacker = client(&up.grpc).await;
 
     // Another goal's artifact, for the stub cases.
@@ -520,7 +472,9 @@ async fn hostile_inputs_end_in_typed_errors_and_hurt_no_one_else() {
                 other => failures.push(format!("{}: expected one of {:?}, got {other:?}", c.name, c.codes)),
             }
         }
-        assert!(up.alive(), "hermes up died during {:?}", chunk.iter().map(|c| &c.name).collect::<Vec<_>>());
+        let names: Vec<_> = chunk.iter().map(|c| &c.name).collect();
+        assert!(up.alive(), "hermes up died during {names:?}");
+        assert_eq!(crashes_reported(&data), 0, "the worker process crashed during {names:?}");
         let grown = up.rss().saturating_sub(baseline);
         assert!(grown < RSS_BOUND_BYTES, "RSS grew by {grown} bytes (bound {RSS_BOUND_BYTES})");
     }
@@ -618,30 +572,38 @@ async fn a_task_that_crashes_its_agent_lands_in_the_dlq_after_two_deaths() {
     std::fs::create_dir_all(&ws).unwrap();
     let agents = agents_config(dir.path(), &ws, 1);
     let data = dir.path().join("data");
-    let mut up = Up::start(Some(&nats.url()), &data, &agents);
-    let mut c = client(&up.grpc).await;
+    let mut up = start_up(Some(&nats.url()), &data, &agents);
     let spec = GoalSpec { plan: Some(one_node("test.abort", json!({}))), ..Default::default() };
-    let goal_id = c.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
-    let mut deaths = 0;
+    let goal_id = client(&up.grpc)
+        .await
+        .submit_goal(SubmitGoalRequest { spec: Some(spec) })
+        .await
+        .unwrap()
+        .into_inner()
+        .goal_id;
+    // The worker process aborts; its supervisor starts a new one, which counts the crash.
     let deadline = Instant::now() + Duration::from_secs(120);
     let failed = loop {
-        assert!(Instant::now() < deadline, "the crashing task was not quarantined ({deaths} deaths)");
-        if !up.alive() {
-            deaths += 1;
-            assert!(deaths <= 2, "the agent died {deaths} times");
-            up = Up::start(Some(&nats.url()), &data, &agents);
-            c = client(&up.grpc).await;
-            continue;
+        assert!(
+            Instant::now() < deadline,
+            "the crashing task was not quarantined ({} crashes)",
+            crashes_reported(&data)
+        );
+        assert!(up.alive(), "the supervisor died");
+        if let Ok(mut c) = DispatcherClient::connect(format!("http://{}", up.grpc)).await
+            && let Ok(goal) = c.get_goal(GetGoalRequest { goal_id: goal_id.clone() }).await
+            && goal.get_ref().status == GoalStatus::Failed as i32
+        {
+            break goal.into_inner();
         }
-        match c.get_goal(GetGoalRequest { goal_id: goal_id.clone() }).await {
-            Ok(goal) if goal.get_ref().status == GoalStatus::Failed as i32 => break goal.into_inner(),
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    let deaths = crashes_reported(&data);
+    assert!((1..=2).contains(&deaths), "the worker crashed {deaths} times");
+    let mut c = client(&up.grpc).await;
     let error = failed.error.unwrap();
     assert_eq!(error.code, "POISON_MESSAGE", "{error:?}");
     assert!(error.message.contains("crashed its consumer"), "{}", error.message);
-    assert!(deaths >= 1, "the tool really killed the process");
     let letters =
         c.list_dead_letters(hermes_proto::ListDeadLettersRequest { limit: 100 }).await.unwrap().into_inner();
     assert!(
@@ -663,7 +625,7 @@ async fn a_cpu_bound_tool_is_stopped_at_its_limit_and_starves_no_one() {
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let agents = agents_config(dir.path(), &ws, 1);
-    let mut up = Up::start(Some(&nats.url()), &dir.path().join("data"), &agents);
+    let mut up = start_up(Some(&nats.url()), &dir.path().join("data"), &agents);
     let mut c = client(&up.grpc).await;
     // Warm up the path a single-node goal takes.
     outcome(&mut c, one_node("math.evaluate", json!({"expression": "1"}))).await.unwrap();
@@ -700,14 +662,13 @@ async fn kill_9_of_hermes_up_leaves_no_nats_server_behind() {
     std::fs::create_dir_all(&ws).unwrap();
     let agents = agents_config(dir.path(), &ws, 1);
     let data = dir.path().join("data");
-    let store = data.join("nats").canonicalize().ok();
-    let up = Up::start(None, &data, &agents);
-    let store = store.unwrap_or_else(|| data.join("nats").canonicalize().unwrap());
+    let mut up = start_up(None, &data, &agents);
+    let store = data.join("nats").canonicalize().unwrap();
     let servers = || nats_servers_on(&store);
     assert_eq!(servers().len(), 1, "one server at start");
     let first = servers()[0];
 
-    // A second `hermes up` on the same dir is refused, naming the first one's pid.
+    // A second `hermes up` on the same dir is refused, naming the pid that holds it.
     let out = Command::new(env!("CARGO_BIN_EXE_hermes"))
         .args(["up", "--grpc-listen", &format!("127.0.0.1:{}", hermes_test_util::free_port()), "--data-dir"])
         .arg(&data)
@@ -719,27 +680,30 @@ async fn kill_9_of_hermes_up_leaves_no_nats_server_behind() {
         .unwrap();
     let said = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success(), "{said}");
-    assert!(said.contains(&format!("pid {}", up.child.id())), "{said}");
+    let holder: u32 = said
+        .split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid named: {said}"));
+    assert!(
+        hermes_test_util::process::tree_of(up.pid()).contains(&holder),
+        "{holder} is not of the first hermes up: {said}"
+    );
 
-    let mut up = up;
-    nix_kill9(up.child.id());
-    let _ = up.child.wait();
+    up.kill9();
     let deadline = Instant::now() + Duration::from_secs(5);
     while std::path::Path::new(&format!("/proc/{first}")).exists() && !is_zombie(first) {
         assert!(Instant::now() < deadline, "nats-server {first} outlived hermes up");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let again = Up::start(None, &data, &agents);
+    let again = start_up(None, &data, &agents);
     assert_eq!(servers().len(), 1, "exactly one server after the restart");
     drop(again);
 }
 
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
-}
-
-fn nix_kill9(pid: u32) {
-    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
 }
 
 /// Live nats-server processes serving `store`.

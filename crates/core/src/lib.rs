@@ -5,6 +5,7 @@ pub mod artifacts;
 pub mod bus;
 pub mod catalog;
 pub mod error;
+pub mod grpc;
 pub mod ids;
 pub mod json_ref;
 pub mod metrics;

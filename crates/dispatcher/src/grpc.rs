@@ -28,24 +28,12 @@ pub(crate) async fn serve(
     mut routes: tonic::service::RoutesBuilder,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter.set_serving::<DispatcherServer<Api>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(hermes_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    routes
-        .add_service(health_service)
-        .add_service(reflection)
-        .add_service(DispatcherServer::new(Api { service, shutdown: shutdown.clone() }));
-    tonic::transport::Server::builder()
-        .add_routes(routes.routes())
-        .serve_with_incoming_shutdown(
-            // Replies are small; without TCP_NODELAY they can wait on Nagle's algorithm.
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown.cancelled_owned(),
-        )
-        .await?;
+    let limit = service.config.grpc_max_message_bytes;
+    routes.add_service(
+        DispatcherServer::new(Api { service, shutdown: shutdown.clone() }).max_decoding_message_size(limit),
+    );
+    let setting = "--grpc-max-message-bytes, HERMES_GRPC_MAX_MESSAGE_BYTES";
+    hermes_core::grpc::serve(listener, routes, limit, setting, shutdown).await?;
     Ok(())
 }
 

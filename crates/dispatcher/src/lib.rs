@@ -6,6 +6,7 @@
 //!
 //! All state is in JetStream, so any dispatcher replica can apply any result.
 
+pub mod cli;
 mod dlq;
 pub mod engine;
 mod grpc;
@@ -68,6 +69,8 @@ pub struct DispatcherConfig {
     pub summarizer: Option<summarize::Summarizer>,
     /// LLM prices for goals' estimated cost and cost budgets (0: cost is not estimated).
     pub prices: engine::Prices,
+    /// Largest gRPC request decoded; a larger one is refused with `INVALID_ARGUMENT` naming it.
+    pub grpc_max_message_bytes: usize,
 }
 
 impl Default for DispatcherConfig {
@@ -83,6 +86,7 @@ impl Default for DispatcherConfig {
             planner: false,
             summarizer: None,
             prices: engine::Prices::default(),
+            grpc_max_message_bytes: hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES,
         }
     }
 }

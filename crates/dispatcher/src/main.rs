@@ -23,6 +23,8 @@ struct Args {
     /// Serve Prometheus metrics on this address (`/metrics`); unset: no endpoint.
     #[arg(long, env = "HERMES_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    limits: hermes_dispatcher::cli::LimitArgs,
 }
 
 // mimalloc: glibc malloc showed up at ~17% of CPU under load in `make bench`.
@@ -39,7 +41,7 @@ async fn main() -> anyhow::Result<()> {
         hermes_core::Bus::connect(hermes_core::BusConfig::new(&args.nats_url).with_name("hermes-dispatcher"))
             .await
             .context("failed to connect to NATS")?;
-    let config = hermes_dispatcher::DispatcherConfig {
+    let mut config = hermes_dispatcher::DispatcherConfig {
         grpc_listen: args.grpc_listen,
         max_nodes: args.max_nodes,
         planner: args.planner,
@@ -50,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
         },
         ..Default::default()
     };
+    args.limits.apply(&mut config);
     let dispatcher = hermes_dispatcher::Dispatcher::build(bus, config).await?;
     dispatcher.run(shutdown).await
 }

@@ -8,6 +8,7 @@ mod approval;
 pub mod cli;
 pub mod config;
 pub mod isolate;
+pub mod supervise;
 pub mod tool;
 pub mod tools;
 
@@ -155,6 +156,12 @@ impl Agent {
 
     /// Serves tasks until `shutdown` is cancelled, then finishes in-flight tasks and deregisters.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        // The process before this one crashed: the tasks it was running count one crash each,
+        // before any of them is delivered again.
+        if let Some(crashed) = supervise::crashed_instance() {
+            let counted = count_crashes(&self.bus, &self.config.agent_id, &crashed).await?;
+            warn!(agent = %self.config.agent_id, counted, event = "crashes_counted", "the previous process crashed");
+        }
         let shared = Arc::new(Shared {
             bus: self.bus.clone(),
             registry: self.registry.clone(),
@@ -165,7 +172,7 @@ impl Agent {
             in_flight: AtomicU32::new(0),
             stats: std::sync::Mutex::new(Stats::default()),
             running: Default::default(),
-            instance: uuid::Uuid::new_v4().simple().to_string(),
+            instance: supervise::process_instance().to_owned(),
         });
         let cancels = tokio::spawn(cancel_loop(shared.clone(), shutdown.clone()));
         shared.registry.export_breaker_metrics();
@@ -272,8 +279,7 @@ struct Shared {
     stats: std::sync::Mutex<Stats>,
     /// Running tasks' cancellation tokens, by task id, with their goal.
     running: std::sync::Mutex<std::collections::HashMap<String, (String, CancellationToken)>>,
-    /// This run of the agent, in crash markers: a marker of another instance found on a
-    /// redelivery means the process that ran the task before died with it in flight.
+    /// This process's instance (see [`supervise`]), recorded in crash markers.
     instance: String,
 }
 
@@ -409,14 +415,14 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
     .await;
 }
 
-/// Process deaths with one node in flight after which its task is quarantined.
+/// Crashes with one node in flight after which its task is quarantined.
 pub const CRASH_QUARANTINE_DEATHS: u32 = 2;
 
 /// What the crash marker of a delivery says.
 enum Crashes {
     /// The marker is set: run the task.
     Marked,
-    /// The node killed its consumer this many times: dead-letter it instead of running it.
+    /// The node crashed its process this many times: dead-letter it instead of running it.
     Quarantine(u32),
 }
 
@@ -425,44 +431,77 @@ fn crash_key(task: &TaskMessage) -> String {
     format!("inflight.{}.{}", task.goal_id, task.node_id)
 }
 
-/// Sets the crash marker before a task runs. A task that crashes its consumer (an abort, a stack
-/// overflow, the OOM killer) leaves the marker behind; the next delivery, here or on another
-/// agent, finds a marker of another instance and counts one death. After
-/// [`CRASH_QUARANTINE_DEATHS`] deaths the task is quarantined. Only redeliveries and later
-/// attempts read the marker, so a first delivery costs one write.
+/// Sets the crash marker before a task runs: `{process, agent, crashes, task_id}`. It is
+/// cleared when the task ends. When the process crashes instead, its supervisor starts a new one
+/// that counts a crash on every marker the crashed process left ([`count_crashes`]); a
+/// redelivery (or a later attempt, on any agent) that finds [`CRASH_QUARANTINE_DEATHS`] crashes
+/// quarantines the task. A process killed from outside (`kill -9` of the agent, a deleted pod)
+/// is not a crash and counts nothing. Only redeliveries and later attempts read the marker, so a
+/// first delivery costs one write.
 async fn crash_marker(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Crashes {
     let task = &delivery.message;
     let key = crash_key(task);
     let store = shared.bus.ledger();
-    let mut deaths = 0;
+    let mut crashes = 0;
     if delivery.delivered() > 1 || task.attempt > 1 {
         match store.get(&key).await {
             Ok(Some(bytes)) => {
                 let marker: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-                deaths = marker.get("deaths").and_then(serde_json::Value::as_u64).unwrap_or(0) as u32;
-                if marker.get("instance").and_then(serde_json::Value::as_str)
-                    != Some(shared.instance.as_str())
-                {
-                    deaths += 1;
-                    warn!(
-                        deaths,
-                        event = "crash_detected",
-                        "the task was in flight when an agent process died"
-                    );
-                }
+                crashes = marker.get("crashes").and_then(serde_json::Value::as_u64).unwrap_or(0) as u32;
             }
             Ok(None) => {}
             Err(e) => warn!(error = %e, "cannot read the crash marker"),
         }
     }
-    if deaths >= CRASH_QUARANTINE_DEATHS {
-        return Crashes::Quarantine(deaths);
+    if crashes >= CRASH_QUARANTINE_DEATHS {
+        return Crashes::Quarantine(crashes);
     }
-    let marker = serde_json::json!({"instance": shared.instance, "deaths": deaths, "task_id": task.task_id});
+    let marker = serde_json::json!({
+        "process": shared.instance,
+        "agent": shared.agent_id,
+        "crashes": crashes,
+        "task_id": task.task_id,
+    });
     if let Err(e) = store.put(&key, marker.to_string().into()).await {
         warn!(error = %e, "cannot set the crash marker; a crash of this task would not be counted");
     }
     Crashes::Marked
+}
+
+/// Counts one crash on every task that process `crashed` was running for agent `agent_id`, as
+/// its markers show. Called at start by an agent whose supervisor reports a crash.
+pub async fn count_crashes(bus: &Bus, agent_id: &str, crashed: &str) -> Result<usize, Error> {
+    let store = bus.ledger();
+    let mut markers = store.watch_with_history("inflight.>").await.map_err(|e| {
+        Error::Core(hermes_core::Error::JetStream { operation: "watch crash markers", reason: e.to_string() })
+    })?;
+    let mut counted = 0;
+    // The watch replays the current markers, then follows live ones: stop once caught up.
+    loop {
+        let next = tokio::time::timeout(Duration::from_millis(500), markers.next()).await;
+        let Ok(Some(Ok(entry))) = next else { break };
+        if entry.operation == async_nats::jetstream::kv::Operation::Put {
+            let mut marker: serde_json::Value = serde_json::from_slice(&entry.value).unwrap_or_default();
+            let ours = marker.get("process").and_then(serde_json::Value::as_str) == Some(crashed)
+                && marker.get("agent").and_then(serde_json::Value::as_str) == Some(agent_id);
+            if ours {
+                let crashes = marker.get("crashes").and_then(serde_json::Value::as_u64).unwrap_or(0) + 1;
+                marker["crashes"] = crashes.into();
+                marker["process"] = serde_json::Value::Null;
+                match store.update(&entry.key, marker.to_string().into(), entry.revision).await {
+                    Ok(_) => {
+                        counted += 1;
+                        warn!(key = %entry.key, crashes, event = "crash_counted", "a task was in flight when its process crashed");
+                    }
+                    Err(e) => warn!(key = %entry.key, error = %e, "cannot count a crash"),
+                }
+            }
+        }
+        if entry.delta == 0 {
+            break;
+        }
+    }
+    Ok(counted)
 }
 
 /// Clears the marker once the task ran to an outcome, without waiting: a lost clear costs at

@@ -16,6 +16,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     // A child started to run one isolated tool job (a template render) does only that.
     hermes_executor::isolate::serve_if_child();
+    // Runs as the child of a crash supervisor, so a task that crashes it is counted and
+    // quarantined (see `hermes_executor::supervise`).
+    hermes_executor::supervise::supervise_unless_child("hermes-executor");
     hermes_executor::isolate::enable();
     let args = Args::parse();
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async {

@@ -38,15 +38,10 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.grpc_listen)
         .await
         .with_context(|| format!("cannot listen for gRPC on {}", args.grpc_listen))?;
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_service_status("", tonic_health::ServingStatus::Serving).await;
-    let grpc = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(hermes_memory::grpc::MemoryGrpc::new(memory.clone()).into_service())
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown.clone().cancelled_owned(),
-        );
+    let mut routes = tonic::service::RoutesBuilder::default();
+    routes.add_service(hermes_memory::grpc::MemoryGrpc::new(memory.clone()).into_service());
+    let limit = hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES;
+    let grpc = hermes_core::grpc::serve(listener, routes, limit, "the default gRPC limit", shutdown.clone());
     let (nats, grpc) = tokio::join!(hermes_memory::run(memory, shutdown.clone()), grpc);
     grpc.context("memory gRPC server failed")?;
     nats

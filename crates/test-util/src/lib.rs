@@ -3,6 +3,7 @@
 //! temporary store dir, and kills it when dropped, the way the async-nats test harness does.
 
 pub mod fuzz;
+pub mod process;
 pub mod scripted;
 
 use std::net::TcpListener;
