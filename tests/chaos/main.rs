@@ -31,8 +31,12 @@ impl Proc {
         let _ = self.0.wait();
     }
 
+    /// Signals the process and its descendants: agent processes run as the child of a crash
+    /// supervisor, and SIGSTOP cannot be forwarded.
     fn signal(&self, signal: &str) {
-        let _ = Command::new("kill").args([signal, &self.0.id().to_string()]).status();
+        for pid in hermes_test_util::process::tree_of(self.0.id()) {
+            let _ = Command::new("kill").args([signal, &pid.to_string()]).status();
+        }
     }
 }
 

@@ -294,8 +294,7 @@ impl Bus {
         &self,
         spec: ConsumerSpec,
         batch: usize,
-    ) -> impl futures::Stream<Item = std::result::Result<jetstream::Message, String>> + Send + Unpin + 'static
-    {
+    ) -> impl futures::Stream<Item = Result<jetstream::Message>> + Send + Unpin + 'static {
         use futures::StreamExt;
         type Messages = consumer::pull::Stream;
         let bus = self.clone();
@@ -310,16 +309,17 @@ impl Bus {
                                 .max_messages_per_batch(batch)
                                 .messages()
                                 .await
-                                .map_err(|e| e.to_string()),
-                            Err(e) => Err(e.to_string()),
+                                .map_err(|e| Error::jetstream("pull", e)),
+                            Err(e) => Err(e),
                         };
                         match opened {
                             Ok(messages) => current = Some(messages),
                             Err(e) => {
                                 // Another process may still hold an overlapping consumer; try again.
                                 tokio::time::sleep(Duration::from_secs(1)).await;
+                                let reason = format!("consumer {}: {e}", spec.name);
                                 return Some((
-                                    Err(format!("consumer {}: {e}", spec.name)),
+                                    Err(Error::JetStream { operation: "open consumer", reason }),
                                     (None, bus, spec, batch),
                                 ));
                             }
@@ -339,7 +339,7 @@ impl Bus {
                                 current = None;
                                 continue;
                             }
-                            return Some((Err(e.to_string()), (current, bus, spec, batch)));
+                            return Some((Err(Error::jetstream("pull", e)), (current, bus, spec, batch)));
                         }
                         None => current = None,
                     }

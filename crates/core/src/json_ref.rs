@@ -92,22 +92,47 @@ pub fn map_refs(value: &Value, replace: &dyn Fn(&RefTarget) -> Option<Value>) ->
     }
 }
 
-/// Replaces every reference in `value` using `output_of(node_id)`. Fails with a description of the
-/// first reference that cannot be resolved.
-pub fn resolve(value: &Value, output_of: &dyn Fn(&str) -> Option<Value>) -> Result<Value, String> {
+/// Why a `$ref` does not resolve. Every case is the caller's input: `INVALID_ARGUMENT`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefError {
+    #[error("malformed $ref `{reference}`")]
+    Malformed { reference: String },
+    #[error("$ref `{reference}`: node `{node}` has no output")]
+    NoOutput { reference: String, node: String },
+    #[error("$ref `{reference}`: path not found in the output of `{node}`")]
+    PathNotFound { reference: String, node: String },
+}
+
+impl RefError {
+    pub fn code(&self) -> crate::ErrorCode {
+        crate::ErrorCode::InvalidArgument
+    }
+
+    pub fn retryable(&self) -> bool {
+        self.code().retryable()
+    }
+}
+
+/// Replaces every reference in `value` using `output_of(node_id)`. Fails with the first
+/// reference that cannot be resolved.
+pub fn resolve(value: &Value, output_of: &dyn Fn(&str) -> Option<Value>) -> Result<Value, RefError> {
     if let Some(reference) = as_ref(value) {
-        let target = RefTarget::parse(reference).ok_or_else(|| format!("malformed $ref `{reference}`"))?;
-        let output = output_of(&target.node_id)
-            .ok_or_else(|| format!("$ref `{reference}`: node `{}` has no output", target.node_id))?;
-        return lookup(&output, &target.path).cloned().ok_or_else(|| {
-            format!("$ref `{reference}`: path not found in the output of `{}`", target.node_id)
+        let target = RefTarget::parse(reference)
+            .ok_or_else(|| RefError::Malformed { reference: reference.to_owned() })?;
+        let output = output_of(&target.node_id).ok_or_else(|| RefError::NoOutput {
+            reference: reference.to_owned(),
+            node: target.node_id.clone(),
+        })?;
+        return lookup(&output, &target.path).cloned().ok_or_else(|| RefError::PathNotFound {
+            reference: reference.to_owned(),
+            node: target.node_id.clone(),
         });
     }
     Ok(match value {
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(k, v)| Ok((k.clone(), resolve(v, output_of)?)))
-                .collect::<Result<_, String>>()?,
+                .collect::<Result<_, RefError>>()?,
         ),
         Value::Array(items) => {
             Value::Array(items.iter().map(|v| resolve(v, output_of)).collect::<Result<_, _>>()?)
@@ -148,7 +173,8 @@ mod tests {
             json!({"a": 42, "b": "toys", "c": [1, {"total": 42, "groups": [{"key": "toys"}]}]})
         );
         let err = resolve(&json!({"$ref": "n1.missing"}), &lookup_output).unwrap_err();
-        assert!(err.contains("path not found"), "{err}");
+        assert!(matches!(err, RefError::PathNotFound { .. }), "{err}");
+        assert!(err.to_string().contains("path not found"), "{err}");
     }
 
     #[test]

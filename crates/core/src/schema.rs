@@ -36,8 +36,10 @@ impl std::fmt::Display for SchemaViolation {
 }
 
 impl InputSchema {
-    pub fn compile(raw: Value) -> Result<Self, String> {
-        let validator = jsonschema::validator_for(&raw).map_err(|e| e.to_string())?;
+    /// Compiles a schema; a schema that does not compile is `INVALID_ARGUMENT` on `schema`.
+    pub fn compile(raw: Value) -> crate::Result<Self> {
+        let validator = jsonschema::validator_for(&raw)
+            .map_err(|e| crate::Error::InvalidArgument { field: "schema".into(), reason: e.to_string() })?;
         Ok(Self { raw, validator })
     }
 

@@ -109,15 +109,20 @@ fn tracing_enabled() -> bool {
     endpoint && !env_is("OTEL_SDK_DISABLED", "true") && !env_is("OTEL_TRACES_EXPORTER", "none")
 }
 
-fn tracer_provider(service: &str) -> Result<SdkTracerProvider, String> {
+fn tracer_provider(service: &str) -> crate::Result<SdkTracerProvider> {
     let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
         .unwrap_or_default();
     if !protocol.is_empty() && protocol != "grpc" {
-        return Err(format!("OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: only `grpc` is built in"));
+        return Err(crate::Error::InvalidArgument {
+            field: "OTEL_EXPORTER_OTLP_PROTOCOL".into(),
+            reason: format!("`{protocol}`: only `grpc` is built in"),
+        });
     }
-    let exporter =
-        opentelemetry_otlp::SpanExporter::builder().with_tonic().build().map_err(|e| e.to_string())?;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .build()
+        .map_err(|e| crate::Error::FailedPrecondition(format!("cannot build the OTLP span exporter: {e}")))?;
     let mut resource = opentelemetry_sdk::Resource::builder();
     if std::env::var("OTEL_SERVICE_NAME").is_err() {
         resource = resource.with_service_name(service.to_owned());

@@ -170,9 +170,8 @@ pub fn dispatch_ready(state: &mut GoalState, limits: Limits, now_ms: u64, effect
                 let attempt = state.nodes[i].attempt + 1;
                 publish_attempt(state, i, attempt, inputs_json, limits, now_ms, effects);
             }
-            Err(reason) => {
-                let error = wire_error(ErrorCode::InvalidArgument, reason);
-                fail_node(state, i, error, now_ms, effects);
+            Err(e) => {
+                fail_node(state, i, e.to_wire(), now_ms, effects);
                 return;
             }
         }
@@ -269,16 +268,56 @@ pub fn in_flight_tasks(state: &GoalState, limits: Limits) -> Effects {
     effects
 }
 
+/// Why a transition could not use what it was given. Each is the input's fault and carries the
+/// code the node or plan fails with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionError {
+    #[error("inputs: {0}")]
+    InputsNotJson(String),
+    #[error(
+        "the inputs would take about {estimate} bytes once their {refs} $ref(s) are resolved, over the limit of {limit} bytes; pass fewer or smaller references"
+    )]
+    InputsTooLarge { estimate: usize, refs: usize, limit: usize },
+    #[error(transparent)]
+    Ref(#[from] json_ref::RefError),
+    #[error("the replan changes or drops completed node `{0}`")]
+    ReplanChangesCompleted(String),
+    #[error("the replan has no replacement for the failed node `{0}`")]
+    ReplanMissesFailed(String),
+}
+
+impl TransitionError {
+    /// `INVALID_ARGUMENT` for a node's inputs, `PLAN_INVALID` for a replan.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            TransitionError::ReplanChangesCompleted(_) | TransitionError::ReplanMissesFailed(_) => {
+                ErrorCode::PlanInvalid
+            }
+            _ => ErrorCode::InvalidArgument,
+        }
+    }
+
+    pub fn retryable(&self) -> bool {
+        self.code().retryable()
+    }
+
+    /// The wire error a node or plan fails with.
+    pub fn to_wire(&self) -> hermes_proto::Error {
+        wire_error(self.code(), self.to_string())
+    }
+}
+
 /// Most bytes a node's inputs may take once the dispatcher resolves their `$ref`s to inline
 /// outputs; over it the node fails with `INVALID_ARGUMENT` before anything is built.
 pub const MAX_DISPATCH_INPUT_BYTES: usize = 8 * 1024 * 1024;
 
 /// Replaces the `$ref`s in a node's inputs with its dependencies' outputs.
-fn resolve_inputs(state: &GoalState, inputs_json: &str) -> Result<String, String> {
+fn resolve_inputs(state: &GoalState, inputs_json: &str) -> Result<String, TransitionError> {
     if inputs_json.trim().is_empty() {
         return Ok("{}".to_owned());
     }
-    let inputs: Value = serde_json::from_str(inputs_json).map_err(|e| format!("inputs: {e}"))?;
+    let inputs: Value =
+        serde_json::from_str(inputs_json).map_err(|e| TransitionError::InputsNotJson(e.to_string()))?;
     let refs = json_ref::collect_refs(&inputs);
     if refs.is_empty() {
         return Ok(inputs_json.to_owned());
@@ -295,10 +334,11 @@ fn resolve_inputs(state: &GoalState, inputs_json: &str) -> Result<String, String
         }
     }
     if estimate > MAX_DISPATCH_INPUT_BYTES {
-        return Err(format!(
-            "the inputs would take about {estimate} bytes once their {} $ref(s) are resolved, over the limit of {MAX_DISPATCH_INPUT_BYTES} bytes; pass fewer or smaller references",
-            refs.len()
-        ));
+        return Err(TransitionError::InputsTooLarge {
+            estimate,
+            refs: refs.len(),
+            limit: MAX_DISPATCH_INPUT_BYTES,
+        });
     }
     // A ref to an output kept as an artifact becomes a stub pointing into it; the executor loads
     // the content, so large payloads never pass through the dispatcher.
@@ -319,7 +359,7 @@ fn resolve_inputs(state: &GoalState, inputs_json: &str) -> Result<String, String
             .find(|n| n.node_id == node_id && n.status == NodeStatus::Succeeded as i32)
             .and_then(|n| serde_json::from_str(&n.output_json).ok())
     };
-    json_ref::resolve(&inputs, &output_of).map(|v| v.to_string())
+    Ok(json_ref::resolve(&inputs, &output_of)?.to_string())
 }
 
 /// What applying a result did.
@@ -578,7 +618,7 @@ pub fn apply_replan(
     limits: Limits,
     now_ms: u64,
     effects: &mut Effects,
-) -> Result<Applied, String> {
+) -> Result<Applied, TransitionError> {
     if state.status != GoalStatus::Replanning as i32 || state.plan_request_id != request_id {
         return Ok(Applied::Stale);
     }
@@ -590,11 +630,11 @@ pub fn apply_replan(
         let before = old_plan.nodes.iter().find(|n| n.id == done.node_id);
         let after = plan.nodes.iter().find(|n| n.id == done.node_id);
         if before != after {
-            return Err(format!("the replan changes or drops completed node `{}`", done.node_id));
+            return Err(TransitionError::ReplanChangesCompleted(done.node_id.clone()));
         }
     }
     if !plan.nodes.iter().any(|n| n.id == failed_id) {
-        return Err(format!("the replan has no replacement for the failed node `{failed_id}`"));
+        return Err(TransitionError::ReplanMissesFailed(failed_id));
     }
     let mut nodes = Vec::with_capacity(plan.nodes.len());
     let mut added = Vec::new();
@@ -886,9 +926,7 @@ fn redispatch(
     let inputs_json = state.plan.as_ref().expect("plan present").nodes[index].inputs_json.clone();
     match resolve_inputs(state, &inputs_json) {
         Ok(inputs) => publish_attempt(state, index, next_attempt, inputs, limits, now_ms, effects),
-        Err(reason) => {
-            fail_node(state, index, wire_error(ErrorCode::InvalidArgument, reason), now_ms, effects)
-        }
+        Err(e) => fail_node(state, index, e.to_wire(), now_ms, effects),
     }
 }
 

@@ -78,9 +78,8 @@ impl GoalService {
                             now,
                             &mut effects,
                         )
-                        .unwrap_or_else(|reason| {
-                            let error = wire_error(ErrorCode::PlanInvalid, reason);
-                            engine::plan_failed(state, request_id, error, now, &mut effects)
+                        .unwrap_or_else(|e| {
+                            engine::plan_failed(state, request_id, e.to_wire(), now, &mut effects)
                         })
                     }
                     _ => {

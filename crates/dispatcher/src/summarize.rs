@@ -61,10 +61,19 @@ fn prompt(state: &GoalState) -> String {
     text
 }
 
+/// Why the summarizer's answer is unusable.
+#[derive(Debug, thiserror::Error)]
+enum AnswerError {
+    #[error(transparent)]
+    NotJson(#[from] hermes_llm::repair::RepairError),
+    #[error("the answer has no `answer` text")]
+    NoAnswer,
+}
+
 /// Reads the model's answer, keeping only citations of nodes that exist.
-fn parse_answer(state: &GoalState, content: &str) -> Result<Value, String> {
-    let value = repair_json(content).map_err(|e| e.to_string())?.value;
-    let answer = value.get("answer").and_then(Value::as_str).ok_or("the answer has no `answer` text")?;
+fn parse_answer(state: &GoalState, content: &str) -> Result<Value, AnswerError> {
+    let value = repair_json(content)?.value;
+    let answer = value.get("answer").and_then(Value::as_str).ok_or(AnswerError::NoAnswer)?;
     let known = |id: &&str| state.nodes.iter().any(|n| n.node_id == *id);
     let cited: Vec<&str> = value
         .get("cited_nodes")
@@ -107,7 +116,7 @@ impl GoalService {
                 let content = response.content.unwrap_or_default();
                 match parse_answer(&state, &content) {
                     Ok(answer) => (answer, Some(response.usage)),
-                    Err(why) => (unsummarized(&state, &why), Some(response.usage)),
+                    Err(why) => (unsummarized(&state, &why.to_string()), Some(response.usage)),
                 }
             }
             Err(e) => {

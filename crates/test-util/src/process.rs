@@ -47,14 +47,18 @@ impl HermesUp {
         let _ = self.child.wait();
     }
 
-    /// SIGSTOP: the process stays, frozen.
+    /// SIGSTOP to the process and its descendants (its supervised worker): it stays, frozen.
     pub fn sigstop(&self) {
-        signal(self.pid(), "STOP");
+        for pid in tree_of(self.pid()) {
+            signal(pid, "STOP");
+        }
     }
 
     /// SIGCONT after [`HermesUp::sigstop`].
     pub fn sigcont(&self) {
-        signal(self.pid(), "CONT");
+        for pid in tree_of(self.pid()) {
+            signal(pid, "CONT");
+        }
     }
 
     /// Resident memory of the process and its children (the supervised worker, isolated jobs),
