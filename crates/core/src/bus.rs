@@ -181,8 +181,9 @@ impl Bus {
     }
 
     /// The `hermes_approvals` bucket: call id to `Approval`.
-    pub fn approvals(&self) -> &kv::Store {
-        &self.inner.approvals
+    /// Approvals of tool calls; every write goes through the store's compare-and-set.
+    pub fn approvals(&self) -> crate::approvals::ApprovalStore {
+        crate::approvals::ApprovalStore::new(self.inner.approvals.clone())
     }
 
     /// Opens the KV bucket `config` describes, creating it when it does not exist yet (racing

@@ -332,65 +332,32 @@ impl GoalService {
         approve: bool,
         note: &str,
     ) -> Result<hermes_proto::ApprovalDecision> {
-        use async_nats::jetstream::kv;
-        use prost::Message as _;
         let not_found = || Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") };
         hermes_core::ids::check_id("call_id", call_id, 256, IdShape::Dotted)?;
-        let store = self.bus.approvals();
-        for _ in 0..16 {
-            let entry = store
-                .entry(call_id)
-                .await
-                .map_err(|e| Error::JetStream { operation: "load approval", reason: e.to_string() })?;
-            let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
-                return Err(not_found());
+        let decision = hermes_proto::ApprovalDecision {
+            approved: approve,
+            note: note.to_owned(),
+            decided_unix_ms: now_unix_ms(),
+            timed_out: false,
+        };
+        let decided = self.bus.approvals().decide(goal_id, call_id, decision).await?.ok_or_else(not_found)?;
+        if decided.recorded {
+            let event = Event {
+                goal_id: goal_id.to_owned(),
+                at_unix_ms: now_unix_ms(),
+                kind: Some(Kind::ApprovalDecided(hermes_proto::ApprovalDecided {
+                    call_id: call_id.to_owned(),
+                    approved: approve,
+                    note: note.to_owned(),
+                    timed_out: false,
+                })),
+                seq: 0,
             };
-            let mut approval = hermes_proto::Approval::decode(entry.value)
-                .map_err(|e| Error::Decode { kind: "Approval", reason: e.to_string() })?;
-            if approval.goal_id != goal_id {
-                return Err(not_found());
-            }
-            if let Some(decision) = approval.decision {
-                return Ok(decision);
-            }
-            let decision = hermes_proto::ApprovalDecision {
-                approved: approve,
-                note: note.to_owned(),
-                decided_unix_ms: now_unix_ms(),
-                timed_out: false,
-            };
-            approval.decision = Some(decision.clone());
-            match store.update(call_id, approval.encode_to_vec().into(), entry.revision).await {
-                Ok(_) => {
-                    let event = Event {
-                        goal_id: goal_id.to_owned(),
-                        at_unix_ms: now_unix_ms(),
-                        kind: Some(Kind::ApprovalDecided(hermes_proto::ApprovalDecided {
-                            call_id: call_id.to_owned(),
-                            approved: approve,
-                            note: note.to_owned(),
-                            timed_out: false,
-                        })),
-                        seq: 0,
-                    };
-                    let msg_id = engine::event_msg_id(&event);
-                    self.bus.publish_event(&event, &msg_id).await?;
-                    info!(
-                        goal_id,
-                        call_id,
-                        approved = approve,
-                        event = "approval_decided",
-                        "approval decided"
-                    );
-                    return Ok(decision);
-                }
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
-                Err(e) => {
-                    return Err(Error::JetStream { operation: "decide approval", reason: e.to_string() });
-                }
-            }
+            let msg_id = engine::event_msg_id(&event);
+            self.bus.publish_event(&event, &msg_id).await?;
+            info!(goal_id, call_id, approved = approve, event = "approval_decided", "approval decided");
         }
-        Err(Error::Unavailable(format!("approval {call_id}: too many concurrent updates")))
+        Ok(decided.decision)
     }
 
     /// The newest goals first.

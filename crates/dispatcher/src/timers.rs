@@ -106,24 +106,7 @@ impl GoalService {
 
     /// Nodes of the goal with an approval nobody decided yet.
     async fn nodes_waiting_on_approval(&self, goal_id: &str) -> HashSet<String> {
-        use futures::StreamExt;
-        use prost::Message as _;
-        let mut out = HashSet::new();
-        let store = self.bus.approvals();
-        let Ok(mut keys) = store.keys().await else { return out };
-        let prefix = format!("{goal_id}.");
-        while let Some(Ok(key)) = keys.next().await {
-            if !key.starts_with(&prefix) {
-                continue;
-            }
-            if let Ok(Some(value)) = store.get(&key).await
-                && let Ok(approval) = hermes_proto::Approval::decode(value)
-                && approval.decision.is_none()
-            {
-                out.insert(approval.node_id);
-            }
-        }
-        out
+        self.bus.approvals().pending_nodes(goal_id).await.unwrap_or_default()
     }
 
     pub(crate) fn schedule_timer(&self, state: &GoalState) {

@@ -7,11 +7,9 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::kv;
 use hermes_core::{ErrorCode, now_unix_ms};
 use hermes_proto::event::Kind;
 use hermes_proto::{Approval, ApprovalDecided, ApprovalDecision, ApprovalRequired, Event};
-use prost::Message as _;
 use serde_json::Value;
 use tracing::info;
 
@@ -32,8 +30,8 @@ pub(crate) async fn gate(
     args: &Value,
 ) -> Result<(), ToolError> {
     let store = scope.bus.approvals();
-    let (mut approval, mut revision) = match load(store, call_id).await? {
-        Some(found) => found,
+    let mut approval = match store.load(call_id).await.map_err(unavailable)? {
+        Some((found, _)) => found,
         None => ask(scope, call_id, tool, args).await?,
     };
     loop {
@@ -41,49 +39,33 @@ pub(crate) async fn gate(
             return decided(tool, decision);
         }
         if now_unix_ms() >= approval.expires_unix_ms {
-            let decision = ApprovalDecision {
+            let timeout = ApprovalDecision {
                 approved: false,
                 note: "no decision in time".into(),
                 decided_unix_ms: now_unix_ms(),
                 timed_out: true,
             };
-            let mut expired = approval.clone();
-            expired.decision = Some(decision.clone());
-            match store.update(call_id, expired.encode_to_vec().into(), revision).await {
-                Ok(_) => {
-                    publish_decided(scope, call_id, &decision).await;
-                    return decided(tool, &decision);
+            // The first decision wins: a person deciding at the last moment beats the timeout.
+            match store.decide(&scope.goal_id, call_id, timeout).await.map_err(unavailable)? {
+                Some(decided_now) => {
+                    if decided_now.recorded {
+                        publish_decided(scope, call_id, &decided_now.decision).await;
+                    }
+                    return decided(tool, &decided_now.decision);
                 }
-                // Someone decided at the last moment: read what they decided.
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {}
-                Err(e) => return Err(unavailable(e)),
+                None => return Err(unavailable("the approval vanished")),
             }
         }
         tokio::time::sleep(POLL).await;
-        if let Some((latest, latest_revision)) = load(store, call_id).await? {
+        if let Some((latest, _)) = store.load(call_id).await.map_err(unavailable)? {
             approval = latest;
-            revision = latest_revision;
         }
     }
 }
 
-async fn load(store: &kv::Store, call_id: &str) -> Result<Option<(Approval, u64)>, ToolError> {
-    match store.entry(call_id).await.map_err(unavailable)? {
-        Some(entry) if entry.operation == kv::Operation::Put => {
-            let approval = Approval::decode(entry.value).map_err(unavailable)?;
-            Ok(Some((approval, entry.revision)))
-        }
-        _ => Ok(None),
-    }
-}
-
-/// Stores a pending approval and announces it with `ApprovalRequired`.
-async fn ask(
-    scope: &TaskScope,
-    call_id: &str,
-    tool: &str,
-    args: &Value,
-) -> Result<(Approval, u64), ToolError> {
+/// Stores a pending approval and announces it with `ApprovalRequired` (only the delivery that
+/// created it announces it).
+async fn ask(scope: &TaskScope, call_id: &str, tool: &str, args: &Value) -> Result<Approval, ToolError> {
     let approval = Approval {
         call_id: call_id.to_owned(),
         goal_id: scope.goal_id.clone(),
@@ -95,15 +77,10 @@ async fn ask(
         expires_unix_ms: now_unix_ms() + scope.approval_timeout.as_millis() as u64,
         decision: None,
     };
-    let revision = match scope.bus.approvals().create(call_id, approval.encode_to_vec().into()).await {
-        Ok(revision) => revision,
-        Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-            return load(scope.bus.approvals(), call_id)
-                .await?
-                .ok_or_else(|| unavailable("the approval vanished"));
-        }
-        Err(e) => return Err(unavailable(e)),
-    };
+    let (approval, _, created) = scope.bus.approvals().create(&approval).await.map_err(unavailable)?;
+    if !created {
+        return Ok(approval);
+    }
     let event = Event {
         seq: 0,
         goal_id: scope.goal_id.clone(),
@@ -120,7 +97,7 @@ async fn ask(
     let msg_id = format!("{}:approval:{call_id}", scope.goal_id);
     scope.bus.publish_event(&event, &msg_id).await.map_err(unavailable)?;
     info!(goal_id = %scope.goal_id, node_id = %scope.node_id, call_id, tool, event = "approval_required", "waiting for approval");
-    Ok((approval, revision))
+    Ok(approval)
 }
 
 async fn publish_decided(scope: &TaskScope, call_id: &str, decision: &ApprovalDecision) {
