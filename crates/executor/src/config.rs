@@ -138,14 +138,17 @@ impl AgentsFile {
     pub fn load(path: &Path) -> Result<AgentsFile, Error> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
-        Self::parse(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+        Self::parse(&text).map_err(|e| match e {
+            Error::Config(why) => Error::Config(format!("{}: {why}", path.display())),
+            other => other,
+        })
     }
 
-    pub fn parse(text: &str) -> Result<AgentsFile, String> {
+    pub fn parse(text: &str) -> Result<AgentsFile, Error> {
         let expanded = expand_env(text, |name| std::env::var(name).ok())?;
-        let file: AgentsFile = toml::from_str(&expanded).map_err(|e| e.to_string())?;
+        let file: AgentsFile = toml::from_str(&expanded).map_err(|e| Error::Config(e.to_string()))?;
         if file.agents.is_empty() {
-            return Err("the file defines no [[agent]]".into());
+            return Err(Error::Config("the file defines no [[agent]]".into()));
         }
         Ok(file)
     }
@@ -248,13 +251,13 @@ impl AgentSpec {
 
 /// Replaces `${NAME}` and `${NAME:-fallback}`; an unset variable without a fallback is an error
 /// naming it, so a typo does not silently become an empty id.
-pub fn expand_env(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+pub fn expand_env(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, Error> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| "an unclosed `${` in the file".to_owned())?;
+        let end = after.find('}').ok_or_else(|| Error::Config("an unclosed `${` in the file".to_owned()))?;
         let expr = &after[..end];
         let (name, fallback) = match expr.split_once(":-") {
             Some((name, fallback)) => (name, Some(fallback)),
@@ -263,7 +266,7 @@ pub fn expand_env(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result
         match (lookup(name).filter(|v| !v.is_empty()), fallback) {
             (Some(value), _) => out.push_str(&value),
             (None, Some(fallback)) => out.push_str(fallback),
-            (None, None) => return Err(format!("environment variable `{name}` is not set")),
+            (None, None) => return Err(Error::Config(format!("environment variable `{name}` is not set"))),
         }
         rest = &after[end + 1..];
     }
@@ -280,7 +283,7 @@ mod tests {
         let lookup = |name: &str| (name == "POD").then(|| "pod-7".to_owned());
         assert_eq!(expand_env("id = \"a-${POD}\"", lookup).unwrap(), "id = \"a-pod-7\"");
         assert_eq!(expand_env("${NOPE:-x}${POD:-y}", lookup).unwrap(), "xpod-7");
-        assert!(expand_env("${NOPE}", lookup).unwrap_err().contains("`NOPE`"));
+        assert!(expand_env("${NOPE}", lookup).unwrap_err().to_string().contains("`NOPE`"));
         assert!(expand_env("${POD", lookup).is_err());
     }
 
@@ -308,8 +311,10 @@ mod tests {
         assert_eq!(agents[1].pool.as_deref(), Some("writers"));
         assert!(agents[1].code_python.as_ref().is_some_and(|c| c.enabled && c.confirm));
         let err = AgentsFile::parse("[[agent]]\nid = \"a\"\nmax_concurency = 3\n").unwrap_err();
-        assert!(err.contains("max_concurency"), "{err}");
-        assert!(AgentsFile::parse("[defaults]\npool = \"x\"\n").unwrap_err().contains("no [[agent]]"));
+        assert!(err.to_string().contains("max_concurency"), "{err}");
+        assert!(
+            AgentsFile::parse("[defaults]\npool = \"x\"\n").unwrap_err().to_string().contains("no [[agent]]")
+        );
     }
 
     #[test]

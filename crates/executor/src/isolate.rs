@@ -88,8 +88,23 @@ pub fn serve_if_child() {
     std::process::exit(code);
 }
 
-fn serve(name: &str) -> Result<(), String> {
-    let job = job(name).ok_or_else(|| format!("unknown isolated job `{name}`"))?;
+/// Why a job's child could not run it.
+#[derive(Debug, thiserror::Error)]
+enum ChildError {
+    #[error("unknown isolated job `{0}`")]
+    UnknownJob(String),
+    #[error("setrlimit {0}: {1}")]
+    Limit(&'static str, nix::Error),
+    #[error("{0}: {1}")]
+    Io(&'static str, std::io::Error),
+    #[error("input: {0}")]
+    Input(#[from] serde_json::Error),
+    #[error("the job panicked")]
+    Panicked,
+}
+
+fn serve(name: &str) -> Result<(), ChildError> {
+    let job = job(name).ok_or_else(|| ChildError::UnknownJob(name.to_owned()))?;
     let number = |key: &str| std::env::var(key).ok().and_then(|v| v.parse::<u64>().ok());
     let memory_mb = number(MEMORY_ENV).unwrap_or(256);
     let cpu_secs = number(CPU_ENV).unwrap_or(30);
@@ -106,25 +121,28 @@ fn serve(name: &str) -> Result<(), String> {
         .unwrap_or(0);
     let limit = held_kb * 1024 + (WORK_STACK_BYTES as u64) + memory_mb * 1024 * 1024;
     use nix::sys::resource::{Resource, setrlimit};
-    setrlimit(Resource::RLIMIT_DATA, limit, limit).map_err(|e| format!("setrlimit DATA: {e}"))?;
-    setrlimit(Resource::RLIMIT_CPU, cpu_secs, cpu_secs).map_err(|e| format!("setrlimit CPU: {e}"))?;
-    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(|e| format!("setrlimit CORE: {e}"))?;
+    setrlimit(Resource::RLIMIT_DATA, limit, limit).map_err(|e| ChildError::Limit("DATA", e))?;
+    setrlimit(Resource::RLIMIT_CPU, cpu_secs, cpu_secs).map_err(|e| ChildError::Limit("CPU", e))?;
+    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(|e| ChildError::Limit("CORE", e))?;
     let mut input = Vec::new();
-    std::io::stdin().take(MAX_CHILD_OUTPUT).read_to_end(&mut input).map_err(|e| format!("stdin: {e}"))?;
-    let input: Value = serde_json::from_slice(&input).map_err(|e| format!("input: {e}"))?;
+    std::io::stdin()
+        .take(MAX_CHILD_OUTPUT)
+        .read_to_end(&mut input)
+        .map_err(|e| ChildError::Io("stdin", e))?;
+    let input: Value = serde_json::from_slice(&input)?;
     let outcome = std::thread::Builder::new()
         .stack_size(WORK_STACK_BYTES)
         .spawn(move || job(input))
-        .map_err(|e| format!("cannot start the work thread: {e}"))?
+        .map_err(|e| ChildError::Io("cannot start the work thread", e))?
         .join()
-        .map_err(|_| "the job panicked".to_owned())?;
+        .map_err(|_| ChildError::Panicked)?;
     let reply = match outcome {
         Ok(value) => json!({"ok": value}),
         Err(e) => json!({"error": {"code": e.code.as_str(), "message": e.message}}),
     };
     let mut stdout = std::io::stdout().lock();
-    serde_json::to_writer(&mut stdout, &reply).map_err(|e| format!("stdout: {e}"))?;
-    stdout.flush().map_err(|e| format!("stdout: {e}"))
+    serde_json::to_writer(&mut stdout, &reply).map_err(|e| ChildError::Io("stdout", e.into()))?;
+    stdout.flush().map_err(|e| ChildError::Io("stdout", e))
 }
 
 /// Runs `f` on a dedicated thread with a [`WORK_STACK_BYTES`] stack, off the async workers. A

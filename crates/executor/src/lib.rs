@@ -95,6 +95,20 @@ pub enum Error {
     Core(#[from] hermes_core::Error),
 }
 
+impl Error {
+    /// The stable code: a bad config is `INVALID_ARGUMENT`; the bus's errors keep theirs.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::Config(_) => ErrorCode::InvalidArgument,
+            Error::Core(e) => e.code(),
+        }
+    }
+
+    pub fn retryable(&self) -> bool {
+        self.code().retryable()
+    }
+}
+
 /// A built agent, connected and bound to its consumers, ready to [`Agent::run`].
 pub struct Agent {
     bus: Bus,
@@ -120,8 +134,8 @@ impl Agent {
                 config.workspace.display()
             )));
         }
-        let mut registry = build_registry(&config, Some(&bus)).await.map_err(Error::Config)?;
-        registry.require_confirm(&config.confirm_tools).map_err(Error::Config)?;
+        let mut registry = build_registry(&config, Some(&bus)).await?;
+        registry.require_confirm(&config.confirm_tools)?;
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
         for task_type in registry.names() {
@@ -213,7 +227,7 @@ impl Agent {
 /// The agent's tools: the built-ins it asks for (all but `code.python` when it names none),
 /// with a bus the `memory.*` tools, `code.python` when enabled, the tools of its MCP servers,
 /// and with a model `text.summarize` and `agent.run` over all the others.
-pub async fn build_registry(config: &AgentConfig, bus: Option<&Bus>) -> Result<ToolRegistry, String> {
+pub async fn build_registry(config: &AgentConfig, bus: Option<&Bus>) -> Result<ToolRegistry, Error> {
     let wanted = &config.tools;
     let wants = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
     let mut registry = ToolRegistry::for_agent(config.agent_id.clone());
@@ -241,7 +255,9 @@ pub async fn build_registry(config: &AgentConfig, bus: Option<&Bus>) -> Result<T
             registry.register(Arc::new(tools::CodePython::new(python.clone())))?;
         }
         None if wanted.iter().any(|w| w == "code.python") => {
-            return Err("`code.python` is disabled; enable it with a [agent.code_python] section".into());
+            return Err(Error::Config(
+                "`code.python` is disabled; enable it with a [agent.code_python] section".into(),
+            ));
         }
         _ => {}
     }
@@ -260,10 +276,10 @@ pub async fn build_registry(config: &AgentConfig, bus: Option<&Bus>) -> Result<T
     }
     if let Some(unknown) = wanted.iter().find(|w| !registry.contains(w)) {
         let known: Vec<&str> = builtins.iter().map(|t| t.name()).collect();
-        return Err(format!(
+        return Err(Error::Config(format!(
             "unknown tool `{unknown}`; available: {} (memory.put/get/search, code.python when enabled, agent.run and text.summarize with a model, and MCP tools as <server>.<tool>)",
             known.join(", ")
-        ));
+        )));
     }
     Ok(registry)
 }

@@ -274,20 +274,23 @@ impl ToolRegistry {
     }
 
     /// Adds a tool; fails when its name is not a valid task type or its schema does not compile.
-    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), String> {
-        hermes_core::topology::validate_task_type(tool.name()).map_err(|e| e.to_string())?;
-        let schema = InputSchema::compile(tool.params_schema())
-            .map_err(|e| format!("tool {}: schema does not compile: {e}", tool.name()))?;
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), crate::Error> {
+        hermes_core::topology::validate_task_type(tool.name())?;
+        let schema = InputSchema::compile(tool.params_schema()).map_err(|e| {
+            crate::Error::Config(format!("tool {}: schema does not compile: {e}", tool.name()))
+        })?;
         let breakers = std::sync::Mutex::new(BTreeMap::new());
         self.tools.insert(tool.name().to_owned(), Arc::new(RegisteredTool { tool, schema, breakers }));
         Ok(())
     }
 
     /// Makes calls of these tools wait for a human's approval.
-    pub fn require_confirm(&mut self, tools: &[String]) -> Result<(), String> {
+    pub fn require_confirm(&mut self, tools: &[String]) -> Result<(), crate::Error> {
         for tool in tools {
             if !self.tools.contains_key(tool) {
-                return Err(format!("cannot require confirmation for unknown tool `{tool}`"));
+                return Err(crate::Error::Config(format!(
+                    "cannot require confirmation for unknown tool `{tool}`"
+                )));
             }
             self.confirm.insert(tool.clone());
         }

@@ -431,7 +431,7 @@ async fn code_python_is_off_by_default_and_asks_for_approval_when_on() {
     assert!(!default_tools.contains("code.python"));
     config.tools = vec!["code.python".into()];
     let err = build_registry(&config, None).await.err().unwrap();
-    assert!(err.contains("disabled"), "{err}");
+    assert!(err.to_string().contains("disabled"), "{err}");
     config.code_python = Some(CodePythonConfig::default());
     let tools = build_registry(&config, None).await.unwrap();
     let spec = tools.specs().into_iter().find(|s| s.name == "code.python").unwrap();

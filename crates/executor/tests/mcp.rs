@@ -70,10 +70,10 @@ async fn a_missing_server_or_tool_stops_the_agent_with_a_clear_error() {
     spec.tools = Some(vec!["subtract".into()]);
     config.mcp = vec![spec];
     let err = build_registry(&config, None).await.err().unwrap();
-    assert!(err.contains("has no tool `subtract`"), "{err}");
+    assert!(err.to_string().contains("has no tool `subtract`"), "{err}");
     let mut spec = server(&workspace.path().join("n"));
     spec.command = "/nonexistent/mcp-server".into();
     config.mcp = vec![spec];
     let err = build_registry(&config, None).await.err().unwrap();
-    assert!(err.contains("cannot start MCP server `notes`"), "{err}");
+    assert!(err.to_string().contains("cannot start MCP server `notes`"), "{err}");
 }

@@ -231,11 +231,20 @@ fn sentences(text: &str) -> impl Iterator<Item = &str> {
     text.split(['.', '!', '\n', '。']).map(str::trim).filter(|s| s.len() > 3)
 }
 
+/// Why the model could not fold the turns (the extractive summary is used instead).
+#[derive(Debug, thiserror::Error)]
+enum FoldError {
+    #[error(transparent)]
+    Model(#[from] hermes_llm::LlmError),
+    #[error(transparent)]
+    Answer(#[from] hermes_llm::repair::RepairError),
+}
+
 async fn fold_with_model(
     model: &dyn ChatModel,
     summary: &SessionSummary,
     old: &[SessionTurn],
-) -> std::result::Result<SessionSummary, String> {
+) -> std::result::Result<SessionSummary, FoldError> {
     let current = json!({
         "preferences": summary.preferences,
         "facts": summary.facts,
@@ -265,9 +274,9 @@ async fn fold_with_model(
         temperature: Some(0.0),
         ..Default::default()
     };
-    let response = model.chat(request).await.map_err(|e| e.to_string())?;
+    let response = model.chat(request).await?;
     let text = response.content.unwrap_or_default();
-    let value = hermes_llm::repair::repair_json(&text).map_err(|e| e.to_string())?.value;
+    let value = hermes_llm::repair::repair_json(&text)?.value;
     let list = |key: &str| -> Vec<String> {
         let mut out = Vec::new();
         for item in value[key].as_array().into_iter().flatten().filter_map(Value::as_str) {

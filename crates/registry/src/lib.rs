@@ -117,7 +117,7 @@ impl Registry {
         &self,
         subject_agent: &str,
         heartbeat: AgentHeartbeat,
-    ) -> Result<Option<AgentOffline>, String> {
+    ) -> Result<Option<AgentOffline>, hermes_core::Error> {
         validate_heartbeat(subject_agent, &heartbeat)?;
         if heartbeat.deregister {
             return Ok(self.remove(&heartbeat.agent_id, "deregistered"));
@@ -379,35 +379,39 @@ fn capability(agent: &AgentHeartbeat, query: &RouteQuery) -> (f64, usize, usize)
 }
 
 /// Rejects heartbeats that are malformed, oversized, or claim another agent's subject.
-fn validate_heartbeat(subject_agent: &str, hb: &AgentHeartbeat) -> Result<(), String> {
-    validate_agent_id(&hb.agent_id).map_err(|e| e.to_string())?;
+fn validate_heartbeat(subject_agent: &str, hb: &AgentHeartbeat) -> Result<(), hermes_core::Error> {
+    let bad = |reason: String| hermes_core::Error::InvalidArgument { field: "heartbeat".into(), reason };
+    validate_agent_id(&hb.agent_id)?;
     if hb.agent_id != subject_agent {
-        return Err(format!("heartbeat for `{}` arrived on the subject of `{subject_agent}`", hb.agent_id));
+        return Err(bad(format!(
+            "heartbeat for `{}` arrived on the subject of `{subject_agent}`",
+            hb.agent_id
+        )));
     }
     if hb.deregister {
         return Ok(());
     }
     if hb.max_concurrency == 0 {
-        return Err("max_concurrency must be at least 1".into());
+        return Err(bad("max_concurrency must be at least 1".to_owned()));
     }
     if hb.task_types.is_empty() || hb.task_types.len() > MAX_TASK_TYPES_PER_AGENT {
-        return Err(format!(
+        return Err(bad(format!(
             "declares {} task types; 1 to {MAX_TASK_TYPES_PER_AGENT} are allowed",
             hb.task_types.len()
-        ));
+        )));
     }
     if hb.tools.len() > MAX_TASK_TYPES_PER_AGENT || hb.tags.len() > MAX_TAGS_PER_AGENT {
-        return Err(format!(
+        return Err(bad(format!(
             "declares {} tools and {} tags; at most {MAX_TASK_TYPES_PER_AGENT} and {MAX_TAGS_PER_AGENT}",
             hb.tools.len(),
             hb.tags.len()
-        ));
+        )));
     }
     for task_type in &hb.task_types {
-        validate_task_type(task_type).map_err(|e| e.to_string())?;
+        validate_task_type(task_type)?;
     }
     if let Some(tool) = hb.tools.iter().find(|t| t.params_schema_json.len() > MAX_SCHEMA_BYTES) {
-        return Err(format!("tool `{}` has a schema over {MAX_SCHEMA_BYTES} bytes", tool.name));
+        return Err(bad(format!("tool `{}` has a schema over {MAX_SCHEMA_BYTES} bytes", tool.name)));
     }
     Ok(())
 }
@@ -486,13 +490,13 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
                 Some(msg) = heartbeats.next() => {
                     let subject_agent = msg.subject.rsplit('.').next().unwrap_or_default().to_owned();
                     let applied = AgentHeartbeat::decode(msg.payload.clone())
-                        .map_err(|e| format!("does not decode: {e}"))
+                        .map_err(|e| hermes_core::Error::Decode { kind: "AgentHeartbeat", reason: e.to_string() })
                         .and_then(|hb| registry.apply_heartbeat(&subject_agent, hb));
                     match applied {
                         Ok(Some(offline)) => publish_offline(offline).await,
                         Ok(None) => {}
                         Err(reason) => {
-                            warn!(subject = %msg.subject, reason, event = "heartbeat_rejected", "heartbeat rejected");
+                            warn!(subject = %msg.subject, reason = %reason, event = "heartbeat_rejected", "heartbeat rejected");
                         }
                     }
                 }
@@ -556,13 +560,21 @@ mod tests {
     #[test]
     fn malformed_and_spoofed_heartbeats_are_rejected_with_a_reason() {
         let r = Registry::new(RegistryConfig::default());
-        assert!(r.apply_heartbeat("", beat("", &["a"], 1)).unwrap_err().contains("agent_id"));
-        assert!(r.apply_heartbeat("x", beat("x", &["a.*"], 1)).unwrap_err().contains("task_type"));
-        assert!(r.apply_heartbeat("x", beat("x", &["a"], 0)).unwrap_err().contains("max_concurrency"));
+        assert!(r.apply_heartbeat("", beat("", &["a"], 1)).unwrap_err().to_string().contains("agent_id"));
+        assert!(
+            r.apply_heartbeat("x", beat("x", &["a.*"], 1)).unwrap_err().to_string().contains("task_type")
+        );
+        assert!(
+            r.apply_heartbeat("x", beat("x", &["a"], 0)).unwrap_err().to_string().contains("max_concurrency")
+        );
         let many: Vec<String> = (0..300).map(|i| format!("t{i}")).collect();
         let refs: Vec<&str> = many.iter().map(String::as_str).collect();
-        assert!(r.apply_heartbeat("x", beat("x", &refs, 1)).unwrap_err().contains("300 task types"));
-        assert!(r.apply_heartbeat("y", beat("x", &["a"], 1)).unwrap_err().contains("subject of `y`"));
+        assert!(
+            r.apply_heartbeat("x", beat("x", &refs, 1)).unwrap_err().to_string().contains("300 task types")
+        );
+        assert!(
+            r.apply_heartbeat("y", beat("x", &["a"], 1)).unwrap_err().to_string().contains("subject of `y`")
+        );
         assert!(r.is_empty());
     }
 

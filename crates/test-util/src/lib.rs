@@ -85,9 +85,23 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
+/// No nats-server to test against.
+#[derive(Debug, Clone, Copy)]
+pub struct NoNatsServer;
+
+impl std::fmt::Display for NoNatsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "nats-server not found: run `make tools` (installs the pinned server into .tools/bin) or set HERMES_NATS_SERVER_BIN",
+        )
+    }
+}
+
+impl std::error::Error for NoNatsServer {}
+
 /// Finds the nats-server to test against: `HERMES_NATS_SERVER_BIN`, else the project-local
 /// `.tools/bin/nats-server` that `make tools` installs, else `nats-server` on PATH.
-pub fn nats_server_binary() -> Result<PathBuf, String> {
+pub fn nats_server_binary() -> Result<PathBuf, NoNatsServer> {
     if let Ok(path) = std::env::var("HERMES_NATS_SERVER_BIN") {
         return Ok(PathBuf::from(path));
     }
@@ -98,9 +112,5 @@ pub fn nats_server_binary() -> Result<PathBuf, String> {
     }
     std::env::var_os("PATH")
         .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join("nats-server")).find(|p| p.exists()))
-        .ok_or_else(|| {
-            "nats-server not found: run `make tools` (installs the pinned server into .tools/bin) \
-             or set HERMES_NATS_SERVER_BIN"
-                .to_owned()
-        })
+        .ok_or(NoNatsServer)
 }

@@ -78,10 +78,26 @@ struct Entry {
     ports: Ports,
 }
 
+/// An allowlist entry that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("http allowlist entry `{entry}`: {why}")]
+pub struct AllowlistError {
+    entry: String,
+    why: &'static str,
+}
+
+/// An address refused after resolution.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{ip} is {range}, which is refused unless the allowlist names it")]
+pub struct RefusedAddress {
+    ip: IpAddr,
+    range: &'static str,
+}
+
 impl Entry {
-    fn parse(text: &str) -> Result<Entry, String> {
+    fn parse(text: &str) -> Result<Entry, AllowlistError> {
         let text = text.trim().to_ascii_lowercase();
-        let bad = |why: &str| Err(format!("http allowlist entry `{text}`: {why}"));
+        let bad = |why: &'static str| Err(AllowlistError { entry: text.clone(), why });
         // `[v6]:port`, `v4:port`, `name:port`, or no port at all.
         let (host, port) = if let Some(rest) = text.strip_prefix('[') {
             match rest.split_once(']') {
@@ -234,11 +250,11 @@ struct Policy {
 
 impl Policy {
     /// Whether `ip` may be connected to: public, or covered by an address entry.
-    fn address_ok(&self, ip: IpAddr) -> Result<(), String> {
+    fn address_ok(&self, ip: IpAddr) -> Result<(), RefusedAddress> {
         match refused_range(ip) {
             None => Ok(()),
             Some(_) if self.entries.iter().any(|e| e.covers(ip)) => Ok(()),
-            Some(range) => Err(format!("{ip} is {range}, which is refused unless the allowlist names it")),
+            Some(range) => Err(RefusedAddress { ip, range }),
         }
     }
 
@@ -266,7 +282,7 @@ impl Policy {
             url::Host::Domain(_) => None,
         };
         if let Some(ip) = literal {
-            self.address_ok(ip).map_err(denied)?;
+            self.address_ok(ip).map_err(|e| denied(e.to_string()))?;
         }
         Ok(())
     }
@@ -287,7 +303,7 @@ impl reqwest::dns::Resolve for CheckedResolver {
                 .filter(|addr| match policy.address_ok(addr.ip()) {
                     Ok(()) => true,
                     Err(why) => {
-                        refusals.push(why);
+                        refusals.push(why.to_string());
                         false
                     }
                 })
@@ -305,7 +321,7 @@ impl reqwest::dns::Resolve for CheckedResolver {
 pub struct HttpFetch {
     policy: Arc<Policy>,
     /// An allowlist entry that did not parse; every fetch fails with it.
-    invalid: Option<String>,
+    invalid: Option<AllowlistError>,
     client: reqwest::Client,
 }
 
@@ -344,7 +360,7 @@ impl HttpFetch {
 
     fn check(&self, url: &str) -> Result<reqwest::Url, ToolError> {
         if let Some(invalid) = &self.invalid {
-            return Err(ToolError { code: ErrorCode::FailedPrecondition, message: invalid.clone() });
+            return Err(ToolError { code: ErrorCode::FailedPrecondition, message: invalid.to_string() });
         }
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| ToolError::invalid_argument(format!("`{url}` is not a URL: {e}")))?;
@@ -436,8 +452,8 @@ mod tests {
         Policy { entries: entries.iter().map(|e| Entry::parse(e).unwrap()).collect() }
     }
 
-    fn check(policy: &Policy, url: &str) -> Result<(), String> {
-        policy.check_url(&reqwest::Url::parse(url).unwrap()).map_err(|e| e.message)
+    fn check(policy: &Policy, url: &str) -> Result<(), ToolError> {
+        policy.check_url(&reqwest::Url::parse(url).unwrap())
     }
 
     #[test]
@@ -449,7 +465,7 @@ mod tests {
         assert!(check(&p, "https://internal.test/").is_err());
         assert!(check(&p, "https://evil-api.example.com/").is_err());
         assert!(check(&p, "https://api.example.com.evil.net/").is_err());
-        assert!(check(&p, "https://api.example.com:8443/").unwrap_err().contains("port 8443"));
+        assert!(check(&p, "https://api.example.com:8443/").unwrap_err().message.contains("port 8443"));
         assert!(check(&p, "http://svc.test:8080/").is_ok());
         assert!(check(&p, "http://svc.test/").is_err());
         assert!(check(&p, "http://any.test:1234/").is_ok());

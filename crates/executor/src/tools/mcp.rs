@@ -29,18 +29,24 @@ struct Connection {
 }
 
 impl Connection {
-    async fn connect(spec: &McpServerSpec) -> Result<Client, String> {
+    /// Starts the server; a server that cannot start is `UNAVAILABLE` (its breaker counts it).
+    async fn connect(spec: &McpServerSpec) -> Result<Client, ToolError> {
+        let unavailable = |message: String| ToolError { code: ErrorCode::Unavailable, message };
         let mut command = tokio::process::Command::new(&spec.command);
         command.args(&spec.args).envs(&spec.env).kill_on_drop(true);
         let transport = TokioChildProcess::builder(command)
             .stderr(std::process::Stdio::inherit())
             .spawn()
             .map(|(transport, _)| transport)
-            .map_err(|e| format!("cannot start MCP server `{}` ({}): {e}", spec.name, spec.command))?;
+            .map_err(|e| {
+                unavailable(format!("cannot start MCP server `{}` ({}): {e}", spec.name, spec.command))
+            })?;
         let client = tokio::time::timeout(Duration::from_secs(30), ().serve(transport))
             .await
-            .map_err(|_| format!("MCP server `{}` did not finish its handshake within 30 s", spec.name))?
-            .map_err(|e| format!("MCP server `{}` failed its handshake: {e}", spec.name))?;
+            .map_err(|_| {
+                unavailable(format!("MCP server `{}` did not finish its handshake within 30 s", spec.name))
+            })?
+            .map_err(|e| unavailable(format!("MCP server `{}` failed its handshake: {e}", spec.name)))?;
         Ok(client)
     }
 
@@ -48,9 +54,7 @@ impl Connection {
         let mut guard = self.client.lock().await;
         if guard.as_ref().is_none_or(|c| c.is_closed()) {
             info!(server = %self.spec.name, "starting MCP server");
-            let client = Self::connect(&self.spec)
-                .await
-                .map_err(|message| ToolError { code: ErrorCode::Unavailable, message })?;
+            let client = Self::connect(&self.spec).await?;
             *guard = Some(client);
         }
         let peer =
@@ -136,18 +140,19 @@ fn segment(name: &str) -> String {
 
 /// Starts the server, lists its tools and returns them ready to register. Fails with a clear
 /// message when the server cannot start or a tool named in `tools` does not exist.
-pub async fn mount(spec: &McpServerSpec) -> Result<Vec<Arc<dyn Tool>>, String> {
+pub async fn mount(spec: &McpServerSpec) -> Result<Vec<Arc<dyn Tool>>, crate::Error> {
+    use crate::Error;
     hermes_core::topology::validate_task_type(&spec.name)
-        .map_err(|_| format!("MCP server name `{}` must be [a-z0-9-]", spec.name))?;
-    let client = Connection::connect(spec).await?;
+        .map_err(|_| Error::Config(format!("MCP server name `{}` must be [a-z0-9-]", spec.name)))?;
+    let client = Connection::connect(spec).await.map_err(|e| Error::Config(e.message))?;
     let listed = client
         .list_all_tools()
         .await
-        .map_err(|e| format!("MCP server `{}` cannot list its tools: {e}", spec.name))?;
+        .map_err(|e| Error::Config(format!("MCP server `{}` cannot list its tools: {e}", spec.name)))?;
     if let Some(wanted) = &spec.tools
         && let Some(missing) = wanted.iter().find(|w| !listed.iter().any(|t| t.name == **w))
     {
-        return Err(format!("MCP server `{}` has no tool `{missing}`", spec.name));
+        return Err(Error::Config(format!("MCP server `{}` has no tool `{missing}`", spec.name)));
     }
     let connection =
         Arc::new(Connection { spec: spec.clone(), client: tokio::sync::Mutex::new(Some(client)) });

@@ -56,6 +56,17 @@ use tokio::io::AsyncReadExt;
 use crate::tool::{RetryPolicy, Tool, ToolContext, ToolError, parse_args, schema_of};
 use hermes_core::ErrorCode;
 
+/// Why the sandbox cannot run here: the tool then refuses with `FAILED_PRECONDITION` naming it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SandboxUnavailable(String);
+
+impl From<String> for SandboxUnavailable {
+    fn from(reason: String) -> Self {
+        Self(reason)
+    }
+}
+
 /// Limits of `code.python`.
 #[derive(Debug, Clone)]
 pub struct CodePythonConfig {
@@ -172,14 +183,14 @@ struct Sandbox {
 
 impl Sandbox {
     /// Located, then checked with one real run.
-    async fn ready(config: &CodePythonConfig) -> Result<Self, String> {
+    async fn ready(config: &CodePythonConfig) -> Result<Self, SandboxUnavailable> {
         let sandbox = Self::locate(config).await?;
         sandbox.check(config).await?;
         Ok(sandbox)
     }
 
     /// Finds bwrap and the interpreter and lays out the root; checks nothing yet.
-    async fn locate(config: &CodePythonConfig) -> Result<Self, String> {
+    async fn locate(config: &CodePythonConfig) -> Result<Self, SandboxUnavailable> {
         let system_bwrap = Some(PathBuf::from("/usr/bin/bwrap")).filter(|p| is_executable(p));
         let bwrap = find_in_path("bwrap").or(system_bwrap).ok_or_else(|| {
             "bubblewrap (`bwrap`) is not installed; install the `bubblewrap` package (`make tools` does, as root)"
@@ -222,17 +233,17 @@ impl Sandbox {
             || ro_binds.iter().any(|b| python.starts_with(b))
             || links.iter().any(|(l, _)| python.starts_with(l));
         if !inside {
-            return Err(format!(
+            return Err(SandboxUnavailable(format!(
                 "the interpreter {} lies outside /usr and outside its own prefix, so the sandbox cannot hold it",
                 python.display()
-            ));
+            )));
         }
         let run_as = agent_is_root().then_some(SANDBOX_ID);
         Ok(Self { bwrap, python, links, ro_binds, run_as })
     }
 
     /// A fresh scratch dir, owned by the sandbox's host user when that is not the agent's.
-    fn scratch(&self) -> Result<tempfile::TempDir, String> {
+    fn scratch(&self) -> Result<tempfile::TempDir, SandboxUnavailable> {
         let scratch = tempfile::Builder::new()
             .prefix("hermes-python-")
             .tempdir()
@@ -245,7 +256,7 @@ impl Sandbox {
     }
 
     /// Writes the code the prelude runs, readable by the sandbox's host user.
-    fn write_snippet(&self, scratch: &Path, code: &str) -> Result<(), String> {
+    fn write_snippet(&self, scratch: &Path, code: &str) -> Result<(), SandboxUnavailable> {
         let path = scratch.join("snippet.py");
         std::fs::write(&path, code).map_err(|e| format!("cannot write the snippet: {e}"))?;
         if let Some(id) = self.run_as {
@@ -325,7 +336,7 @@ impl Sandbox {
     }
 
     /// One real run that must report `isolated`.
-    async fn check(&self, config: &CodePythonConfig) -> Result<(), String> {
+    async fn check(&self, config: &CodePythonConfig) -> Result<(), SandboxUnavailable> {
         let scratch = self.scratch()?;
         self.write_snippet(scratch.path(), PROBE)?;
         // At least 256 MiB, so that a tiny `memory_mb` is not mistaken for a broken sandbox.
@@ -333,9 +344,14 @@ impl Sandbox {
         let mut command = self.command(scratch.path(), memory_mb, PROBE_TIMEOUT.as_secs(), BASE_TASKS);
         let out = match tokio::time::timeout(PROBE_TIMEOUT, command.output()).await {
             Err(_) => {
-                return Err(format!("the sandbox check did not finish in {} s", PROBE_TIMEOUT.as_secs()));
+                return Err(SandboxUnavailable(format!(
+                    "the sandbox check did not finish in {} s",
+                    PROBE_TIMEOUT.as_secs()
+                )));
             }
-            Ok(Err(e)) => return Err(format!("cannot run {}: {e}", self.bwrap.display())),
+            Ok(Err(e)) => {
+                return Err(SandboxUnavailable(format!("cannot run {}: {e}", self.bwrap.display())));
+            }
             Ok(Ok(out)) => out,
         };
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -351,7 +367,7 @@ impl Sandbox {
         } else {
             lines[lines.len().saturating_sub(3)..].join("; ")
         };
-        Err(format!("bwrap cannot build the sandbox here: {reason}"))
+        Err(SandboxUnavailable(format!("bwrap cannot build the sandbox here: {reason}")))
     }
 }
 
@@ -359,7 +375,7 @@ impl Sandbox {
 /// when it is there (the system Python needs nothing but `/usr`), else from `PATH`; an
 /// interpreter outside `/usr` is asked once, outside the sandbox, for its executable and prefixes
 /// (that resolves pyenv shims and virtualenvs).
-async fn locate_python(name: &str) -> Result<(PathBuf, Vec<PathBuf>), String> {
+async fn locate_python(name: &str) -> Result<(PathBuf, Vec<PathBuf>), SandboxUnavailable> {
     let found = if name.contains('/') {
         std::path::absolute(name).map_err(|e| format!("cannot resolve the interpreter {name}: {e}"))?
     } else {
@@ -371,7 +387,10 @@ async fn locate_python(name: &str) -> Result<(PathBuf, Vec<PathBuf>), String> {
         }
     };
     if !is_executable(&found) {
-        return Err(format!("the interpreter {} is not an executable file", found.display()));
+        return Err(SandboxUnavailable(format!(
+            "the interpreter {} is not an executable file",
+            found.display()
+        )));
     }
     if found.starts_with("/usr") {
         return Ok((found, Vec::new()));
@@ -380,19 +399,21 @@ async fn locate_python(name: &str) -> Result<(PathBuf, Vec<PathBuf>), String> {
     let mut command = tokio::process::Command::new(&found);
     command.args(["-I", "-c", query]).stdin(Stdio::null()).kill_on_drop(true);
     let out = match tokio::time::timeout(PROBE_TIMEOUT, command.output()).await {
-        Err(_) => return Err(format!("{} did not answer where it lives", found.display())),
-        Ok(Err(e)) => return Err(format!("cannot run {}: {e}", found.display())),
+        Err(_) => {
+            return Err(SandboxUnavailable(format!("{} did not answer where it lives", found.display())));
+        }
+        Ok(Err(e)) => return Err(SandboxUnavailable(format!("cannot run {}: {e}", found.display()))),
         Ok(Ok(out)) => out,
     };
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("{} failed to start: {}", found.display(), stderr.trim()));
+        return Err(SandboxUnavailable(format!("{} failed to start: {}", found.display(), stderr.trim())));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let mut lines = stdout.lines().map(str::trim);
     let executable = PathBuf::from(lines.next().unwrap_or_default());
     if !executable.is_absolute() {
-        return Err(format!("{} does not know its own executable", found.display()));
+        return Err(SandboxUnavailable(format!("{} does not know its own executable", found.display())));
     }
     let mut prefixes: Vec<PathBuf> = Vec::new();
     for line in lines {
@@ -427,7 +448,7 @@ fn agent_is_root() -> bool {
 /// The `code.python` tool.
 pub struct CodePython {
     config: CodePythonConfig,
-    sandbox: tokio::sync::OnceCell<Result<Sandbox, String>>,
+    sandbox: tokio::sync::OnceCell<Result<Sandbox, SandboxUnavailable>>,
 }
 
 impl CodePython {
@@ -485,8 +506,10 @@ impl Tool for CodePython {
         Box::pin(async move {
             let args: Args = parse_args(args)?;
             let sandbox = self.sandbox_available().await?;
-            let scratch = sandbox.scratch().map_err(ToolError::failed)?;
-            sandbox.write_snippet(scratch.path(), &args.code).map_err(ToolError::failed)?;
+            let scratch = sandbox.scratch().map_err(|e| ToolError::failed(e.to_string()))?;
+            sandbox
+                .write_snippet(scratch.path(), &args.code)
+                .map_err(|e| ToolError::failed(e.to_string()))?;
             // A backstop behind the wall-clock timeout, which should always fire first.
             let cpu_secs = self.config.timeout.as_secs().max(1) + 2;
             let nproc = BASE_TASKS + u64::from(self.config.max_processes);
