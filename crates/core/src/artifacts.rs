@@ -270,33 +270,13 @@ pub fn stub_reference(value: &Value) -> Option<&str> {
 /// The JSON pointers of every object in `value` with an `$artifact` key, stub-shaped or not: a
 /// submitted plan may contain none.
 pub fn stub_pointers(value: &Value) -> Vec<String> {
-    fn walk(value: &Value, pointer: &mut String, out: &mut Vec<String>) {
-        match value {
-            Value::Object(map) => {
-                if map.contains_key(ARTIFACT_KEY) {
-                    out.push(if pointer.is_empty() { "/".to_owned() } else { pointer.clone() });
-                }
-                for (key, child) in map {
-                    let len = pointer.len();
-                    pointer.push('/');
-                    pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
-                    walk(child, pointer, out);
-                    pointer.truncate(len);
-                }
-            }
-            Value::Array(items) => {
-                for (i, child) in items.iter().enumerate() {
-                    let len = pointer.len();
-                    pointer.push_str(&format!("/{i}"));
-                    walk(child, pointer, out);
-                    pointer.truncate(len);
-                }
-            }
-            _ => {}
-        }
-    }
     let mut out = Vec::new();
-    walk(value, &mut String::new(), &mut out);
+    crate::json_ref::visit(value, &mut |pointer, value| {
+        if value.as_object().is_some_and(|map| map.contains_key(ARTIFACT_KEY)) {
+            out.push(if pointer.is_empty() { "/".to_owned() } else { pointer.to_owned() });
+        }
+        true
+    });
     out
 }
 

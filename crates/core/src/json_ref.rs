@@ -34,11 +34,11 @@ pub fn as_ref(value: &Value) -> Option<&str> {
     }
 }
 
-/// Every reference in `value`, with the JSON pointer where it sits.
-pub fn collect_refs(value: &Value) -> Vec<(String, String)> {
-    fn walk(value: &Value, pointer: &mut String, out: &mut Vec<(String, String)>) {
-        if let Some(reference) = as_ref(value) {
-            out.push((pointer.clone(), reference.to_owned()));
+/// Visits `value` and everything inside it, depth first, with the JSON pointer of each (`""` for
+/// `value` itself); `visit` returns `false` to skip a value's children.
+pub fn visit(value: &Value, visit: &mut dyn FnMut(&str, &Value) -> bool) {
+    fn walk(value: &Value, pointer: &mut String, visit: &mut dyn FnMut(&str, &Value) -> bool) {
+        if !visit(pointer, value) {
             return;
         }
         let len = pointer.len();
@@ -47,7 +47,7 @@ pub fn collect_refs(value: &Value) -> Vec<(String, String)> {
                 for (key, child) in map {
                     pointer.push('/');
                     pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
-                    walk(child, pointer, out);
+                    walk(child, pointer, visit);
                     pointer.truncate(len);
                 }
             }
@@ -55,15 +55,26 @@ pub fn collect_refs(value: &Value) -> Vec<(String, String)> {
                 for (index, child) in items.iter().enumerate() {
                     pointer.push('/');
                     pointer.push_str(&index.to_string());
-                    walk(child, pointer, out);
+                    walk(child, pointer, visit);
                     pointer.truncate(len);
                 }
             }
             _ => {}
         }
     }
+    walk(value, &mut String::new(), visit);
+}
+
+/// Every reference in `value`, with the JSON pointer where it sits.
+pub fn collect_refs(value: &Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    walk(value, &mut String::new(), &mut out);
+    visit(value, &mut |pointer, value| match as_ref(value) {
+        Some(reference) => {
+            out.push((pointer.to_owned(), reference.to_owned()));
+            false
+        }
+        None => true,
+    });
     out
 }
 
