@@ -105,7 +105,6 @@ impl HermesUpBuilder {
 
     /// Starts it and waits for `hermes up: grpc ...` on its stdout.
     pub fn start(mut self) -> HermesUp {
-        let mut child = self.command.spawn().expect("hermes up starts");
         let grpc = self
             .command
             .get_args()
@@ -114,6 +113,7 @@ impl HermesUpBuilder {
             .and_then(|a| a.to_str())
             .expect("a --grpc-listen address")
             .to_owned();
+        let mut child = self.command.spawn().expect("hermes up starts");
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -133,6 +133,7 @@ impl HermesUpBuilder {
             }
         }
         let _ = child.kill();
+        let _ = child.wait();
         panic!("hermes up did not become ready within {:?}", self.ready_within);
     }
 }
