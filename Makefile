@@ -77,7 +77,7 @@ demo: tools models
 
 ## bench: JetStream floor vs Hermes, in one run against one nats-server
 bench: tools models
-	$(CARGO) run --release -p hermes-bench $(FEATURES)
+	$(CARGO) run --release -p hermes-bench --features hermes-bench/local
 
 fmt:
 	$(CARGO) fmt --all

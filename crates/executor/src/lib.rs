@@ -186,7 +186,6 @@ impl Agent {
             in_flight: AtomicU32::new(0),
             stats: std::sync::Mutex::new(Stats::default()),
             running: Default::default(),
-            instance: supervise::process_instance().to_owned(),
         });
         let cancels = tokio::spawn(cancel_loop(shared.clone(), shutdown.clone()));
         shared.registry.export_breaker_metrics();
@@ -295,8 +294,6 @@ struct Shared {
     stats: std::sync::Mutex<Stats>,
     /// Running tasks' cancellation tokens, by task id, with their goal.
     running: std::sync::Mutex<std::collections::HashMap<String, (String, CancellationToken)>>,
-    /// This process's instance (see [`supervise`]), recorded in crash markers.
-    instance: String,
 }
 
 /// Rolling success rate and latency, reported in heartbeats.
@@ -403,10 +400,7 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
             .task_duration
             .get_or_create(&labels)
             .observe(hermes_core::metrics::seconds(result.elapsed_ms));
-        let msg_id = format!("result:{}", task.task_id);
-        let subject = shared.bus.topology().result(&task.goal_id);
-        let trace = hermes_core::trace::propagate(delivery.trace.as_ref());
-        match shared.bus.publish(subject, &result, &msg_id, trace.as_ref()).await {
+        match publish_result(shared, &delivery, &result).await {
             Ok(_) => {
                 // Confirmed, so that once this returns the server has removed the task: an agent
                 // that deregisters after draining must leave nothing behind that looks unfinished
@@ -429,6 +423,19 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
     }
     .instrument(span)
     .await;
+}
+
+/// Publishes a task's result on its goal's result subject, deduplicated by task id, in the
+/// task's trace.
+async fn publish_result(
+    shared: &Shared,
+    delivery: &Delivery<TaskMessage>,
+    result: &TaskResult,
+) -> hermes_core::Result<hermes_core::PublishOutcome> {
+    let task = &delivery.message;
+    let subject = shared.bus.topology().result(&task.goal_id);
+    let trace = hermes_core::trace::propagate(delivery.trace.as_ref());
+    shared.bus.publish(subject, result, &format!("result:{}", task.task_id), trace.as_ref()).await
 }
 
 /// Crashes with one node in flight after which its task is quarantined.
@@ -473,7 +480,7 @@ async fn crash_marker(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Cras
         return Crashes::Quarantine(crashes);
     }
     let marker = serde_json::json!({
-        "process": shared.instance,
+        "process": supervise::process_instance(),
         "agent": shared.agent_id,
         "crashes": crashes,
         "task_id": task.task_id,
@@ -554,10 +561,7 @@ async fn quarantine(shared: &Shared, delivery: &Delivery<TaskMessage>, deaths: u
         error: Some(error),
         ..Default::default()
     };
-    let subject = shared.bus.topology().result(&task.goal_id);
-    let trace = hermes_core::trace::propagate(delivery.trace.as_ref());
-    let msg_id = format!("result:{}", task.task_id);
-    if let Err(e) = shared.bus.publish(subject, &result, &msg_id, trace.as_ref()).await {
+    if let Err(e) = publish_result(shared, delivery, &result).await {
         warn!(error = %e, "cannot publish the quarantined task's result; asking for redelivery");
         let _ = delivery.nak(Some(Duration::from_secs(1))).await;
         return;
