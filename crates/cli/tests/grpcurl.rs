@@ -41,6 +41,15 @@ fn grpcurl_lists_and_describes_the_api_by_reflection() {
     }
     let (ok, message) = run(&["-plaintext", &up.grpc, "describe", "hermes.v1.WatchGoalRequest"]);
     assert!(ok && message.contains("after_seq"), "{message}");
+    // Health answers for the server and for the Dispatcher service by name.
+    let (ok, health) = run(&[
+        "-plaintext",
+        "-d",
+        r#"{"service": "hermes.v1.Dispatcher"}"#,
+        &up.grpc,
+        "grpc.health.v1.Health/Check",
+    ]);
+    assert!(ok && health.contains("SERVING"), "{health}");
     // A call through reflection alone: a bad id is INVALID_ARGUMENT naming it.
     let (ok, reply) =
         run(&["-plaintext", "-d", r#"{"goal_id": "../etc"}"#, &up.grpc, "hermes.v1.Dispatcher/GetGoal"]);

@@ -41,19 +41,23 @@ pub fn reflection(
 }
 
 /// Serves `routes` (the service's own gRPC services, each built with
-/// `.max_decoding_message_size(max_message_bytes)`) on `listener` until `shutdown`, with what every
-/// Hermes server carries: `grpc.health.v1` (serving), reflection v1 and v1alpha over the Hermes and
+/// `.max_decoding_message_size(max_message_bytes)`, and named in `services` for health) on
+/// `listener` until `shutdown`, with what every Hermes server carries: `grpc.health.v1` (the
+/// server and each named service serving), reflection v1 and v1alpha over the Hermes and
 /// health descriptors, the over-limit answer of [`MessageLimitLayer`], and TCP_NODELAY (replies
 /// are small; without it they can wait on Nagle's algorithm).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     mut routes: tonic::service::RoutesBuilder,
+    services: &[&str],
     max_message_bytes: usize,
     setting: &'static str,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    for service in std::iter::once(&"").chain(services) {
+        health.set_service_status(*service, tonic_health::ServingStatus::Serving).await;
+    }
     let (v1, v1alpha) =
         reflection(&[hermes_proto::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET])?;
     routes.add_service(health_service).add_service(v1).add_service(v1alpha);

@@ -33,7 +33,8 @@ pub(crate) async fn serve(
         DispatcherServer::new(Api { service, shutdown: shutdown.clone() }).max_decoding_message_size(limit),
     );
     let setting = "--grpc-max-message-bytes, HERMES_GRPC_MAX_MESSAGE_BYTES";
-    hermes_core::grpc::serve(listener, routes, limit, setting, shutdown).await?;
+    let services = ["hermes.v1.Dispatcher"];
+    hermes_core::grpc::serve(listener, routes, &services, limit, setting, shutdown).await?;
     Ok(())
 }
 

@@ -41,7 +41,14 @@ async fn main() -> anyhow::Result<()> {
     let mut routes = tonic::service::RoutesBuilder::default();
     routes.add_service(hermes_memory::grpc::MemoryGrpc::new(memory.clone()).into_service());
     let limit = hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES;
-    let grpc = hermes_core::grpc::serve(listener, routes, limit, "the default gRPC limit", shutdown.clone());
+    let grpc = hermes_core::grpc::serve(
+        listener,
+        routes,
+        &["hermes.v1.Memory"],
+        limit,
+        "the default gRPC limit",
+        shutdown.clone(),
+    );
     let (nats, grpc) = tokio::join!(hermes_memory::run(memory, shutdown.clone()), grpc);
     grpc.context("memory gRPC server failed")?;
     nats

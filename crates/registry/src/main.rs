@@ -42,7 +42,14 @@ async fn main() -> anyhow::Result<()> {
     let mut routes = tonic::service::RoutesBuilder::default();
     routes.add_service(hermes_registry::RegistryGrpc::new(registry.clone(), shutdown.clone()).into_service());
     let limit = hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES;
-    let grpc = hermes_core::grpc::serve(listener, routes, limit, "the default gRPC limit", shutdown.clone());
+    let grpc = hermes_core::grpc::serve(
+        listener,
+        routes,
+        &["hermes.v1.Registry"],
+        limit,
+        "the default gRPC limit",
+        shutdown.clone(),
+    );
     let (nats, grpc) = tokio::join!(hermes_registry::run(bus, registry, shutdown.clone()), grpc);
     grpc.context("registry gRPC server failed")?;
     nats
