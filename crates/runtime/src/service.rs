@@ -1,0 +1,406 @@
+//! The [`Service`] abstraction and the one runner every binary's `main` calls.
+//!
+//! A run goes: parse the command line, load the settings ([`crate::config`]), install logging
+//! and trace export, watch for signals, serve metrics, let the service start its tasks on a
+//! [`Context`] (connecting to NATS and adding gRPC services), serve one gRPC server for all of
+//! them (health, reflection v1 and v1alpha, the message limit), then wait. On the first SIGTERM
+//! or SIGINT, or when a task fails, the tasks are drained in the reverse order of their start,
+//! the gRPC server first, each under the drain timeout; a second signal exits at once. Telemetry
+//! is flushed last, under a timeout.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hermes_core::Bus;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::{self, CONFIG_FILE_ENV, ConfigError, Sources};
+use crate::settings::{NatsSettings, ServiceSettings};
+
+/// One Hermes service: what it is called and how it starts.
+pub trait Service: 'static {
+    /// The binary's name: the connection name, the telemetry service name and the log prefix.
+    const NAME: &'static str;
+    /// One line for `--help`.
+    const ABOUT: &'static str;
+    type Settings: ServiceSettings;
+
+    /// Starts the service's work on `cx`: connect ([`Context::connect`]), spawn named tasks
+    /// ([`Context::spawn`]) and add gRPC services ([`Context::grpc`]). Returns once started; the
+    /// runner then waits and drains.
+    fn start(settings: Self::Settings, cx: &mut Context) -> impl Future<Output = anyhow::Result<()>>;
+}
+
+/// What the command line asked for.
+pub enum Invocation<S> {
+    /// Run with these settings.
+    Run(S),
+    /// Printed what was asked (`--print-config`, `--print-env`, `--help`); exit with this code.
+    Exit(i32),
+}
+
+/// The command line of a service with settings `S`: `--config FILE`, `--print-config`, and one
+/// flag for each setting, named after its key (see [`crate::config`]).
+pub fn command<S: crate::Settings>(name: &'static str, about: &'static str) -> clap::Command {
+    let mut command = clap::Command::new(name)
+        .about(about)
+        .version(env!("CARGO_PKG_VERSION"))
+        .arg(
+            clap::Arg::new("config")
+                .long("config")
+                .value_name("FILE")
+                .value_parser(clap::value_parser!(std::path::PathBuf))
+                .help(format!("A settings file (TOML) [env: {CONFIG_FILE_ENV}]")),
+        )
+        .arg(
+            clap::Arg::new("print-config")
+                .long("print-config")
+                .action(clap::ArgAction::SetTrue)
+                .help("Print the effective settings (secrets masked) and exit"),
+        )
+        .arg(
+            clap::Arg::new("print-env")
+                .long("print-env")
+                .action(clap::ArgAction::SetTrue)
+                .hide(true)
+                .help("Print every environment variable the settings read, one a line, and exit"),
+        )
+        .next_help_heading("Settings (each also a key of the settings file and a HERMES_ variable)");
+    for key in config::keys::<S>() {
+        let mut help = S::describe(&key.path).map(str::to_owned).unwrap_or_default();
+        if !help.is_empty() {
+            help.push(' ');
+        }
+        help.push_str(&format!("[key: {}] [env: {}]", key.path, key.env()));
+        let aliases: Vec<String> = S::ALIASES
+            .iter()
+            .filter(|(_, path)| *path == key.path)
+            .map(|(alias, _)| alias.replace('_', "-"))
+            .collect();
+        if let Some(first) = aliases.first() {
+            help.push_str(&format!(" [also: HERMES_{}]", first.replace('-', "_").to_ascii_uppercase()));
+        }
+        if !key.default.is_empty() {
+            help.push_str(&format!(" [default: {}]", key.default));
+        }
+        let value_name = if key.list { "LIST" } else { "VALUE" };
+        command = command.arg(
+            clap::Arg::new(key.flat())
+                .long(key.flag())
+                .aliases(aliases)
+                .value_name(value_name)
+                .num_args(1)
+                .help(help),
+        );
+    }
+    command
+}
+
+/// Parses `args` (with the program name first) and loads the settings, or prints what was asked.
+pub fn parse<S: crate::Settings>(
+    name: &'static str,
+    about: &'static str,
+    args: impl IntoIterator<Item = OsString>,
+) -> Result<Invocation<S>, ConfigError> {
+    let matches = match command::<S>(name, about).try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(e) => {
+            let code = e.exit_code();
+            let _ = e.print();
+            return Ok(Invocation::Exit(code));
+        }
+    };
+    let keys = config::keys::<S>();
+    if matches.get_flag("print-env") {
+        for key in &keys {
+            println!("{}\n{}", key.env(), key.env_nested());
+        }
+        for (alias, _) in S::ALIASES {
+            println!("HERMES_{}", alias.to_ascii_uppercase());
+        }
+        return Ok(Invocation::Exit(0));
+    }
+    let mut sources = Sources::from_env();
+    sources.file = matches
+        .get_one::<std::path::PathBuf>("config")
+        .cloned()
+        .or_else(|| std::env::var_os(CONFIG_FILE_ENV).filter(|v| !v.is_empty()).map(Into::into));
+    for key in &keys {
+        let id = key.flat();
+        if matches.value_source(&id) == Some(clap::parser::ValueSource::CommandLine)
+            && let Some(value) = matches.get_one::<String>(&id)
+        {
+            sources.flags.push((id, value.clone()));
+        }
+    }
+    let settings: S = config::load(&sources)?;
+    if matches.get_flag("print-config") {
+        print!("{}", config::to_masked_toml(&settings));
+        return Ok(Invocation::Exit(0));
+    }
+    Ok(Invocation::Run(settings))
+}
+
+/// A binary's whole `main`: parse, load, run `S` on a multi-threaded runtime, exit.
+pub fn main<S: Service>() -> ! {
+    main_with_args::<S>(std::env::args_os())
+}
+
+/// [`main`] with the command line given (`hermes agent ...` passes its own).
+pub fn main_with_args<S: Service>(args: impl IntoIterator<Item = OsString>) -> ! {
+    let settings = match parse::<S::Settings>(S::NAME, S::ABOUT, args) {
+        Ok(Invocation::Run(settings)) => settings,
+        Ok(Invocation::Exit(code)) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("{}: {e}", S::NAME);
+            std::process::exit(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("{}: cannot start the async runtime: {e}", S::NAME);
+            std::process::exit(1);
+        }
+    };
+    let result = runtime.block_on(run::<S>(settings));
+    // Tasks that ignored their drain deadline are not waited for.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("{}: {e:#}", S::NAME);
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Runs `S` until a signal or a task failure, drains it, and flushes telemetry.
+pub async fn run<S: Service>(settings: S::Settings) -> anyhow::Result<()> {
+    let telemetry = hermes_core::telemetry::init(S::NAME);
+    let shutdown = signals();
+    let result = async {
+        let mut cx = Context::new(S::NAME, settings.drain_timeout(), shutdown.clone());
+        if let Some(addr) = settings.metrics_listen() {
+            let token = CancellationToken::new();
+            hermes_core::metrics::serve_if(Some(addr), token.clone()).await?;
+            let served = token.clone();
+            cx.push("metrics", token, tokio::spawn(async move {
+                served.cancelled().await;
+                Ok(())
+            }));
+        }
+        S::start(settings, &mut cx).await?;
+        cx.run().await
+    }
+    .await;
+    // Telemetry last: spans of the drain are exported too.
+    let flush = tokio::task::spawn_blocking(move || drop(telemetry));
+    if tokio::time::timeout(Duration::from_secs(5), flush).await.is_err() {
+        eprintln!("{}: telemetry did not flush within 5 s", S::NAME);
+    }
+    result
+}
+
+/// The first SIGTERM or SIGINT cancels the returned token; a second exits at once.
+fn signals() -> CancellationToken {
+    hermes_core::shutdown::install_signal_handlers()
+}
+
+/// A task the runner drains.
+struct Task {
+    name: &'static str,
+    token: CancellationToken,
+    handle: JoinHandle<anyhow::Result<()>>,
+}
+
+/// The gRPC server a service's [`Context::grpc`] calls build up.
+struct Grpc {
+    listener: tokio::net::TcpListener,
+    routes: tonic::service::RoutesBuilder,
+    names: Vec<&'static str>,
+    max_message_bytes: usize,
+    setting: &'static str,
+}
+
+/// What a starting [`Service`] builds on: the NATS connection, named tasks and the gRPC server.
+pub struct Context {
+    name: &'static str,
+    bus: Option<Bus>,
+    shutdown: CancellationToken,
+    drain_timeout: Duration,
+    tasks: Vec<Task>,
+    grpc: Option<Grpc>,
+}
+
+impl Context {
+    /// An empty context; `shutdown` starts the drain when cancelled.
+    pub fn new(name: &'static str, drain_timeout: Duration, shutdown: CancellationToken) -> Self {
+        Context { name, bus: None, shutdown, drain_timeout, tasks: Vec::new(), grpc: None }
+    }
+
+    /// Connects to NATS (once; later calls return the same connection).
+    pub async fn connect(&mut self, nats: &NatsSettings) -> anyhow::Result<Bus> {
+        if let Some(bus) = &self.bus {
+            return Ok(bus.clone());
+        }
+        let bus = Bus::connect(nats.bus_config(self.name))
+            .await
+            .with_context(|| format!("failed to connect to NATS at {}", mask(&nats.url)))?;
+        self.bus = Some(bus.clone());
+        Ok(bus)
+    }
+
+    /// Uses an existing connection (a stack that connected first).
+    pub fn set_bus(&mut self, bus: Bus) {
+        self.bus = Some(bus);
+    }
+
+    /// The process-wide shutdown token: cancelled on the first signal or a task's failure.
+    /// Long-lived streams (gRPC watches) end on it; workers should use their own task token.
+    pub fn shutdown(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Spawns a named task. It gets its own token, cancelled when its turn to drain comes
+    /// (tasks drain in reverse order of spawning); it should then finish what it started and
+    /// return. A task that returns before shutdown ends the process: with its error, or
+    /// cleanly when it returns `Ok`.
+    pub fn spawn<F, Fut>(&mut self, name: &'static str, task: F)
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let token = CancellationToken::new();
+        let span = tracing::info_span!("task", service = self.name, task = name);
+        let handle = tokio::spawn(tracing::Instrument::instrument(task(token.clone()), span));
+        self.push(name, token, handle);
+    }
+
+    fn push(&mut self, name: &'static str, token: CancellationToken, handle: JoinHandle<anyhow::Result<()>>) {
+        self.tasks.push(Task { name, token, handle });
+    }
+
+    /// Binds the gRPC server's port, unless an earlier call did (services composed in one
+    /// process share the first one's), and returns its address. `max_message_bytes` is the
+    /// largest request decoded; `setting` names where it is set, for the over-limit error.
+    pub async fn grpc_listen(
+        &mut self,
+        addr: SocketAddr,
+        max_message_bytes: usize,
+        setting: &'static str,
+    ) -> anyhow::Result<SocketAddr> {
+        if let Some(grpc) = &self.grpc {
+            return Ok(grpc.listener.local_addr()?);
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen for gRPC on {addr}"))?;
+        let local = listener.local_addr()?;
+        self.grpc = Some(Grpc {
+            listener,
+            routes: tonic::service::RoutesBuilder::default(),
+            names: Vec::new(),
+            max_message_bytes,
+            setting,
+        });
+        Ok(local)
+    }
+
+    /// The gRPC server's address, once bound.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc.as_ref().and_then(|g| g.listener.local_addr().ok())
+    }
+
+    /// The largest gRPC request the server decodes; services build their servers with it.
+    pub fn grpc_max_message_bytes(&self) -> usize {
+        self.grpc.as_ref().map_or(hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES, |g| g.max_message_bytes)
+    }
+
+    /// The routes of the gRPC server, to add the service named `name` (reported by health);
+    /// `None` until [`Context::grpc_listen`].
+    pub fn grpc(&mut self, name: &'static str) -> anyhow::Result<&mut tonic::service::RoutesBuilder> {
+        let grpc = self.grpc.as_mut().context("grpc_listen must come before adding gRPC services")?;
+        grpc.names.push(name);
+        Ok(&mut grpc.routes)
+    }
+
+    /// Serves gRPC (when a service added any), waits for the shutdown token or a task's end,
+    /// then drains every task in reverse order.
+    pub async fn run(mut self) -> anyhow::Result<()> {
+        if let Some(grpc) = self.grpc.take() {
+            let token = CancellationToken::new();
+            let addr = grpc.listener.local_addr()?;
+            info!(%addr, services = ?grpc.names, "serving gRPC");
+            let served = token.clone();
+            self.push(
+                "grpc",
+                token,
+                tokio::spawn(async move {
+                    let Grpc { listener, routes, names, max_message_bytes, setting } = grpc;
+                    hermes_core::grpc::serve(listener, routes, &names, max_message_bytes, setting, served).await?;
+                    Ok(())
+                }),
+            );
+        }
+        let mut failure = None;
+        {
+            let ended = futures_first(&mut self.tasks);
+            tokio::select! {
+                _ = self.shutdown.cancelled() => {}
+                (index, result) = ended => {
+                    let task = self.tasks.remove(index);
+                    match result {
+                        Ok(Ok(())) => info!(task = task.name, "task finished; shutting down"),
+                        Ok(Err(e)) => failure = Some(e.context(format!("{} stopped", task.name))),
+                        Err(e) => failure = Some(anyhow::anyhow!("{} panicked: {e}", task.name)),
+                    }
+                }
+            }
+        }
+        self.shutdown.cancel();
+        info!(service = self.name, tasks = self.tasks.len(), "draining");
+        while let Some(mut task) = self.tasks.pop() {
+            task.token.cancel();
+            match tokio::time::timeout(self.drain_timeout, &mut task.handle).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => warn!(task = task.name, error = %format!("{e:#}"), "task stopped with an error"),
+                Ok(Err(e)) => warn!(task = task.name, error = %e, "task panicked"),
+                Err(_) => {
+                    warn!(task = task.name, timeout_s = self.drain_timeout.as_secs(), "task did not drain in time; stopped");
+                    task.handle.abort();
+                }
+            }
+        }
+        info!(service = self.name, "stopped");
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The first task to end: its index and result.
+async fn futures_first(tasks: &mut [Task]) -> (usize, Result<anyhow::Result<()>, tokio::task::JoinError>) {
+    if tasks.is_empty() {
+        return std::future::pending().await;
+    }
+    std::future::poll_fn(|cx| {
+        for (index, task) in tasks.iter_mut().enumerate() {
+            if let std::task::Poll::Ready(result) = std::pin::Pin::new(&mut task.handle).poll(cx) {
+                return std::task::Poll::Ready((index, result));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+fn mask(url: &str) -> String {
+    config::mask_url_password(url).unwrap_or_else(|| url.to_owned())
+}
