@@ -1,5 +1,6 @@
 """deploy/ checked against the real binaries: every service of docker-compose.yml runs a binary
-the image contains, with variables and flags that binary really reads (its `--help`), each
+the image contains, with variables that binary's settings really read (`--print-env` lists every
+name the config pipeline maps to a setting) and flags it really takes (its `--help`), each
 documented; the variables the Helm chart sets are held to the same rule; and the production
 NATS configuration parses with the pinned nats-server (`nats-server -t`).
 
@@ -20,11 +21,9 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN_DIR = pathlib.Path(os.environ.get("HERMES_BIN_DIR", ROOT / "target" / "debug"))
 NATS_SERVER = os.environ.get("HERMES_NATS_SERVER_BIN", str(ROOT / ".tools" / "bin" / "nats-server"))
-# Read by every service outside its flags (hermes-core and hermes-llm), or by the OpenTelemetry
-# SDK and the log filter; each must still be documented.
+# Read outside the settings (the model client reads the key from the variable `llm.api_key_env`
+# names), or by the OpenTelemetry SDK and the log filter; each must still be documented.
 SHARED_ENV = {
-    "HERMES_NATS_REPLICAS",
-    "HERMES_NATS_CREDS",
     "HERMES_LLM_API_KEY",
     "RUST_LOG",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -50,6 +49,24 @@ def help_text(binary, *sub):
             raise AssertionError(f"{path} {' '.join(sub)} --help failed: {out.stderr}")
         _HELP[key] = out.stdout
     return _HELP[key]
+
+
+_ENV = {}
+
+
+def reads(binary, sub, var):
+    """Whether `binary` reads `var`: a setting's variable of a service binary, or a flag's
+    variable of a `hermes` client command."""
+    if binary == "hermes" and sub and sub[0] not in ("up", "agent", "planner"):
+        return f"[env: {var}=" in help_text(binary, *sub)
+    key = (binary, sub)
+    if key not in _ENV:
+        path = BIN_DIR / binary
+        out = subprocess.run([str(path), *sub, "--print-env"], capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise AssertionError(f"{path} {' '.join(sub)} --print-env failed: {out.stderr}")
+        _ENV[key] = set(out.stdout.split())
+    return var in _ENV[key]
 
 
 def image_binaries():
@@ -90,7 +107,7 @@ class Compose(unittest.TestCase):
                 for var in service.get("environment", {}):
                     if var in SHARED_ENV:
                         continue
-                    self.assertTrue(f"[env: {var}=" in text, f"{binary} does not read {var}")
+                    self.assertTrue(reads(binary, sub, var), f"{binary} does not read {var}")
                 for arg in service["command"][1:]:
                     if arg.startswith("--"):
                         self.assertIn(arg.split("=")[0], text)
@@ -134,7 +151,7 @@ class ChartEnvironment(unittest.TestCase):
                         if var in user_env:
                             continue  # the values file's own extra env
                         if var not in SHARED_ENV:
-                            self.assertTrue(f"[env: {var}=" in help_text(binary), f"{binary} does not read {var}")
+                            self.assertTrue(reads(binary, (), var), f"{binary} does not read {var}")
                         self.assertTrue(f"`{var}`" in docs, f"{var} is not in README.md or docs/")
 
 

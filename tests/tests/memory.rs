@@ -111,9 +111,9 @@ async fn a_related_earlier_goal_is_recalled_into_the_planner_prompt() {
     let dir = std::env::var_os("HERMES_LOCAL_EMBEDDING_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| hermes_tests::repo_root().join(".tools/models/all-MiniLM-L6-v2"));
-    let embedding = hermes_llm::embed::EmbeddingArgs {
-        embedding_provider: Some("local".into()),
-        local_embedding_dir: dir,
+    let embedding = hermes_llm::embed::EmbeddingSettings {
+        provider: Some("local".into()),
+        local_dir: dir,
         ..Default::default()
     };
     let memory =
@@ -179,9 +179,9 @@ fn local_memory() -> hermes_memory::MemoryConfig {
     let dir = std::env::var_os("HERMES_LOCAL_EMBEDDING_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| hermes_tests::repo_root().join(".tools/models/all-MiniLM-L6-v2"));
-    let embedding = hermes_llm::embed::EmbeddingArgs {
-        embedding_provider: Some("local".into()),
-        local_embedding_dir: dir,
+    let embedding = hermes_llm::embed::EmbeddingSettings {
+        provider: Some("local".into()),
+        local_dir: dir,
         ..Default::default()
     };
     hermes_memory::MemoryConfig { embedder: embedding.embedder().unwrap(), ..Default::default() }

@@ -111,9 +111,9 @@ pub async fn upsert_throughput(bus: &hermes_core::Bus, n: usize) -> anyhow::Resu
 /// Texts per second through the local MiniLM.
 #[cfg(feature = "local")]
 pub async fn embedding_throughput() -> Option<f64> {
-    let args = hermes_llm::embed::EmbeddingArgs {
-        embedding_provider: Some("local".into()),
-        local_embedding_dir: std::env::var_os("HERMES_LOCAL_EMBEDDING_DIR")
+    let args = hermes_llm::embed::EmbeddingSettings {
+        provider: Some("local".into()),
+        local_dir: std::env::var_os("HERMES_LOCAL_EMBEDDING_DIR")
             .map(Into::into)
             .unwrap_or_else(|| hermes_llm::embed::DEFAULT_LOCAL_EMBEDDING_DIR.into()),
         ..Default::default()

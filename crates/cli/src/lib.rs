@@ -6,3 +6,4 @@ pub mod nats;
 pub mod plan_file;
 pub mod stack;
 pub mod trace_cmd;
+pub mod up;

@@ -1,14 +1,12 @@
 //! `hermes`: `hermes up` runs the whole stack in one process for development; every other
 //! command is a gRPC client of a dispatcher (`--server`, env `HERMES_SERVER`).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
-use hermes_cli::stack::{Stack, StackConfig};
 use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::event::Kind;
 use hermes_proto::{
@@ -47,70 +45,24 @@ enum DlqCommand {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run every service in this process (development mode).
+    /// Run every service in this process (development mode); `hermes up --help` lists its
+    /// settings.
+    #[command(disable_help_flag = true)]
     Up {
-        /// gRPC listen address.
-        #[arg(long, env = "HERMES_GRPC_LISTEN", default_value = "127.0.0.1:50051")]
-        grpc_listen: SocketAddr,
-        /// Use this NATS server; when unset or unreachable a local nats-server is started.
-        #[arg(long, env = "HERMES_NATS_URL")]
-        nats_url: Option<String>,
-        /// Where the local nats-server keeps its store.
-        #[arg(long, env = "HERMES_DATA_DIR", default_value = ".hermes")]
-        data_dir: PathBuf,
-        /// Executor agents to run (ignored with --agents-config).
-        #[arg(long, env = "HERMES_AGENTS", default_value_t = 2)]
-        agents: u32,
-        /// An agent config file (TOML) describing the agents to run instead of --agents
-        /// identical ones; see docs/agents.md.
-        #[arg(long, env = "HERMES_AGENTS_CONFIG")]
-        agents_config: Option<PathBuf>,
-        /// Tasks each agent runs at once.
-        #[arg(long, env = "HERMES_AGENT_MAX_CONCURRENCY", default_value_t = 16)]
-        max_concurrency: u32,
-        /// Dir that the agents' file tools may read.
-        #[arg(long, env = "HERMES_AGENT_WORKSPACE", default_value = ".")]
-        workspace: PathBuf,
-        /// The LLM for the planner and summarizer; without one, goals must come as plans.
-        #[command(flatten)]
-        llm: hermes_llm::config::LlmArgs,
-        /// The memory service (sessions, semantic memory, artifacts' TTLs).
-        #[command(flatten)]
-        memory: hermes_memory::MemoryArgs,
-        /// Serve Prometheus metrics on this address (`/metrics`); unset: no endpoint.
-        #[arg(long, env = "HERMES_METRICS_LISTEN")]
-        metrics_listen: Option<SocketAddr>,
-        /// Seconds without a heartbeat after which the registry drops an agent.
-        #[arg(long, env = "HERMES_HEARTBEAT_TTL_SECS", default_value_t = 30)]
-        heartbeat_ttl_secs: u64,
-        /// Planners run as their own processes (`hermes planner`): accept goals given as text
-        /// without running a planner here.
-        #[arg(long, env = "HERMES_EXTERNAL_PLANNER")]
-        external_planner: bool,
-        /// Do not run the memory service in this process.
-        #[arg(long, env = "HERMES_NO_MEMORY")]
-        no_memory: bool,
-        /// The dispatcher's timeouts and request limits.
-        #[command(flatten)]
-        limits: hermes_dispatcher::cli::LimitArgs,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
     },
     /// Run a planner in this process (the same as the `hermes-planner` binary).
+    #[command(disable_help_flag = true)]
     Planner {
-        #[arg(long, env = "HERMES_NATS_URL", default_value = "nats://127.0.0.1:4222")]
-        nats_url: String,
-        /// Seconds a plan request may go unacknowledged before another planner gets it.
-        #[arg(long, env = "HERMES_PLANNER_ACK_WAIT_SECS", default_value_t = 120)]
-        ack_wait_secs: u64,
-        #[command(flatten)]
-        llm: hermes_llm::config::LlmArgs,
-        /// Serve Prometheus metrics on this address (`/metrics`); unset: no endpoint.
-        #[arg(long, env = "HERMES_METRICS_LISTEN")]
-        metrics_listen: Option<SocketAddr>,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
     },
-    /// Run one executor agent in this process (the same as the `hermes-executor` binary).
+    /// Run executor agents in this process (the same as the `hermes-executor` binary).
+    #[command(disable_help_flag = true)]
     Agent {
-        #[command(flatten)]
-        agent: hermes_executor::cli::AgentArgs,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
     },
     /// List live agents with their load.
     Agents {
@@ -223,10 +175,27 @@ fn main() {
     // A child started to run one isolated tool job (a template render) does only that.
     hermes_executor::isolate::serve_if_child();
     let cli = Cli::parse();
-    // Processes that run agents run as the child of a crash supervisor, so a task that crashes
-    // them is counted and quarantined (see `hermes_executor::supervise`).
-    if matches!(cli.command, Command::Up { .. } | Command::Agent { .. }) {
-        hermes_executor::supervise::supervise_unless_child("hermes");
+    // The service commands run through the service runtime, like the service binaries.
+    let service_args = |name: &str, args: Vec<std::ffi::OsString>| {
+        std::iter::once(std::ffi::OsString::from(name)).chain(args).collect::<Vec<_>>()
+    };
+    match cli.command {
+        // Processes that run agents run as the child of a crash supervisor, so a task that
+        // crashes them is counted and quarantined (see `hermes_executor::supervise`).
+        Command::Up { args } => {
+            hermes_executor::supervise::supervise_unless_child("hermes");
+            hermes_executor::isolate::enable();
+            hermes_runtime::main_with_args::<hermes_cli::up::UpService>(service_args("hermes up", args))
+        }
+        Command::Agent { args } => {
+            hermes_executor::supervise::supervise_unless_child("hermes");
+            hermes_executor::isolate::enable();
+            hermes_runtime::main_with_args::<hermes_executor::service::ExecutorService>(service_args("hermes agent", args))
+        }
+        Command::Planner { args } => {
+            hermes_runtime::main_with_args::<hermes_planner::service::PlannerService>(service_args("hermes planner", args))
+        }
+        _ => {}
     }
     hermes_executor::isolate::enable();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -248,47 +217,6 @@ fn main() {
 
 async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Command::Up {
-            grpc_listen,
-            nats_url,
-            data_dir,
-            agents,
-            agents_config,
-            max_concurrency,
-            workspace,
-            llm,
-            memory,
-            heartbeat_ttl_secs,
-            metrics_listen,
-            external_planner,
-            no_memory,
-            limits,
-        } => {
-            let _telemetry = hermes_core::telemetry::init("hermes");
-            let agents = match agents_config {
-                Some(path) => AgentsToRun::File(path),
-                None => AgentsToRun::Identical { count: agents, max_concurrency, workspace },
-            };
-            let memory = (!no_memory).then_some(memory);
-            hermes_core::metrics::serve_if(metrics_listen, tokio_util::sync::CancellationToken::new())
-                .await?;
-            let registry = hermes_registry::RegistryConfig {
-                heartbeat_ttl: Duration::from_secs(heartbeat_ttl_secs.max(1)),
-            };
-            up(Up {
-                grpc_listen,
-                nats_url,
-                data_dir,
-                agents,
-                llm,
-                memory,
-                registry,
-                external_planner,
-                limits,
-            })
-            .await?;
-            Ok(0)
-        }
         Command::Submit {
             text,
             plan,
@@ -340,27 +268,8 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        Command::Planner { nats_url, ack_wait_secs, llm, metrics_listen } => {
-            let _telemetry = hermes_core::telemetry::init("hermes-planner");
-            let model = llm
-                .planner_model()?
-                .context("the planner needs a model: set HERMES_LLM_BASE_URL and HERMES_LLM_MODEL")?;
-            let shutdown = hermes_core::shutdown::install_signal_handlers();
-            hermes_core::metrics::serve_if(metrics_listen, shutdown.clone()).await?;
-            let bus =
-                hermes_core::Bus::connect(hermes_core::BusConfig::new(&nats_url).with_name("hermes-planner"))
-                    .await
-                    .context("failed to connect to NATS")?;
-            let mut config = hermes_planner::PlannerConfig::new(model);
-            config.ack_wait = Duration::from_secs(ack_wait_secs.max(1));
-            println!("hermes planner: serving plan requests");
-            hermes_planner::run(bus, config, shutdown).await?;
-            Ok(0)
-        }
-        Command::Agent { agent } => {
-            let _telemetry = hermes_core::telemetry::init("hermes-agent");
-            hermes_executor::cli::run_agent(agent).await?;
-            Ok(0)
+        Command::Up { .. } | Command::Planner { .. } | Command::Agent { .. } => {
+            bail!("service commands are run by main, not here")
         }
         Command::Agents { server } => {
             let channel = channel(&server.server).await?;
@@ -483,91 +392,6 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
     }
-}
-
-/// The agents `hermes up` runs.
-enum AgentsToRun {
-    /// `count` agents `local-1..n` with every built-in tool.
-    Identical { count: u32, max_concurrency: u32, workspace: PathBuf },
-    /// The agents of a config file.
-    File(PathBuf),
-}
-
-/// What `hermes up` runs.
-struct Up {
-    grpc_listen: SocketAddr,
-    nats_url: Option<String>,
-    data_dir: PathBuf,
-    agents: AgentsToRun,
-    llm: hermes_llm::config::LlmArgs,
-    memory: Option<hermes_memory::MemoryArgs>,
-    registry: hermes_registry::RegistryConfig,
-    external_planner: bool,
-    limits: hermes_dispatcher::cli::LimitArgs,
-}
-
-async fn up(options: Up) -> anyhow::Result<()> {
-    let Up { grpc_listen, nats_url, data_dir, agents, llm, memory, registry, external_planner, limits } =
-        options;
-    let planner = llm.planner_model()?.map(hermes_planner::PlannerConfig::new);
-    let agent_model = llm.agent_model()?.map(hermes_executor::agent_loop::AgentModel);
-    let summarizer = llm.summarizer_model()?.map(hermes_dispatcher::summarize::Summarizer);
-    let shutdown = hermes_core::shutdown::install_signal_handlers();
-    let mut local_nats = None;
-    let nats_url = match nats_url {
-        Some(url) if hermes_cli::nats::reachable(&url).await => url,
-        other => {
-            if let Some(url) = other {
-                eprintln!("HERMES_NATS_URL {url} is not reachable; starting a local nats-server");
-            }
-            let nats = hermes_cli::nats::start_local(&data_dir.join("nats")).await?;
-            let url = nats.url.clone();
-            local_nats = Some(nats);
-            url
-        }
-    };
-    let agents = match agents {
-        AgentsToRun::File(path) => hermes_executor::cli::load_agents(&path, &[], &llm)?,
-        AgentsToRun::Identical { count, max_concurrency, workspace } => {
-            let workspace =
-                workspace.canonicalize().with_context(|| format!("workspace {}", workspace.display()))?;
-            (1..=count)
-                .map(|i| {
-                    let mut config =
-                        hermes_executor::AgentConfig::new(format!("local-{i}"), workspace.clone());
-                    config.max_concurrency = max_concurrency;
-                    config.llm = agent_model.clone();
-                    config
-                })
-                .collect()
-        }
-    };
-    let config = StackConfig {
-        nats_url: nats_url.clone(),
-        registry,
-        agents,
-        dispatcher: {
-            let mut config = hermes_dispatcher::DispatcherConfig {
-                grpc_listen,
-                summarizer,
-                planner: external_planner,
-                prices: hermes_dispatcher::engine::Prices {
-                    input_per_mtok: llm.price_input_per_mtok,
-                    output_per_mtok: llm.price_output_per_mtok,
-                },
-                ..Default::default()
-            };
-            limits.apply(&mut config);
-            config
-        },
-        planner: if external_planner { None } else { planner },
-        memory: memory.as_ref().map(|m| m.to_config(&llm)).transpose()?,
-    };
-    let stack = Stack::start(config, shutdown).await?;
-    println!("hermes up: grpc {} nats {nats_url}", stack.grpc_addr());
-    let result = stack.wait(Duration::from_secs(30)).await;
-    drop(local_nats);
-    result
 }
 
 async fn decide(

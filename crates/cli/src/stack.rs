@@ -1,21 +1,21 @@
-//! The all-in-one stack: registry, executor agents and dispatcher in one process against one
-//! NATS. Each service runs under a child of one cancellation token, so the whole stack stops
-//! together, and tests can also stop or restart one service. `hermes up` runs it, and the
-//! end-to-end tests start it in-process the same way. The registry's gRPC API is served on the
-//! dispatcher's port.
+//! The all-in-one stack: registry, executor agents, planner, memory and dispatcher in one process
+//! against one NATS, each a named task of one [`hermes_runtime::Context`], so the whole stack
+//! drains together in reverse order of start, and tests can also stop or restart one agent or the
+//! registry. `hermes up` runs it on the runner's context, and the end-to-end tests start it
+//! in-process the same way. The registry's and memory's gRPC APIs are served on the dispatcher's
+//! port.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use hermes_core::{Bus, BusConfig};
-use hermes_dispatcher::{Dispatcher, DispatcherConfig};
+use hermes_core::Bus;
+use hermes_dispatcher::DispatcherConfig;
 use hermes_executor::{Agent, AgentConfig};
 use hermes_proto::{CatalogReply, CatalogRequest};
 use hermes_registry::{Registry, RegistryConfig, RegistryGrpc};
 use prost::Message as _;
 use std::collections::HashMap;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -34,192 +34,189 @@ pub struct StackConfig {
 
 /// A running stack.
 pub struct Stack {
-    grpc_addr: SocketAddr,
+    cx: hermes_runtime::Context,
+    parts: StackParts,
     bus: Bus,
     shutdown: CancellationToken,
-    tasks: JoinSet<(&'static str, anyhow::Result<()>)>,
+}
+
+/// What [`Stack::start_on`] started on a context: handles on the pieces tests stop and restart.
+pub struct StackParts {
+    grpc_addr: SocketAddr,
     registry: Registry,
     registry_config: RegistryConfig,
-    registry_run: (CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>),
-    agents: HashMap<String, (CancellationToken, tokio::task::JoinHandle<()>)>,
+    registry_run: Stoppable,
+    agents: HashMap<String, Stoppable>,
+}
+
+impl StackParts {
+    /// The gRPC address (the dispatcher's, which also carries the registry's and memory's APIs).
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+}
+
+/// A task of the context that can also be stopped alone: `stop` ends it, `done` says it ended.
+struct Stoppable {
+    stop: CancellationToken,
+    done: CancellationToken,
+}
+
+impl Stoppable {
+    /// Spawns `run` on `cx` under `name`; it is stopped by its drain turn or by [`Stoppable::stop`].
+    fn spawn<F, Fut>(cx: &mut hermes_runtime::Context, name: &'static str, run: F) -> Stoppable
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let (stop, done) = (CancellationToken::new(), CancellationToken::new());
+        let task = run(stop.clone());
+        let (stopper, finished) = (stop.clone(), done.clone());
+        cx.spawn(name, move |drain| async move {
+            let _ended = finished.drop_guard();
+            tokio::pin!(task);
+            tokio::select! {
+                result = &mut task => result,
+                _ = drain.cancelled() => {
+                    stopper.cancel();
+                    task.await
+                }
+            }
+        });
+        Stoppable { stop, done }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.done.cancelled().await;
+    }
 }
 
 impl Stack {
-    /// Starts every service and returns once the dispatcher accepts gRPC calls and the registry
-    /// knows every local agent, so the first submitted plan validates.
+    /// Connects to `config.nats_url`, starts every service and returns once the dispatcher
+    /// accepts gRPC calls and the registry knows every local agent, so the first submitted plan
+    /// validates.
     pub async fn start(config: StackConfig, shutdown: CancellationToken) -> anyhow::Result<Stack> {
-        let bus = Bus::connect(BusConfig::new(&config.nats_url).with_name("hermes-up"))
-            .await
-            .context("failed to connect to NATS")?;
-        let mut tasks = JoinSet::new();
+        let mut cx = hermes_runtime::Context::new("hermes-up", Duration::from_secs(10), shutdown.clone());
+        let nats = hermes_runtime::NatsSettings { url: config.nats_url.clone(), ..Default::default() };
+        let bus = cx.connect(&nats).await?;
+        let parts = Self::start_on(config, &mut cx).await?;
+        cx.serve()?;
+        wait_for_port(parts.grpc_addr).await?;
+        Ok(Stack { cx, parts, bus, shutdown })
+    }
+
+    /// Starts every service of `config` on `cx`, which must be connected: the registry, the
+    /// agents, the planner, memory and the dispatcher, with one gRPC server on the dispatcher's
+    /// address. `hermes up` runs this on the runner's context.
+    pub async fn start_on(config: StackConfig, cx: &mut hermes_runtime::Context) -> anyhow::Result<StackParts> {
+        let bus = cx.bus().cloned().context("connect before starting the stack")?;
+        let dispatcher = config.dispatcher;
+        let grpc_addr = cx
+            .grpc_listen(dispatcher.grpc_listen, dispatcher.grpc_max_message_bytes, hermes_runtime::GRPC_LIMIT_SETTING)
+            .await?;
         let registry = Registry::new(config.registry.clone());
-        let registry_run = spawn_registry(&bus, &registry, &shutdown);
-        let mut stack_agents = HashMap::new();
+        let limit = cx.grpc_max_message_bytes();
+        let registry_grpc = RegistryGrpc::new(registry.clone(), cx.shutdown()).into_service();
+        cx.grpc("hermes.v1.Registry")?.add_service(registry_grpc.max_decoding_message_size(limit));
+        let registry_run = spawn_registry(cx, &bus, &registry);
+        let mut agents = HashMap::new();
         let mut expected_types = Vec::new();
         for agent_config in config.agents {
-            let (id, types, handle) = spawn_agent(&bus, agent_config, &shutdown).await?;
+            let (id, types, handle) = spawn_agent(cx, &bus, agent_config).await?;
             expected_types.extend(types);
-            stack_agents.insert(id, handle);
+            agents.insert(id, handle);
         }
         wait_for_catalog(&bus, &expected_types).await?;
-
-        let mut dispatcher_config = config.dispatcher;
+        let mut dispatcher = dispatcher;
         if let Some(planner) = config.planner {
-            dispatcher_config.planner = true;
-            let (bus, token) = (bus.clone(), shutdown.child_token());
-            tasks.spawn(async move { ("planner", hermes_planner::run(bus, planner, token).await) });
+            dispatcher.planner = true;
+            hermes_planner::service::PlannerService::start_with(planner, cx)?;
         }
-        let mut dispatcher = Dispatcher::build(bus.clone(), dispatcher_config).await?;
-        dispatcher
-            .extra_services()
-            .add_service(RegistryGrpc::new(registry.clone(), shutdown.clone()).into_service());
-        if let Some(memory_config) = config.memory {
-            let token = shutdown.child_token();
-            let memory = hermes_memory::Memory::open(bus.clone(), memory_config, token.clone())
-                .await
-                .context("failed to start the memory service")?;
-            dispatcher
-                .extra_services()
-                .add_service(hermes_memory::grpc::MemoryGrpc::new(memory.clone()).into_service());
-            tasks.spawn(async move { ("memory", hermes_memory::run(memory, token).await) });
+        if let Some(memory) = config.memory {
+            hermes_memory::service::MemoryService::start_config(memory, cx).await?;
         }
-        let grpc_addr = dispatcher.local_addr()?;
-        let mut stack = Stack {
-            grpc_addr,
-            bus,
-            shutdown: shutdown.clone(),
-            tasks,
-            registry,
-            registry_config: config.registry,
-            registry_run,
-            agents: stack_agents,
-        };
-        let token = shutdown.child_token();
-        stack.tasks.spawn(async move { ("dispatcher", dispatcher.run(token).await) });
-        wait_for_port(grpc_addr).await?;
+        hermes_dispatcher::start(dispatcher, cx).await?;
         info!(%grpc_addr, nats = %config.nats_url, "hermes stack ready");
-        Ok(stack)
+        Ok(StackParts { grpc_addr, registry, registry_config: config.registry, registry_run, agents })
     }
 
     /// Starts one more agent in this process.
     pub async fn add_agent(&mut self, config: AgentConfig) -> anyhow::Result<()> {
-        let (id, types, handle) = spawn_agent(&self.bus, config, &self.shutdown).await?;
-        self.agents.insert(id, handle);
+        let (id, types, handle) = spawn_agent(&mut self.cx, &self.bus, config).await?;
+        self.parts.agents.insert(id, handle);
         wait_for_catalog(&self.bus, &types).await
     }
 
     /// Shuts one agent down gracefully (drain, then deregister) and waits for it.
     pub async fn stop_agent(&mut self, agent_id: &str) {
-        if let Some((token, handle)) = self.agents.remove(agent_id) {
-            token.cancel();
-            let _ = handle.await;
+        if let Some(agent) = self.parts.agents.remove(agent_id) {
+            agent.stop().await;
         }
     }
 
     /// Stops the registry and starts a fresh one, as a pod restart would. The new one rebuilds
     /// its table from the heartbeats mirrored in KV. The gRPC API keeps serving the old table.
     pub async fn restart_registry(&mut self) {
-        let (token, handle) = std::mem::replace(
-            &mut self.registry_run,
-            (CancellationToken::new(), tokio::spawn(async { Ok(()) })),
-        );
-        token.cancel();
-        let _ = handle.await;
-        self.registry = Registry::new(self.registry_config.clone());
-        self.registry_run = spawn_registry(&self.bus, &self.registry, &self.shutdown);
+        let fresh = Registry::new(self.parts.registry_config.clone());
+        let run = spawn_registry(&mut self.cx, &self.bus, &fresh);
+        let old = std::mem::replace(&mut self.parts.registry_run, run);
+        old.stop().await;
+        self.parts.registry = fresh;
     }
 
     /// The in-process registry's live table.
     pub fn registry(&self) -> &Registry {
-        &self.registry
+        &self.parts.registry
     }
 
     /// The dispatcher's gRPC address.
     pub fn grpc_addr(&self) -> SocketAddr {
-        self.grpc_addr
+        self.parts.grpc_addr
     }
 
     pub fn grpc_url(&self) -> String {
-        format!("http://{}", self.grpc_addr)
+        format!("http://{}", self.parts.grpc_addr)
     }
 
     pub fn bus(&self) -> &Bus {
         &self.bus
     }
 
-    /// Waits until a service stops on its own (an error) or the token is cancelled, then drains
-    /// every service within `grace`.
-    pub async fn wait(mut self, grace: Duration) -> anyhow::Result<()> {
-        let first = tokio::select! {
-            _ = self.shutdown.cancelled() => None,
-            Some(done) = self.tasks.join_next() => Some(done),
-        };
-        self.shutdown.cancel();
-        let mut failure = None;
-        if let Some(Ok((name, Err(e)))) = first {
-            failure = Some(e.context(format!("{name} stopped")));
-        }
-        let agents: Vec<_> = self.agents.drain().map(|(_, (_, handle))| handle).collect();
-        let registry = self.registry_run.1;
-        let drain = async {
-            while let Some(done) = self.tasks.join_next().await {
-                if let Ok((name, Err(e))) = done {
-                    warn!(service = name, error = %e, "service stopped with an error");
-                }
-            }
-            for agent in agents {
-                let _ = agent.await;
-            }
-            if let Ok(Err(e)) = registry.await {
-                warn!(service = "registry", error = %e, "service stopped with an error");
-            }
-        };
-        if tokio::time::timeout(grace, drain).await.is_err() {
-            warn!("services did not drain within the grace period");
-        }
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+    /// Waits until a service fails or the token is cancelled, then drains every service in
+    /// reverse order of start, each within the context's drain timeout.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.cx.run().await
     }
 
     /// Cancels and drains.
     pub async fn stop(self) {
         self.shutdown.cancel();
-        let _ = self.wait(Duration::from_secs(10)).await;
+        if let Err(e) = self.wait().await {
+            warn!(error = %format!("{e:#}"), "the stack stopped with an error");
+        }
     }
 }
 
-fn spawn_registry(
-    bus: &Bus,
-    registry: &Registry,
-    shutdown: &CancellationToken,
-) -> (CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>) {
-    let token = shutdown.child_token();
-    let run = hermes_registry::run(bus.clone(), registry.clone(), token.clone());
-    (token, tokio::spawn(run))
+fn spawn_registry(cx: &mut hermes_runtime::Context, bus: &Bus, registry: &Registry) -> Stoppable {
+    let (bus, registry) = (bus.clone(), registry.clone());
+    Stoppable::spawn(cx, "registry", move |stop| hermes_registry::run(bus, registry, stop))
 }
 
-type AgentHandle = (CancellationToken, tokio::task::JoinHandle<()>);
-
 async fn spawn_agent(
+    cx: &mut hermes_runtime::Context,
     bus: &Bus,
     config: AgentConfig,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<(String, Vec<String>, AgentHandle)> {
+) -> anyhow::Result<(String, Vec<String>, Stoppable)> {
     let id = config.agent_id.clone();
     let agent =
         Agent::build(bus.clone(), config).await.with_context(|| format!("failed to start agent {id}"))?;
     let types = agent.tool_registry().names().map(str::to_owned).collect();
-    let token = shutdown.child_token();
-    let run_token = token.clone();
     let agent_id = id.clone();
-    let handle = tokio::spawn(async move {
-        if let Err(e) = agent.run(run_token).await {
-            warn!(agent = %agent_id, error = %e, "agent stopped with an error");
-        }
+    let handle = Stoppable::spawn(cx, "agent", move |stop| async move {
+        agent.run(stop).await.with_context(|| format!("agent {agent_id} failed"))
     });
-    Ok((id, types, (token, handle)))
+    Ok((id, types, handle))
 }
 
 async fn wait_for_catalog(bus: &Bus, expected: &[String]) -> anyhow::Result<()> {

@@ -50,31 +50,20 @@ pub struct BusConfig {
     pub credentials_file: Option<std::path::PathBuf>,
 }
 
-/// Environment variables every service reads through [`BusConfig::new`].
-pub const ENV_REPLICAS: &str = "HERMES_NATS_REPLICAS";
-/// See [`BusConfig::credentials_file`].
-pub const ENV_CREDS: &str = "HERMES_NATS_CREDS";
-
 impl BusConfig {
-    /// Defaults, with two settings every deployment shares taken from the environment:
-    /// `HERMES_NATS_REPLICAS` (replicas of the streams and buckets Hermes creates: 1 for a single
-    /// server, 3 on a 3-node cluster; checked by [`Bus::connect`]) and `HERMES_NATS_CREDS` (a
-    /// credentials file).
+    /// The defaults for a server at `url`: one replica, no credentials. Services get theirs from
+    /// their settings (`hermes_runtime::NatsSettings`); nothing here reads the environment.
     pub fn new(url: impl Into<String>) -> Self {
-        let replicas = match std::env::var(ENV_REPLICAS) {
-            Ok(v) if !v.trim().is_empty() => v.trim().parse().unwrap_or(0),
-            _ => 1,
-        };
         Self {
             url: url.into(),
             topology: Topology::default(),
             name: "hermes".to_owned(),
             connect_timeout: Duration::from_secs(5),
             events_max_age: Duration::from_secs(7 * 24 * 3600),
-            replicas,
+            replicas: 1,
             inline_limit: crate::artifacts::DEFAULT_INLINE_LIMIT,
             artifacts_max_age: Duration::from_secs(7 * 24 * 3600),
-            credentials_file: std::env::var_os(ENV_CREDS).filter(|v| !v.is_empty()).map(Into::into),
+            credentials_file: None,
         }
     }
 
@@ -114,14 +103,14 @@ impl Bus {
     pub async fn connect(config: BusConfig) -> Result<Bus> {
         if !(1..=5).contains(&config.replicas) {
             return Err(Error::InvalidArgument {
-                field: ENV_REPLICAS.into(),
+                field: "nats.replicas (HERMES_NATS_REPLICAS)".into(),
                 reason: "must be a number of stream replicas from 1 to 5".into(),
             });
         }
         let mut options = async_nats::ConnectOptions::new();
         if let Some(path) = &config.credentials_file {
             options = options.credentials_file(path).await.map_err(|e| Error::InvalidArgument {
-                field: ENV_CREDS.into(),
+                field: "nats.creds (HERMES_NATS_CREDS)".into(),
                 reason: format!("cannot read credentials file {}: {e}", path.display()),
             })?;
         }

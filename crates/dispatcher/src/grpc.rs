@@ -13,7 +13,6 @@ use hermes_proto::{
     ListGoalsResponse, ReplayDeadLetterResponse, SubmitGoalRequest, SubmitGoalResponse, WatchGoalRequest,
 };
 use prost::Message as _;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
@@ -22,23 +21,16 @@ use tracing::info;
 use crate::GoalService;
 use crate::engine::is_terminal_event;
 
-pub(crate) async fn serve(
+/// The `hermes.v1.Dispatcher` service; watch streams end when `shutdown` is cancelled.
+pub(crate) fn server(
     service: Arc<GoalService>,
-    listener: TcpListener,
-    mut routes: tonic::service::RoutesBuilder,
     shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let limit = service.config.grpc_max_message_bytes;
-    routes.add_service(
-        DispatcherServer::new(Api { service, shutdown: shutdown.clone() }).max_decoding_message_size(limit),
-    );
-    let setting = "--grpc-max-message-bytes, HERMES_GRPC_MAX_MESSAGE_BYTES";
-    let services = ["hermes.v1.Dispatcher"];
-    hermes_core::grpc::serve(listener, routes, &services, limit, setting, shutdown).await?;
-    Ok(())
+    max_message_bytes: usize,
+) -> DispatcherServer<Api> {
+    DispatcherServer::new(Api { service, shutdown }).max_decoding_message_size(max_message_bytes)
 }
 
-struct Api {
+pub(crate) struct Api {
     service: Arc<GoalService>,
     /// Ends open watch streams on shutdown; the server waits for open streams before it stops.
     shutdown: CancellationToken,

@@ -6,7 +6,7 @@
 //!
 //! All state is in JetStream, so any dispatcher replica can apply any result.
 
-pub mod cli;
+pub mod service;
 mod dlq;
 pub mod engine;
 mod grpc;
@@ -33,7 +33,6 @@ use hermes_proto::{
     Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup, PlanCreated, TaskResult,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
-use tokio::net::TcpListener;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, warn};
@@ -495,91 +494,59 @@ impl GoalService {
     }
 }
 
-/// A dispatcher bound to its gRPC port, ready to run.
-pub struct Dispatcher {
-    service: Arc<GoalService>,
-    listener: TcpListener,
-    results: async_nats::jetstream::consumer::PullConsumer,
-    plan_results: async_nats::jetstream::consumer::PullConsumer,
-    extra_services: tonic::service::RoutesBuilder,
-}
-
-impl Dispatcher {
-    /// Binds the gRPC port and the results consumer; fails fast with a clear error.
-    pub async fn build(bus: Bus, config: DispatcherConfig) -> anyhow::Result<Dispatcher> {
-        use anyhow::Context as _;
-        let listener = TcpListener::bind(config.grpc_listen)
-            .await
-            .with_context(|| format!("cannot listen for gRPC on {}", config.grpc_listen))?;
-        let topology = bus.topology().clone();
-        let results = bus
-            .durable_consumer(ConsumerSpec {
-                stream: topology.results_stream(),
-                name: topology.results_consumer().to_owned(),
-                filter_subject: topology.all_results(),
-                ack_wait: Duration::from_secs(30),
-                max_deliver: 10,
-                max_ack_pending: 20_000,
-            })
-            .await
-            .context("cannot bind the results consumer")?;
-        let plan_results = bus
-            .durable_consumer(ConsumerSpec {
-                stream: topology.plans_stream(),
-                name: topology.plan_results_consumer().to_owned(),
-                filter_subject: topology.plan_result(),
-                ack_wait: Duration::from_secs(30),
-                max_deliver: 10,
-                max_ack_pending: 10_000,
-            })
-            .await
-            .context("cannot bind the plan results consumer")?;
-        Ok(Dispatcher {
-            service: Arc::new(GoalService::new(bus, config)),
-            listener,
-            results,
-            plan_results,
-            extra_services: tonic::service::RoutesBuilder::default(),
+/// Starts the dispatcher on `cx`, which must be connected: binds the gRPC port (unless a service
+/// composed before it did), the results and plan-result consumers, spawns the workers as named
+/// tasks and adds the `hermes.v1.Dispatcher` API to the context's gRPC server. Fails fast with a
+/// clear error.
+pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -> anyhow::Result<Arc<GoalService>> {
+    use anyhow::Context as _;
+    let bus = cx.bus().cloned().context("connect before starting the dispatcher")?;
+    let listen = config.grpc_listen;
+    cx.grpc_listen(listen, config.grpc_max_message_bytes, hermes_runtime::GRPC_LIMIT_SETTING).await?;
+    let topology = bus.topology().clone();
+    let results = bus
+        .durable_consumer(ConsumerSpec {
+            stream: topology.results_stream(),
+            name: topology.results_consumer().to_owned(),
+            filter_subject: topology.all_results(),
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 10,
+            max_ack_pending: 20_000,
         })
-    }
-
-    /// More gRPC services to serve on the dispatcher's port; `hermes up` adds the registry's.
-    pub fn extra_services(&mut self) -> &mut tonic::service::RoutesBuilder {
-        &mut self.extra_services
-    }
-
-    /// The address the gRPC API listens on.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    pub fn service(&self) -> Arc<GoalService> {
-        self.service.clone()
-    }
-
-    /// Serves gRPC and applies results until `shutdown` is cancelled.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let addr = self.listener.local_addr()?;
-        info!(%addr, "dispatcher serving grpc");
-        let results = tokio::spawn(results_loop(self.service.clone(), self.results, shutdown.clone()));
-        let agents = tokio::spawn(routing::watch_agents(self.service.clone(), shutdown.clone()));
-        let summaries = tokio::spawn(summaries_loop(self.service.clone(), shutdown.clone()));
-        let plans =
-            tokio::spawn(plans::plan_results_loop(self.service.clone(), self.plan_results, shutdown.clone()));
-        let poison = tokio::spawn(dlq::poison_loop(self.service.clone(), shutdown.clone()));
-        let timers = tokio::spawn(timers::timers_loop(self.service.clone(), shutdown.clone()));
-        let queues = tokio::spawn(metrics::queue_depth_loop(self.service.bus.clone(), shutdown.clone()));
-        grpc::serve(self.service, self.listener, self.extra_services, shutdown.clone()).await?;
-        shutdown.cancel();
-        let _ = results.await;
-        let _ = agents.await;
-        let _ = plans.await;
-        let _ = summaries.await;
-        let _ = timers.await;
-        let _ = queues.await;
-        let _ = poison.await;
-        Ok(())
-    }
+        .await
+        .context("cannot bind the results consumer")?;
+    let plan_results = bus
+        .durable_consumer(ConsumerSpec {
+            stream: topology.plans_stream(),
+            name: topology.plan_results_consumer().to_owned(),
+            filter_subject: topology.plan_result(),
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 10,
+            max_ack_pending: 10_000,
+        })
+        .await
+        .context("cannot bind the plan results consumer")?;
+    let service = Arc::new(GoalService::new(bus, config));
+    // Drained in reverse: the API stops first, the results consumer (which hands back what it
+    // pulled but did not start) last.
+    let s = service.clone();
+    cx.spawn("results", move |stop| async move { Ok(results_loop(s, results, stop).await) });
+    let s = service.clone();
+    cx.spawn("agents", move |stop| async move { Ok(routing::watch_agents(s, stop).await) });
+    let s = service.clone();
+    cx.spawn("summaries", move |stop| async move { Ok(summaries_loop(s, stop).await) });
+    let s = service.clone();
+    cx.spawn("plans", move |stop| async move { Ok(plans::plan_results_loop(s, plan_results, stop).await) });
+    let s = service.clone();
+    cx.spawn("dlq", move |stop| async move { Ok(dlq::poison_loop(s, stop).await) });
+    let s = service.clone();
+    cx.spawn("timers", move |stop| async move { Ok(timers::timers_loop(s, stop).await) });
+    let bus = service.bus.clone();
+    cx.spawn("queue-depth", move |stop| async move { Ok(metrics::queue_depth_loop(bus, stop).await) });
+    let api = grpc::server(service.clone(), cx.shutdown(), cx.grpc_max_message_bytes());
+    cx.grpc("hermes.v1.Dispatcher")?.add_service(api);
+    info!(grpc = ?cx.grpc_addr(), "dispatcher started");
+    Ok(service)
 }
 
 /// Results of one goal waiting to be applied.

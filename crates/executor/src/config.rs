@@ -189,7 +189,7 @@ impl AgentSpec {
     /// (the config file's dir, so a file works from any working directory).
     pub fn to_config(
         &self,
-        llm: &hermes_llm::config::LlmArgs,
+        llm: &hermes_llm::config::LlmSettings,
         base_dir: &Path,
     ) -> Result<AgentConfig, Error> {
         let id = self.id.clone().ok_or_else(|| Error::Config("an agent has no `id`".into()))?;

@@ -5,7 +5,7 @@
 
 pub mod agent_loop;
 mod approval;
-pub mod cli;
+pub mod service;
 pub mod config;
 pub mod isolate;
 pub mod supervise;

@@ -1,6 +1,5 @@
-//! Model configuration from flags and environment variables, shared by `hermes up` and the
-//! service binaries. The planner and summarizer models are set separately and default to the
-//! main model.
+//! Model settings (`[llm]`), shared by `hermes up` and the service binaries. The planner and
+//! summarizer models are set separately and default to the main model.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,57 +7,100 @@ use std::time::Duration;
 
 use crate::{ChatModel, LlmError, OpenAiChat, OpenAiConfig};
 
-/// Flags choosing and configuring the model.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct LlmArgs {
-    /// `openai` (any OpenAI-compatible endpoint, needs --llm-base-url) or `local` (the embedded
+/// The `[llm]` settings: which model, where, and at what price. Loaded by the service runtime
+/// (`hermes-runtime`): each key is also a `HERMES_LLM_*` variable and a `--llm-*` flag.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmSettings {
+    /// `openai` (any OpenAI-compatible endpoint, needs `base_url`) or `local` (the embedded
     /// SmolLM2 model; needs a build with the `local` feature and `make models`). Unset: `openai`
     /// when a base URL is given, else no LLM.
-    #[arg(long, env = "HERMES_LLM_PROVIDER")]
-    pub llm_provider: Option<String>,
+    pub provider: Option<String>,
     /// The local model's GGUF file.
-    #[arg(long, env = "HERMES_LOCAL_MODEL", default_value = ".tools/models/SmolLM2-135M-Instruct.Q4_1.gguf")]
     pub local_model: PathBuf,
     /// OpenAI-compatible base URL, e.g. http://localhost:11434/v1 for Ollama. Unset: no LLM.
-    #[arg(long, env = "HERMES_LLM_BASE_URL")]
-    pub llm_base_url: Option<String>,
+    pub base_url: Option<String>,
     /// Default model name.
-    #[arg(long, env = "HERMES_LLM_MODEL")]
-    pub llm_model: Option<String>,
-    /// Model for planning; defaults to --llm-model.
-    #[arg(long, env = "HERMES_PLANNER_MODEL")]
+    pub model: Option<String>,
+    /// Model for planning; defaults to `model`.
     pub planner_model: Option<String>,
-    /// Model for agent nodes (`agent.run`); defaults to --llm-model.
-    #[arg(long, env = "HERMES_AGENT_MODEL")]
+    /// Model for agent nodes (`agent.run`); defaults to `model`.
     pub agent_model: Option<String>,
-    /// Model for writing goal answers; defaults to --llm-model.
-    #[arg(long, env = "HERMES_SUMMARIZER_MODEL")]
+    /// Model for writing goal answers; defaults to `model`.
     pub summarizer_model: Option<String>,
+    /// The API key itself (a secret: `--print-config` masks it). Unset: read from the variable
+    /// named by `api_key_env`, then from `api_key_file`.
+    pub api_key: Option<String>,
     /// Environment variable holding the API key.
-    #[arg(long, env = "HERMES_LLM_API_KEY_ENV", default_value = "HERMES_LLM_API_KEY")]
-    pub llm_api_key_env: String,
+    pub api_key_env: String,
     /// File holding the API key (used when the variable is unset), e.g. a mounted secret.
-    #[arg(long, env = "HERMES_LLM_API_KEY_FILE")]
-    pub llm_api_key_file: Option<PathBuf>,
+    pub api_key_file: Option<PathBuf>,
     /// The context window of the OpenAI-compatible model, in tokens; agents compress their
     /// context when a prompt passes 60% of it.
-    #[arg(long, env = "HERMES_LLM_CONTEXT_TOKENS", default_value_t = crate::DEFAULT_CONTEXT_WINDOW)]
-    pub llm_context_tokens: usize,
+    pub context_tokens: usize,
     /// Per-request timeout in seconds.
-    #[arg(long, env = "HERMES_LLM_TIMEOUT_SECS", default_value_t = 60)]
-    pub llm_timeout_secs: u64,
+    pub timeout_secs: u64,
     /// US dollars per million input tokens, for goals' estimated cost and cost budgets
     /// (dispatcher; 0: cost is not estimated).
-    #[arg(long, env = "HERMES_LLM_PRICE_INPUT_PER_MTOK", default_value_t = 0.0)]
     pub price_input_per_mtok: f64,
     /// US dollars per million output tokens (dispatcher).
-    #[arg(long, env = "HERMES_LLM_PRICE_OUTPUT_PER_MTOK", default_value_t = 0.0)]
     pub price_output_per_mtok: f64,
 }
 
-impl LlmArgs {
+impl Default for LlmSettings {
+    fn default() -> Self {
+        LlmSettings {
+            provider: None,
+            local_model: ".tools/models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+            base_url: None,
+            model: None,
+            planner_model: None,
+            agent_model: None,
+            summarizer_model: None,
+            api_key: None,
+            api_key_env: "HERMES_LLM_API_KEY".to_owned(),
+            api_key_file: None,
+            context_tokens: crate::DEFAULT_CONTEXT_WINDOW,
+            timeout_secs: 60,
+            price_input_per_mtok: 0.0,
+            price_output_per_mtok: 0.0,
+        }
+    }
+}
+
+/// The names earlier releases gave `[llm]` keys, for services whose settings have an `llm`
+/// section: `HERMES_PLANNER_MODEL`, `--local-model`, ...
+pub const ALIASES: &[(&str, &str)] = &[
+    ("local_model", "llm.local_model"),
+    ("planner_model", "llm.planner_model"),
+    ("agent_model", "llm.agent_model"),
+    ("summarizer_model", "llm.summarizer_model"),
+];
+
+/// One line of help for each `[llm]` key (without the `llm.` prefix).
+pub fn describe(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "provider" => "`openai` (an OpenAI-compatible endpoint) or `local` (the embedded model).",
+        "local_model" => "The local model's GGUF file.",
+        "base_url" => "OpenAI-compatible base URL; unset: no LLM.",
+        "model" => "Default model name.",
+        "planner_model" => "Model for planning; defaults to llm.model.",
+        "agent_model" => "Model for agent nodes (agent.run); defaults to llm.model.",
+        "summarizer_model" => "Model for writing goal answers; defaults to llm.model.",
+        "api_key" => "The API key (masked by --print-config).",
+        "api_key_env" => "Environment variable holding the API key.",
+        "api_key_file" => "File holding the API key, used when the variable is unset.",
+        "context_tokens" => "The model's context window, in tokens.",
+        "timeout_secs" => "Per-request timeout in seconds.",
+        "price_input_per_mtok" => "US dollars per million input tokens (0: cost is not estimated).",
+        "price_output_per_mtok" => "US dollars per million output tokens.",
+        _ => return None,
+    })
+}
+
+impl LlmSettings {
     fn model_named(&self, name: Option<&String>) -> Result<Option<Arc<dyn ChatModel>>, LlmError> {
-        match self.llm_provider.as_deref() {
+        match self.provider.as_deref() {
             Some("local") => return self.local().map(Some),
             Some("openai") | None => {}
             Some(other) => {
@@ -67,19 +109,22 @@ impl LlmArgs {
                 )));
             }
         }
-        let Some(base_url) = self.llm_base_url.clone().filter(|u| !u.is_empty()) else {
-            if self.llm_provider.is_some() {
+        let Some(base_url) = self.base_url.clone().filter(|u| !u.is_empty()) else {
+            if self.provider.is_some() {
                 return Err(LlmError::Config("the openai provider needs HERMES_LLM_BASE_URL".into()));
             }
             return Ok(None);
         };
-        let model = name.or(self.llm_model.as_ref()).cloned().ok_or_else(|| {
+        let model = name.or(self.model.as_ref()).cloned().ok_or_else(|| {
             LlmError::Config("HERMES_LLM_BASE_URL is set but no model is (HERMES_LLM_MODEL)".into())
         })?;
-        let mut config = OpenAiConfig::new(base_url, model)
-            .with_api_key_from(Some(&self.llm_api_key_env), self.llm_api_key_file.as_deref())?;
-        config.timeout = Duration::from_secs(self.llm_timeout_secs.max(1));
-        config.context_window = match self.llm_context_tokens {
+        let mut config = OpenAiConfig::new(base_url, model);
+        match self.api_key.as_ref().filter(|k| !k.is_empty()) {
+            Some(key) => config.api_key = Some(key.clone()),
+            None => config = config.with_api_key_from(Some(&self.api_key_env), self.api_key_file.as_deref())?,
+        }
+        config.timeout = Duration::from_secs(self.timeout_secs.max(1));
+        config.context_window = match self.context_tokens {
             0 => crate::DEFAULT_CONTEXT_WINDOW,
             tokens => tokens.max(256),
         };

@@ -103,41 +103,52 @@ impl Embedder for OpenAiEmbedder {
 /// Where `make models` puts the local embedding model.
 pub const DEFAULT_LOCAL_EMBEDDING_DIR: &str = ".tools/models/all-MiniLM-L6-v2";
 
-/// The embedding model from flags; `None` when none is configured.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct EmbeddingArgs {
+/// The `[embedding]` settings: the model of semantic memory; no provider, no semantic memory.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddingSettings {
     /// `local` (all-MiniLM-L6-v2, needs the `local` build feature and `make models`) or `openai`
-    /// (needs --embedding-base-url). Unset: no semantic memory.
-    #[arg(long, env = "HERMES_EMBEDDING_PROVIDER")]
-    pub embedding_provider: Option<String>,
+    /// (needs `base_url`). Unset: no semantic memory.
+    pub provider: Option<String>,
     /// OpenAI-compatible base URL for embeddings.
-    #[arg(long, env = "HERMES_EMBEDDING_BASE_URL")]
-    pub embedding_base_url: Option<String>,
+    pub base_url: Option<String>,
     /// Embedding model name on that endpoint.
-    #[arg(long, env = "HERMES_EMBEDDING_MODEL", default_value = "text-embedding-3-small")]
-    pub embedding_model: String,
+    pub model: String,
     /// Environment variable holding the endpoint's API key.
-    #[arg(long, env = "HERMES_EMBEDDING_API_KEY_ENV", default_value = "HERMES_LLM_API_KEY")]
-    pub embedding_api_key_env: String,
+    pub api_key_env: String,
     /// The local model's dir (config.json, tokenizer.json, model.safetensors).
-    #[arg(long, env = "HERMES_LOCAL_EMBEDDING_DIR", default_value = DEFAULT_LOCAL_EMBEDDING_DIR)]
-    pub local_embedding_dir: std::path::PathBuf,
+    pub local_dir: std::path::PathBuf,
 }
 
-impl EmbeddingArgs {
+impl Default for EmbeddingSettings {
+    fn default() -> Self {
+        EmbeddingSettings {
+            provider: None,
+            base_url: None,
+            model: "text-embedding-3-small".to_owned(),
+            api_key_env: "HERMES_LLM_API_KEY".to_owned(),
+            local_dir: DEFAULT_LOCAL_EMBEDDING_DIR.into(),
+        }
+    }
+}
+
+/// Earlier names of `[embedding]` keys (`HERMES_LOCAL_EMBEDDING_DIR`).
+pub const ALIASES: &[(&str, &str)] = &[("local_embedding_dir", "embedding.local_dir")];
+
+impl EmbeddingSettings {
     pub fn embedder(&self) -> Result<Option<Arc<dyn Embedder>>, LlmError> {
-        match self.embedding_provider.as_deref() {
+        match self.provider.as_deref() {
             None | Some("") => Ok(None),
-            Some("local") => local_embedder(&self.local_embedding_dir).map(Some),
+            Some("local") => local_embedder(&self.local_dir).map(Some),
             Some("openai") => {
                 let base_url =
-                    self.embedding_base_url.clone().filter(|u| !u.is_empty()).ok_or_else(|| {
+                    self.base_url.clone().filter(|u| !u.is_empty()).ok_or_else(|| {
                         LlmError::Config(
                             "the openai embedding provider needs HERMES_EMBEDDING_BASE_URL".into(),
                         )
                     })?;
-                let key = std::env::var(&self.embedding_api_key_env).ok().filter(|k| !k.is_empty());
-                Ok(Some(Arc::new(OpenAiEmbedder::new(base_url, self.embedding_model.clone(), key)?)))
+                let key = std::env::var(&self.api_key_env).ok().filter(|k| !k.is_empty());
+                Ok(Some(Arc::new(OpenAiEmbedder::new(base_url, self.model.clone(), key)?)))
             }
             Some(other) => Err(LlmError::Config(format!(
                 "unknown embedding provider `{other}`; use `local` or `openai`"

@@ -7,6 +7,7 @@
 
 pub mod client;
 pub mod grpc;
+pub mod service;
 pub mod sessions;
 pub mod vectors;
 
@@ -84,46 +85,78 @@ impl std::fmt::Debug for MemoryConfig {
     }
 }
 
-/// Flags (each with an environment variable) of the memory service, shared by `hermes-memory`
-/// and `hermes up`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct MemoryArgs {
+/// The `[memory]` settings of the memory service, shared by `hermes-memory` and `hermes up`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemorySettings {
     /// Session turns kept verbatim; older ones are folded into the summary.
-    #[arg(long, env = "HERMES_SESSION_WINDOW", default_value_t = sessions::DEFAULT_WINDOW)]
     pub session_window: usize,
     /// Days an idle session is kept.
-    #[arg(long, env = "HERMES_SESSION_TTL_DAYS", default_value_t = 30)]
     pub session_ttl_days: u64,
     /// Days an artifact is kept at most (the object store's max age; per-artifact TTLs can be
     /// shorter).
-    #[arg(long, env = "HERMES_ARTIFACT_RETENTION_DAYS", default_value_t = 7)]
     pub artifact_retention_days: u64,
     /// Days a semantic memory is kept after its last write; 0 keeps it until deleted.
-    #[arg(long, env = "HERMES_MEMORY_TTL_DAYS", default_value_t = 0)]
-    pub memory_ttl_days: u64,
+    pub ttl_days: u64,
     /// Memories recalled into the planner's prompt for a new goal.
-    #[arg(long, env = "HERMES_MEMORY_RECALL", default_value_t = 3)]
-    pub recall_top_k: usize,
-    #[command(flatten)]
-    pub embedding: hermes_llm::embed::EmbeddingArgs,
+    pub recall: usize,
 }
 
-impl MemoryArgs {
+impl Default for MemorySettings {
+    fn default() -> Self {
+        MemorySettings {
+            session_window: sessions::DEFAULT_WINDOW,
+            session_ttl_days: 30,
+            artifact_retention_days: 7,
+            ttl_days: 0,
+            recall: 3,
+        }
+    }
+}
+
+/// Earlier names of `[memory]` keys (`HERMES_SESSION_WINDOW`, ...).
+pub const ALIASES: &[(&str, &str)] = &[
+    ("session_window", "memory.session_window"),
+    ("session_ttl_days", "memory.session_ttl_days"),
+    ("artifact_retention_days", "memory.artifact_retention_days"),
+];
+
+/// One line of help for each `[memory]` and `[embedding]` key.
+pub fn describe(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "memory.session_window" => "Session turns kept verbatim; older ones are folded into the summary.",
+        "memory.session_ttl_days" => "Days an idle session is kept.",
+        "memory.artifact_retention_days" => "Days an artifact is kept at most.",
+        "memory.ttl_days" => "Days a semantic memory is kept after its last write; 0: until deleted.",
+        "memory.recall" => "Memories recalled into the planner's prompt for a new goal.",
+        "embedding.provider" => "`local` (all-MiniLM-L6-v2) or `openai`; unset: no semantic memory.",
+        "embedding.base_url" => "OpenAI-compatible base URL for embeddings.",
+        "embedding.model" => "Embedding model name on that endpoint.",
+        "embedding.api_key_env" => "Environment variable holding the endpoint's API key.",
+        "embedding.local_dir" => "The local embedding model's dir.",
+        _ => return None,
+    })
+}
+
+impl MemorySettings {
     pub fn artifacts_max_age(&self) -> Duration {
         Duration::from_secs(self.artifact_retention_days.max(1) * 24 * 3600)
     }
 
-    /// The config, with the summarizer model from `llm` when one is configured.
-    pub fn to_config(&self, llm: &hermes_llm::config::LlmArgs) -> anyhow::Result<MemoryConfig> {
+    /// The config, with the embedder of `embedding` and the summarizer model of `llm`.
+    pub fn to_config(
+        &self,
+        embedding: &hermes_llm::embed::EmbeddingSettings,
+        llm: &hermes_llm::config::LlmSettings,
+    ) -> anyhow::Result<MemoryConfig> {
         Ok(MemoryConfig {
             window: self.session_window.max(1),
             sessions_ttl: Duration::from_secs(self.session_ttl_days.max(1) * 24 * 3600),
-            embedder: self.embedding.embedder()?,
+            embedder: embedding.embedder()?,
             summarizer: llm.summarizer_model()?,
-            recall_top_k: self.recall_top_k,
+            recall_top_k: self.recall,
             artifacts_max_age: self.artifacts_max_age(),
-            memories_ttl: (self.memory_ttl_days > 0)
-                .then(|| Duration::from_secs(self.memory_ttl_days * 24 * 3600)),
+            memories_ttl: (self.ttl_days > 0).then(|| Duration::from_secs(self.ttl_days * 24 * 3600)),
             ..MemoryConfig::default()
         })
     }

@@ -17,9 +17,9 @@ fn model_dir() -> PathBuf {
 }
 
 fn config() -> MemoryConfig {
-    let args = hermes_llm::embed::EmbeddingArgs {
-        embedding_provider: Some("local".into()),
-        local_embedding_dir: model_dir(),
+    let args = hermes_llm::embed::EmbeddingSettings {
+        provider: Some("local".into()),
+        local_dir: model_dir(),
         ..Default::default()
     };
     MemoryConfig {

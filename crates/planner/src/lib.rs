@@ -11,6 +11,7 @@
 //! are) and validates the whole.
 
 pub mod prompt;
+pub mod service;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

@@ -15,6 +15,7 @@
 //! agent can take a task the decision is the task type's pool.
 
 mod grpc;
+pub mod service;
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;

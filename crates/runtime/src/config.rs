@@ -9,7 +9,7 @@
 //! A later source wins. Every setting has a dotted key (`llm.base_url`), and the environment
 //! variable and flag of a key are derived from it: `HERMES_LLM__BASE_URL` (`__` for each level of
 //! nesting) or the flat `HERMES_LLM_BASE_URL`, and `--llm-base-url`. A type may add other names
-//! for a key ([`Settings::ALIASES`]), the names earlier releases used. An unknown key in the file,
+//! for a key ([`Settings::aliases`]), the names earlier releases used. An unknown key in the file,
 //! or an unknown flag, is an error naming it; `HERMES_` variables that name no setting are left
 //! alone, since one environment often serves several services. An empty variable counts as unset.
 //!
@@ -38,11 +38,13 @@ pub const CONFIG_FILE_ENV: &str = "HERMES_CONFIG";
 pub trait Settings: Serialize + DeserializeOwned + Default + Send + Sync + 'static {
     /// Other names for keys, as `(flat name, key)`: `("planner_model", "llm.planner_model")`
     /// lets `HERMES_PLANNER_MODEL` and `--planner-model` set `llm.planner_model`.
-    const ALIASES: &'static [(&'static str, &'static str)] = &[];
+    fn aliases() -> Vec<(&'static str, &'static str)> {
+        Vec::new()
+    }
 
-    /// One line of help for a key, shown by `--help`.
-    fn describe(_key: &str) -> Option<&'static str> {
-        None
+    /// One line of help for a key, shown by `--help`; the shared keys have theirs.
+    fn describe(key: &str) -> Option<&'static str> {
+        crate::settings::describe(key)
     }
 
     /// Checks the loaded settings as a whole; the last step of the pipeline.
@@ -79,6 +81,8 @@ pub struct Key {
     pub path: String,
     /// Takes a comma-separated list from the environment and flags.
     pub list: bool,
+    /// A switch: its flag may be given without a value (`--external-planner`).
+    pub switch: bool,
     /// The default, as TOML would write it (empty when unset).
     pub default: String,
 }
@@ -123,6 +127,7 @@ fn collect_keys(value: &serde_json::Value, prefix: String, keys: &mut Vec<Key>) 
         }
         other => keys.push(Key {
             list: other.is_array(),
+            switch: other.is_boolean(),
             default: match other {
                 serde_json::Value::Null => String::new(),
                 serde_json::Value::String(s) => s.clone(),
@@ -171,6 +176,7 @@ impl Sources {
 /// Runs the pipeline: defaults, file, environment, flags, then [`Settings::validate`].
 pub fn load<S: Settings>(sources: &Sources) -> Result<S, ConfigError> {
     let keys = keys::<S>();
+    let aliases = S::aliases();
     let mut figment = Figment::from(figment::providers::Serialized::defaults(S::default()));
     if let Some(path) = &sources.file {
         check_file(path)?;
@@ -182,13 +188,13 @@ pub fn load<S: Settings>(sources: &Sources) -> Result<S, ConfigError> {
         if value.trim().is_empty() {
             continue;
         }
-        if let Some(key) = resolve(&keys, S::ALIASES, rest) {
+        if let Some(key) = resolve(&keys, &aliases, rest) {
             env.push(key, name.clone(), value);
         }
     }
     let mut flags = Strings::new("command-line flag");
     for (id, value) in &sources.flags {
-        let key = resolve(&keys, S::ALIASES, id)
+        let key = resolve(&keys, &aliases, id)
             .ok_or_else(|| ConfigError::Invalid(format!("unknown flag `--{}`", id.replace('_', "-"))))?;
         flags.push(key, format!("--{}", id.replace('_', "-")), value);
     }
@@ -356,11 +362,11 @@ pub fn check_keys<S: Settings>() -> Result<(), String> {
             return Err(format!("`{other}` and `{}` have the same flat name", key.path));
         }
     }
-    for (alias, path) in S::ALIASES {
-        if !keys.iter().any(|k| k.path == *path) {
+    for (alias, path) in S::aliases() {
+        if !keys.iter().any(|k| k.path == path) {
             return Err(format!("alias `{alias}` names no key `{path}`"));
         }
-        if seen.contains_key(*alias) {
+        if seen.contains_key(alias) {
             return Err(format!("alias `{alias}` is also a key's flat name"));
         }
     }

@@ -77,7 +77,7 @@ pub fn command<S: crate::Settings>(name: &'static str, about: &'static str) -> c
             help.push(' ');
         }
         help.push_str(&format!("[key: {}] [env: {}]", key.path, key.env()));
-        let aliases: Vec<String> = S::ALIASES
+        let aliases: Vec<String> = S::aliases()
             .iter()
             .filter(|(_, path)| *path == key.path)
             .map(|(alias, _)| alias.replace('_', "-"))
@@ -88,15 +88,13 @@ pub fn command<S: crate::Settings>(name: &'static str, about: &'static str) -> c
         if !key.default.is_empty() {
             help.push_str(&format!(" [default: {}]", key.default));
         }
-        let value_name = if key.list { "LIST" } else { "VALUE" };
-        command = command.arg(
-            clap::Arg::new(key.flat())
-                .long(key.flag())
-                .aliases(aliases)
-                .value_name(value_name)
-                .num_args(1)
-                .help(help),
-        );
+        let value_name = if key.list { "LIST" } else if key.switch { "BOOL" } else { "VALUE" };
+        let mut arg = clap::Arg::new(key.flat()).long(key.flag()).aliases(aliases).value_name(value_name).help(help);
+        arg = match key.switch {
+            true => arg.num_args(0..=1).default_missing_value("true"),
+            false => arg.num_args(1),
+        };
+        command = command.arg(arg);
     }
     command
 }
@@ -120,7 +118,7 @@ pub fn parse<S: crate::Settings>(
         for key in &keys {
             println!("{}\n{}", key.env(), key.env_nested());
         }
-        for (alias, _) in S::ALIASES {
+        for (alias, _) in S::aliases() {
             println!("HERMES_{}", alias.to_ascii_uppercase());
         }
         return Ok(Invocation::Exit(0));
@@ -236,12 +234,14 @@ pub struct Context {
     drain_timeout: Duration,
     tasks: Vec<Task>,
     grpc: Option<Grpc>,
+    /// The gRPC server's address once [`Context::serve`] started it.
+    served_grpc: Option<SocketAddr>,
 }
 
 impl Context {
     /// An empty context; `shutdown` starts the drain when cancelled.
     pub fn new(name: &'static str, drain_timeout: Duration, shutdown: CancellationToken) -> Self {
-        Context { name, bus: None, shutdown, drain_timeout, tasks: Vec::new(), grpc: None }
+        Context { name, bus: None, shutdown, drain_timeout, tasks: Vec::new(), grpc: None, served_grpc: None }
     }
 
     /// Connects to NATS (once; later calls return the same connection).
@@ -254,6 +254,11 @@ impl Context {
             .with_context(|| format!("failed to connect to NATS at {}", mask(&nats.url)))?;
         self.bus = Some(bus.clone());
         Ok(bus)
+    }
+
+    /// The connection, once [`Context::connect`] made it.
+    pub fn bus(&self) -> Option<&Bus> {
+        self.bus.as_ref()
     }
 
     /// Uses an existing connection (a stack that connected first).
@@ -269,8 +274,7 @@ impl Context {
 
     /// Spawns a named task. It gets its own token, cancelled when its turn to drain comes
     /// (tasks drain in reverse order of spawning); it should then finish what it started and
-    /// return. A task that returns before shutdown ends the process: with its error, or
-    /// cleanly when it returns `Ok`.
+    /// return. A task that fails before shutdown shuts the process down with its error.
     pub fn spawn<F, Fut>(&mut self, name: &'static str, task: F)
     where
         F: FnOnce(CancellationToken) -> Fut,
@@ -295,8 +299,8 @@ impl Context {
         max_message_bytes: usize,
         setting: &'static str,
     ) -> anyhow::Result<SocketAddr> {
-        if let Some(grpc) = &self.grpc {
-            return Ok(grpc.listener.local_addr()?);
+        if let Some(addr) = self.grpc_addr() {
+            return Ok(addr);
         }
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -314,7 +318,7 @@ impl Context {
 
     /// The gRPC server's address, once bound.
     pub fn grpc_addr(&self) -> Option<SocketAddr> {
-        self.grpc.as_ref().and_then(|g| g.listener.local_addr().ok())
+        self.served_grpc.or_else(|| self.grpc.as_ref().and_then(|g| g.listener.local_addr().ok()))
     }
 
     /// The largest gRPC request the server decodes; services build their servers with it.
@@ -330,35 +334,50 @@ impl Context {
         Ok(&mut grpc.routes)
     }
 
-    /// Serves gRPC (when a service added any), waits for the shutdown token or a task's end,
-    /// then drains every task in reverse order.
+    /// Starts serving gRPC, when a service added any routes; later calls do nothing. The server
+    /// is the last task, so it is the first drained.
+    pub fn serve(&mut self) -> anyhow::Result<()> {
+        let Some(grpc) = self.grpc.take() else { return Ok(()) };
+        let token = CancellationToken::new();
+        let addr = grpc.listener.local_addr()?;
+        info!(%addr, services = ?grpc.names, "serving gRPC");
+        let served = token.clone();
+        self.served_grpc = Some(addr);
+        self.push(
+            "grpc",
+            token,
+            tokio::spawn(async move {
+                let Grpc { listener, routes, names, max_message_bytes, setting } = grpc;
+                hermes_core::grpc::serve(listener, routes, &names, max_message_bytes, setting, served).await?;
+                Ok(())
+            }),
+        );
+        Ok(())
+    }
+
+    /// Serves gRPC (see [`Context::serve`]), waits for the shutdown token or a task's failure,
+    /// then drains every task in reverse order of spawning, each within the drain timeout. A task
+    /// that ends cleanly before shutdown is just gone (an agent stopped on its own); one that
+    /// fails shuts the rest down and its error is returned.
     pub async fn run(mut self) -> anyhow::Result<()> {
-        if let Some(grpc) = self.grpc.take() {
-            let token = CancellationToken::new();
-            let addr = grpc.listener.local_addr()?;
-            info!(%addr, services = ?grpc.names, "serving gRPC");
-            let served = token.clone();
-            self.push(
-                "grpc",
-                token,
-                tokio::spawn(async move {
-                    let Grpc { listener, routes, names, max_message_bytes, setting } = grpc;
-                    hermes_core::grpc::serve(listener, routes, &names, max_message_bytes, setting, served).await?;
-                    Ok(())
-                }),
-            );
-        }
+        self.serve()?;
         let mut failure = None;
-        {
+        loop {
             let ended = futures_first(&mut self.tasks);
             tokio::select! {
-                _ = self.shutdown.cancelled() => {}
+                _ = self.shutdown.cancelled() => break,
                 (index, result) = ended => {
                     let task = self.tasks.remove(index);
                     match result {
-                        Ok(Ok(())) => info!(task = task.name, "task finished; shutting down"),
-                        Ok(Err(e)) => failure = Some(e.context(format!("{} stopped", task.name))),
-                        Err(e) => failure = Some(anyhow::anyhow!("{} panicked: {e}", task.name)),
+                        Ok(Ok(())) => info!(task = task.name, "task finished"),
+                        Ok(Err(e)) => {
+                            failure = Some(e.context(format!("{} stopped", task.name)));
+                            break;
+                        }
+                        Err(e) => {
+                            failure = Some(anyhow::anyhow!("{} panicked: {e}", task.name));
+                            break;
+                        }
                     }
                 }
             }

@@ -45,3 +45,46 @@ pub trait ServiceSettings: crate::Settings {
 
 /// The default of every service's `drain_timeout_secs`.
 pub const DEFAULT_DRAIN_TIMEOUT_SECS: u64 = 30;
+
+/// A service's gRPC server (`[grpc]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrpcSettings {
+    /// The address it listens on.
+    pub listen: std::net::SocketAddr,
+    /// Largest request accepted, in bytes; a larger one gets INVALID_ARGUMENT naming it.
+    pub max_message_bytes: usize,
+}
+
+impl GrpcSettings {
+    /// Listening on 127.0.0.1:`port` with the default limit.
+    pub fn local(port: u16) -> Self {
+        GrpcSettings {
+            listen: ([127, 0, 0, 1], port).into(),
+            max_message_bytes: hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
+impl Default for GrpcSettings {
+    fn default() -> Self {
+        GrpcSettings::local(50051)
+    }
+}
+
+/// Where the gRPC limit is set, for the over-limit error.
+pub const GRPC_LIMIT_SETTING: &str = "grpc.max_message_bytes, HERMES_GRPC_MAX_MESSAGE_BYTES";
+
+/// Help for the shared keys.
+pub fn describe(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "nats.url" => "NATS server URL (user and password may be given in it).",
+        "nats.replicas" => "Replicas of the streams and buckets Hermes creates (1, or 3 on a cluster).",
+        "nats.creds" => "A NATS credentials file.",
+        "metrics_listen" => "Serve /metrics and /healthz on this address; unset: nowhere.",
+        "drain_timeout_secs" => "Longest each shutdown step may take, in seconds.",
+        "grpc.listen" => "Address the gRPC API listens on.",
+        "grpc.max_message_bytes" => "Largest gRPC request accepted; a larger one gets INVALID_ARGUMENT.",
+        _ => return None,
+    })
+}

@@ -38,7 +38,9 @@ impl Default for Demo {
 }
 
 impl Settings for Demo {
-    const ALIASES: &'static [(&'static str, &'static str)] = &[("planner_model", "llm.planner_model")];
+    fn aliases() -> Vec<(&'static str, &'static str)> {
+        vec![("planner_model", "llm.planner_model")]
+    }
 
     fn validate(&self) -> Result<(), ConfigError> {
         if self.goal_timeout_secs == 0 {

@@ -1,0 +1,202 @@
+//! `hermes up` as a [`hermes_runtime::Service`]: every service in one process (development
+//! mode), composed on one context from the same start functions the service binaries use.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use hermes_dispatcher::service::DispatchSettings;
+use hermes_llm::config::LlmSettings;
+use hermes_llm::embed::EmbeddingSettings;
+use hermes_memory::MemorySettings;
+use hermes_runtime::{Context, GrpcSettings, NatsSettings};
+use serde::{Deserialize, Serialize};
+
+use crate::stack::{Stack, StackConfig};
+
+/// The `[agents]` section: the agents `hermes up` runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpAgents {
+    /// Identical agents `local-1..n` with every built-in tool (ignored with `config`).
+    pub count: u32,
+    /// An agents file (TOML) describing the agents to run instead; see docs/agents.md.
+    pub config: Option<PathBuf>,
+    /// Tasks each agent runs at once.
+    pub max_concurrency: u32,
+    /// Dir that the agents' file tools may read.
+    pub workspace: PathBuf,
+}
+
+impl Default for UpAgents {
+    fn default() -> Self {
+        UpAgents { count: 2, config: None, max_concurrency: 16, workspace: ".".into() }
+    }
+}
+
+/// Settings of `hermes up`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpSettings {
+    /// `nats.url` unset or unreachable: a local nats-server is started.
+    pub nats: NatsSettings,
+    pub metrics_listen: Option<SocketAddr>,
+    pub drain_timeout_secs: u64,
+    pub grpc: GrpcSettings,
+    /// Where the local nats-server keeps its store.
+    pub data_dir: PathBuf,
+    pub agents: UpAgents,
+    /// Seconds without a heartbeat after which the registry drops an agent.
+    pub heartbeat_ttl_secs: u64,
+    /// Planners run as their own processes (`hermes planner`): accept goals given as text
+    /// without running a planner here.
+    pub external_planner: bool,
+    /// Do not run the memory service in this process.
+    pub no_memory: bool,
+    pub dispatcher: DispatchSettings,
+    pub planner: hermes_planner::service::PlannerSettings,
+    pub memory: MemorySettings,
+    pub embedding: EmbeddingSettings,
+    /// The LLM for the planner, the agents and the summarizer; without one, goals must come as
+    /// plans.
+    pub llm: LlmSettings,
+}
+
+impl Default for UpSettings {
+    fn default() -> Self {
+        UpSettings {
+            nats: NatsSettings { url: String::new(), ..Default::default() },
+            metrics_listen: None,
+            drain_timeout_secs: hermes_runtime::DEFAULT_DRAIN_TIMEOUT_SECS,
+            grpc: GrpcSettings::local(50051),
+            data_dir: ".hermes".into(),
+            agents: UpAgents::default(),
+            heartbeat_ttl_secs: hermes_registry::RegistryConfig::default().heartbeat_ttl.as_secs(),
+            external_planner: false,
+            no_memory: false,
+            dispatcher: DispatchSettings::default(),
+            planner: Default::default(),
+            memory: MemorySettings::default(),
+            embedding: EmbeddingSettings::default(),
+            llm: LlmSettings::default(),
+        }
+    }
+}
+
+impl hermes_runtime::Settings for UpSettings {
+    fn aliases() -> Vec<(&'static str, &'static str)> {
+        let own: &[(&str, &str)] = &[
+            ("agents", "agents.count"),
+            ("agent_max_concurrency", "agents.max_concurrency"),
+            ("max_concurrency", "agents.max_concurrency"),
+            ("agent_workspace", "agents.workspace"),
+            ("workspace", "agents.workspace"),
+        ];
+        [
+            own,
+            hermes_dispatcher::service::ALIASES,
+            hermes_memory::ALIASES,
+            hermes_llm::embed::ALIASES,
+            hermes_llm::config::ALIASES,
+        ]
+        .concat()
+    }
+
+    fn describe(key: &str) -> Option<&'static str> {
+        let own = match key {
+            "nats.url" => Some("Use this NATS server; unset or unreachable: a local nats-server is started."),
+            "data_dir" => Some("Where the local nats-server keeps its store."),
+            "agents.count" => Some("Identical agents local-1..n to run (ignored with agents.config)."),
+            "agents.config" => Some("An agents file (TOML) describing the agents to run instead."),
+            "agents.max_concurrency" => Some("Tasks each agent runs at once."),
+            "agents.workspace" => Some("Dir that the agents' file tools may read."),
+            "heartbeat_ttl_secs" => Some("Seconds without a heartbeat after which the registry drops an agent."),
+            "external_planner" => Some("Planners run as their own processes: run none here."),
+            "no_memory" => Some("Do not run the memory service in this process."),
+            _ => None,
+        };
+        own.or_else(|| hermes_dispatcher::service::describe(key))
+            .or_else(|| hermes_planner::service::describe(key))
+            .or_else(|| hermes_memory::describe(key))
+            .or_else(|| key.strip_prefix("llm.").and_then(hermes_llm::config::describe))
+            .or_else(|| hermes_runtime::settings::describe(key))
+    }
+}
+
+hermes_runtime::service_settings!(UpSettings);
+
+/// `hermes up`.
+pub struct UpService;
+
+impl hermes_runtime::Service for UpService {
+    const NAME: &'static str = "hermes-up";
+    const ABOUT: &'static str = "Run every Hermes service in this process (development mode)";
+    type Settings = UpSettings;
+
+    async fn start(settings: UpSettings, cx: &mut Context) -> anyhow::Result<()> {
+        let llm = &settings.llm;
+        let planner = match settings.external_planner {
+            true => None,
+            false => llm.planner_model()?.map(|model| settings.planner.config(model)),
+        };
+        let agent_model = llm.agent_model()?.map(hermes_executor::agent_loop::AgentModel);
+        let memory = match settings.no_memory {
+            true => None,
+            false => Some(settings.memory.to_config(&settings.embedding, llm)?),
+        };
+        let mut nats = settings.nats.clone();
+        if nats.url.is_empty() || !crate::nats::reachable(&nats.url).await {
+            if !nats.url.is_empty() {
+                eprintln!("HERMES_NATS_URL {} is not reachable; starting a local nats-server", nats.url);
+            }
+            let local = crate::nats::start_local(&settings.data_dir.join("nats")).await?;
+            nats.url = local.url.clone();
+            // The first task, so the last drained: the server outlives every service.
+            cx.spawn("nats-server", move |stop| async move {
+                stop.cancelled().await;
+                drop(local);
+                Ok(())
+            });
+        }
+        cx.connect(&nats).await?;
+        let agents = match &settings.agents.config {
+            Some(path) => hermes_executor::service::load_agents(path, &[], llm)?,
+            None => {
+                let workspace = &settings.agents.workspace;
+                let workspace =
+                    workspace.canonicalize().with_context(|| format!("workspace {}", workspace.display()))?;
+                (1..=settings.agents.count)
+                    .map(|i| {
+                        let mut config = hermes_executor::AgentConfig::new(format!("local-{i}"), workspace.clone());
+                        config.max_concurrency = settings.agents.max_concurrency;
+                        config.llm = agent_model.clone();
+                        config
+                    })
+                    .collect()
+            }
+        };
+        let mut dispatcher = settings.dispatcher.config(llm, &settings.grpc)?;
+        dispatcher.planner |= settings.external_planner;
+        let config = StackConfig {
+            nats_url: nats.url.clone(),
+            registry: hermes_registry::RegistryConfig {
+                heartbeat_ttl: std::time::Duration::from_secs(settings.heartbeat_ttl_secs.max(1)),
+            },
+            agents,
+            dispatcher,
+            planner,
+            memory,
+        };
+        let parts = Stack::start_on(config, cx).await?;
+        println!("hermes up: grpc {} nats {}", parts.grpc_addr(), nats.url);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_do_not_clash() {
+        hermes_runtime::config::check_keys::<super::UpSettings>().unwrap();
+    }
+}

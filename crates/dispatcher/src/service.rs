@@ -1,0 +1,153 @@
+//! The dispatcher as a [`hermes_runtime::Service`]: its settings and how it starts.
+
+use std::time::Duration;
+
+use hermes_llm::config::LlmSettings;
+use hermes_runtime::{Context, GrpcSettings, NatsSettings};
+use serde::{Deserialize, Serialize};
+
+use crate::DispatcherConfig;
+
+/// The `[dispatcher]` section, shared by `hermes-dispatcher` and `hermes up`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatchSettings {
+    /// Whole-goal timeout for goals that do not set one, in seconds.
+    pub goal_timeout_secs: u64,
+    /// Per-attempt deadline for nodes that do not set one, in seconds.
+    pub node_timeout_secs: u64,
+    /// Most nodes a plan may have.
+    pub max_nodes: usize,
+    /// A planner service (`hermes-planner`) runs in this deployment: accept goals given as text.
+    pub planner_service: bool,
+    /// Results applied at once.
+    pub result_concurrency: usize,
+    /// Seconds a node waits for an agent serving its task type before it fails with
+    /// NO_CAPABLE_AGENT.
+    pub no_agent_wait_secs: u64,
+    /// Milliseconds a catalogue snapshot is reused for plan validation.
+    pub catalog_ttl_ms: u64,
+}
+
+impl Default for DispatchSettings {
+    fn default() -> Self {
+        let config = DispatcherConfig::default();
+        DispatchSettings {
+            goal_timeout_secs: config.goal_timeout.as_secs(),
+            node_timeout_secs: config.node_timeout.as_secs(),
+            max_nodes: config.max_nodes,
+            planner_service: config.planner,
+            result_concurrency: config.result_concurrency,
+            no_agent_wait_secs: config.no_agent_wait.as_secs(),
+            catalog_ttl_ms: config.catalog_ttl.as_millis() as u64,
+        }
+    }
+}
+
+/// Earlier names of `[dispatcher]` keys (`HERMES_GOAL_TIMEOUT_SECS`, ...).
+pub const ALIASES: &[(&str, &str)] = &[
+    ("goal_timeout_secs", "dispatcher.goal_timeout_secs"),
+    ("node_timeout_secs", "dispatcher.node_timeout_secs"),
+    ("max_nodes", "dispatcher.max_nodes"),
+    ("planner_service", "dispatcher.planner_service"),
+];
+
+/// Help for the `[dispatcher]` keys.
+pub fn describe(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "dispatcher.goal_timeout_secs" => "Whole-goal timeout for goals that set none, in seconds.",
+        "dispatcher.node_timeout_secs" => "Per-attempt deadline for nodes that set none, in seconds.",
+        "dispatcher.max_nodes" => "Most nodes a plan may have.",
+        "dispatcher.planner_service" => "A planner service runs in this deployment: accept goals given as text.",
+        "dispatcher.result_concurrency" => "Results applied at once.",
+        "dispatcher.no_agent_wait_secs" => "Seconds a node waits for a capable agent before NO_CAPABLE_AGENT.",
+        "dispatcher.catalog_ttl_ms" => "Milliseconds a catalogue snapshot is reused for plan validation.",
+        _ => return None,
+    })
+}
+
+impl DispatchSettings {
+    /// The dispatcher's config, with the summarizer and prices of `llm` and the server of `grpc`.
+    pub fn config(&self, llm: &LlmSettings, grpc: &GrpcSettings) -> anyhow::Result<DispatcherConfig> {
+        Ok(DispatcherConfig {
+            grpc_listen: grpc.listen,
+            grpc_max_message_bytes: grpc.max_message_bytes,
+            max_nodes: self.max_nodes.max(1),
+            goal_timeout: Duration::from_secs(self.goal_timeout_secs.max(1)),
+            node_timeout: Duration::from_secs(self.node_timeout_secs.max(1)),
+            catalog_ttl: Duration::from_millis(self.catalog_ttl_ms),
+            result_concurrency: self.result_concurrency.max(1),
+            no_agent_wait: Duration::from_secs(self.no_agent_wait_secs),
+            planner: self.planner_service,
+            summarizer: llm.summarizer_model()?.map(crate::summarize::Summarizer),
+            prices: crate::engine::Prices {
+                input_per_mtok: llm.price_input_per_mtok,
+                output_per_mtok: llm.price_output_per_mtok,
+            },
+        })
+    }
+}
+
+/// Settings of `hermes-dispatcher`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatcherSettings {
+    pub nats: NatsSettings,
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    pub drain_timeout_secs: u64,
+    pub grpc: GrpcSettings,
+    pub dispatcher: DispatchSettings,
+    /// The model that writes the answers of goals given as text, and the prices of tokens.
+    pub llm: LlmSettings,
+}
+
+impl Default for DispatcherSettings {
+    fn default() -> Self {
+        DispatcherSettings {
+            nats: NatsSettings::default(),
+            metrics_listen: None,
+            drain_timeout_secs: hermes_runtime::DEFAULT_DRAIN_TIMEOUT_SECS,
+            grpc: GrpcSettings::local(50051),
+            dispatcher: DispatchSettings::default(),
+            llm: LlmSettings::default(),
+        }
+    }
+}
+
+impl hermes_runtime::Settings for DispatcherSettings {
+    fn aliases() -> Vec<(&'static str, &'static str)> {
+        [ALIASES, hermes_llm::config::ALIASES].concat()
+    }
+
+    fn describe(key: &str) -> Option<&'static str> {
+        describe(key)
+            .or_else(|| key.strip_prefix("llm.").and_then(hermes_llm::config::describe))
+            .or_else(|| hermes_runtime::settings::describe(key))
+    }
+}
+
+hermes_runtime::service_settings!(DispatcherSettings);
+
+/// `hermes-dispatcher`.
+pub struct DispatcherService;
+
+impl hermes_runtime::Service for DispatcherService {
+    const NAME: &'static str = "hermes-dispatcher";
+    const ABOUT: &'static str = "Hermes dispatcher and gRPC API";
+    type Settings = DispatcherSettings;
+
+    async fn start(settings: DispatcherSettings, cx: &mut Context) -> anyhow::Result<()> {
+        let config = settings.dispatcher.config(&settings.llm, &settings.grpc)?;
+        cx.connect(&settings.nats).await?;
+        crate::start(config, cx).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_do_not_clash() {
+        hermes_runtime::config::check_keys::<super::DispatcherSettings>().unwrap();
+    }
+}

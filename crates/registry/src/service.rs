@@ -1,0 +1,81 @@
+//! The registry as a [`hermes_runtime::Service`]: its settings and how it starts.
+
+use std::time::Duration;
+
+use hermes_runtime::{Context, GrpcSettings, NatsSettings};
+use serde::{Deserialize, Serialize};
+
+use crate::{Registry, RegistryConfig, RegistryGrpc};
+
+/// Settings of `hermes-registry`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistrySettings {
+    pub nats: NatsSettings,
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    pub drain_timeout_secs: u64,
+    pub grpc: GrpcSettings,
+    /// Seconds without a heartbeat after which an agent is offline.
+    pub heartbeat_ttl_secs: u64,
+}
+
+impl Default for RegistrySettings {
+    fn default() -> Self {
+        RegistrySettings {
+            nats: NatsSettings::default(),
+            metrics_listen: None,
+            drain_timeout_secs: hermes_runtime::DEFAULT_DRAIN_TIMEOUT_SECS,
+            grpc: GrpcSettings::local(50052),
+            heartbeat_ttl_secs: RegistryConfig::default().heartbeat_ttl.as_secs(),
+        }
+    }
+}
+
+impl RegistrySettings {
+    pub fn config(&self) -> RegistryConfig {
+        RegistryConfig { heartbeat_ttl: Duration::from_secs(self.heartbeat_ttl_secs.max(1)) }
+    }
+}
+
+impl hermes_runtime::Settings for RegistrySettings {
+    fn aliases() -> Vec<(&'static str, &'static str)> {
+        vec![("registry_grpc_listen", "grpc.listen")]
+    }
+
+    fn describe(key: &str) -> Option<&'static str> {
+        match key {
+            "heartbeat_ttl_secs" => Some("Seconds without a heartbeat after which an agent is offline."),
+            key => hermes_runtime::settings::describe(key),
+        }
+    }
+}
+
+hermes_runtime::service_settings!(RegistrySettings);
+
+/// `hermes-registry`.
+pub struct RegistryService;
+
+impl hermes_runtime::Service for RegistryService {
+    const NAME: &'static str = "hermes-registry";
+    const ABOUT: &'static str = "Hermes agent registry";
+    type Settings = RegistrySettings;
+
+    async fn start(settings: RegistrySettings, cx: &mut Context) -> anyhow::Result<()> {
+        let bus = cx.connect(&settings.nats).await?;
+        let registry = Registry::new(settings.config());
+        let limit = settings.grpc.max_message_bytes;
+        cx.grpc_listen(settings.grpc.listen, limit, hermes_runtime::GRPC_LIMIT_SETTING).await?;
+        let grpc = RegistryGrpc::new(registry.clone(), cx.shutdown()).into_service();
+        cx.grpc("hermes.v1.Registry")?.add_service(grpc.max_decoding_message_size(limit));
+        cx.spawn("registry", move |token| crate::run(bus, registry, token));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_do_not_clash() {
+        hermes_runtime::config::check_keys::<super::RegistrySettings>().unwrap();
+    }
+}
