@@ -131,6 +131,7 @@ pub struct UpService;
 impl hermes_runtime::Service for UpService {
     const NAME: &'static str = "hermes-up";
     const ABOUT: &'static str = "Run every Hermes service in this process (development mode)";
+    const TELEMETRY_NAME: &'static str = "hermes";
     type Settings = UpSettings;
 
     async fn start(settings: UpSettings, cx: &mut Context) -> anyhow::Result<()> {

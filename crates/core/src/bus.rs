@@ -409,16 +409,17 @@ impl Bus {
     }
 }
 
-/// Runs `handle` on each message of `messages`, at most `concurrency` at once. A permit is taken
-/// before waiting for the next message, so no more than `concurrency` messages are ever held.
-/// Returns when `shutdown` is cancelled or the stream ends, without waiting for the handlers still
-/// running: the caller gets them back, to hand back buffered messages first and then join.
+/// The consumer loop every Hermes consumer runs: `handle` on each message of `messages`, at most
+/// `concurrency` at once. A permit is taken before waiting for the next message, so no more than
+/// `concurrency` messages are ever held. When `shutdown` is cancelled it stops taking messages,
+/// hands back what was pulled but not started ([`hand_back`]), waits for the running handlers,
+/// and returns; it also returns when the stream ends.
 pub async fn consume_concurrently<S, E, F, Fut>(
     messages: &mut S,
     concurrency: usize,
     shutdown: &tokio_util::sync::CancellationToken,
     handle: F,
-) -> tokio::task::JoinSet<()>
+)
 where
     S: futures::Stream<Item = std::result::Result<jetstream::Message, E>> + Unpin,
     E: std::fmt::Display,
@@ -458,7 +459,34 @@ where
         }
         while running.try_join_next().is_some() {}
     }
-    running
+    if shutdown.is_cancelled() {
+        hand_back(messages).await;
+    }
+    while running.join_next().await.is_some() {}
+}
+
+/// How long a handed-back message that came straight back to this process waits before it is
+/// delivered again: this process was its only puller (an agent's own consumer), so it waits for
+/// another replica or for the dispatcher's takeover of the agent's work.
+pub const HAND_BACK_DELAY: Duration = Duration::from_secs(5);
+
+/// The shutdown tail of a consumer loop: naks every message pulled but not started, for
+/// immediate redelivery to another consumer, until nothing arrives for 20 ms. A message that
+/// comes back (nobody else pulls from the consumer) is nak'ed once more with
+/// [`HAND_BACK_DELAY`] rather than over and over, which would spend its deliveries and dead-letter
+/// it.
+pub async fn hand_back<S, E>(messages: &mut S)
+where
+    S: futures::Stream<Item = std::result::Result<jetstream::Message, E>> + Unpin,
+{
+    use futures::StreamExt;
+    let mut handed = std::collections::HashSet::new();
+    while let Ok(Some(next)) = tokio::time::timeout(Duration::from_millis(20), messages.next()).await {
+        let Ok(msg) = next else { break };
+        let again = msg.info().is_ok_and(|info| !handed.insert(info.stream_sequence));
+        let delay = again.then_some(HAND_BACK_DELAY);
+        let _ = msg.ack_with(AckKind::Nak(delay)).await;
+    }
 }
 
 /// A durable pull consumer to create or bind.

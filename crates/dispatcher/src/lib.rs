@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use futures::StreamExt;
 use hermes_core::bus::ConsumerSpec;
 use hermes_core::ids::IdShape;
 use hermes_core::plan::validate_plan;
@@ -635,7 +634,9 @@ async fn results_loop(
             return;
         }
     };
-    let mut running = hermes_core::bus::consume_concurrently(&mut messages, concurrency, &shutdown, |msg| {
+    // Shutting down, the loop hands back what was pulled but not started, for another replica,
+    // then finishes what is being applied.
+    hermes_core::bus::consume_concurrently(&mut messages, concurrency, &shutdown, |msg| {
         let service = service.clone();
         async move {
             let Some(delivery) = service.bus.decode_or_dead_letter::<TaskResult>("result", msg).await else {
@@ -650,10 +651,4 @@ async fn results_loop(
         }
     })
     .await;
-    // Shutting down: hand back what was pulled but not started, for immediate redelivery to
-    // another replica, then finish what is being applied.
-    while let Ok(Some(Ok(msg))) = tokio::time::timeout(Duration::from_millis(20), messages.next()).await {
-        let _ = msg.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
-    }
-    while running.join_next().await.is_some() {}
 }

@@ -117,7 +117,7 @@ pub(crate) async fn plan_results_loop(
             return;
         }
     };
-    let mut running = hermes_core::bus::consume_concurrently(&mut messages, 64, &shutdown, |msg| {
+    hermes_core::bus::consume_concurrently(&mut messages, 64, &shutdown, |msg| {
         let service = service.clone();
         let span = tracing::info_span!("apply_plan", goal_id = tracing::field::Empty);
         hermes_core::trace::follow(&span, hermes_core::trace::extract(msg.headers.as_ref()).as_ref());
@@ -139,5 +139,4 @@ pub(crate) async fn plan_results_loop(
         .instrument(span)
     })
     .await;
-    while running.join_next().await.is_some() {}
 }

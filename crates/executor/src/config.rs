@@ -1,5 +1,5 @@
 //! The agent config file: one TOML file describes one or more agents, which `hermes up
-//! --agents-config` and `hermes-executor --config` run in one process (each pod of a pool can
+//! --agents-config` and `hermes-executor --agents-file` run in one process (each pod of a pool can
 //! run the same file). A `[defaults]` table applies to every `[[agent]]` entry that does not set
 //! the field itself. `${NAME}` and `${NAME:-fallback}` in the file are replaced by environment
 //! variables before parsing, so ids can carry the pod name and secrets stay out of the file.

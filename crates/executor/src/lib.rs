@@ -342,18 +342,12 @@ async fn consume(
         .map(|spec| shared.bus.resilient_messages(spec, max_concurrency as usize))
         .collect();
     let mut messages = futures::stream::select_all(streams);
-    let mut running =
-        hermes_core::bus::consume_concurrently(&mut messages, max_concurrency as usize, &shutdown, |msg| {
-            let shared = shared.clone();
-            async move { handle_task(&shared, msg).await }
-        })
-        .await;
-    // Hand back what was pulled but not started, for immediate redelivery to another agent,
-    // then finish what is running.
-    while let Ok(Some(Ok(msg))) = tokio::time::timeout(Duration::from_millis(20), messages.next()).await {
-        let _ = msg.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
-    }
-    while running.join_next().await.is_some() {}
+    // On shutdown the loop hands back what was pulled but not started, then finishes what runs.
+    hermes_core::bus::consume_concurrently(&mut messages, max_concurrency as usize, &shutdown, |msg| {
+        let shared = shared.clone();
+        async move { handle_task(&shared, msg).await }
+    })
+    .await;
     Ok(())
 }
 

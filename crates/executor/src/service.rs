@@ -243,6 +243,7 @@ impl ExecutorService {
 impl hermes_runtime::Service for ExecutorService {
     const NAME: &'static str = "hermes-executor";
     const ABOUT: &'static str = "Hermes executor agent";
+    const TELEMETRY_NAME: &'static str = "hermes-agent";
     type Settings = ExecutorSettings;
 
     async fn start(settings: ExecutorSettings, cx: &mut Context) -> anyhow::Result<()> {

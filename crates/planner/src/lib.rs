@@ -321,7 +321,7 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
     let planner = Arc::new(Planner::new(bus.clone(), config));
     let mut messages = consumer.stream().max_messages_per_batch(concurrency).messages().await?;
     info!(model = %planner.config.model.model(), "planner serving");
-    let mut running = hermes_core::bus::consume_concurrently(&mut messages, concurrency, &shutdown, |msg| {
+    hermes_core::bus::consume_concurrently(&mut messages, concurrency, &shutdown, |msg| {
         let (bus, planner) = (bus.clone(), planner.clone());
         let span = tracing::info_span!(
             "plan",
@@ -333,13 +333,6 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
         async move { handle_request(&bus, &planner, msg).await }.instrument(span)
     })
     .await;
-    // Shutting down: hand back what was pulled but not started, for another planner.
-    while let Ok(Some(Ok(msg))) =
-        tokio::time::timeout(Duration::from_millis(20), futures::StreamExt::next(&mut messages)).await
-    {
-        let _ = msg.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
-    }
-    while running.join_next().await.is_some() {}
     Ok(())
 }
 

@@ -75,7 +75,7 @@ impl Default for PlannerServiceSettings {
 
 impl hermes_runtime::Settings for PlannerServiceSettings {
     fn aliases() -> Vec<(&'static str, &'static str)> {
-        hermes_llm::config::ALIASES.to_vec()
+        [&[("ack_wait_secs", "planner.ack_wait_secs")], hermes_llm::config::ALIASES].concat()
     }
 
     fn describe(key: &str) -> Option<&'static str> {

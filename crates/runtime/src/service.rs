@@ -28,6 +28,8 @@ pub trait Service: 'static {
     const NAME: &'static str;
     /// One line for `--help`.
     const ABOUT: &'static str;
+    /// The service name in traces (`OTEL_SERVICE_NAME` overrides it).
+    const TELEMETRY_NAME: &'static str = Self::NAME;
     type Settings: ServiceSettings;
 
     /// Starts the service's work on `cx`: connect ([`Context::connect`]), spawn named tasks
@@ -144,6 +146,10 @@ pub fn parse<S: crate::Settings>(
     Ok(Invocation::Run(settings))
 }
 
+/// The exit code of a service that could not load its settings, could not start, or failed
+/// (0: stopped cleanly; 130: a second signal).
+pub const EXIT_ERROR: i32 = 2;
+
 /// A binary's whole `main`: parse, load, run `S` on a multi-threaded runtime, exit.
 pub fn main<S: Service>() -> ! {
     main_with_args::<S>(std::env::args_os())
@@ -156,14 +162,14 @@ pub fn main_with_args<S: Service>(args: impl IntoIterator<Item = OsString>) -> !
         Ok(Invocation::Exit(code)) => std::process::exit(code),
         Err(e) => {
             eprintln!("{}: {e}", S::NAME);
-            std::process::exit(2);
+            std::process::exit(EXIT_ERROR);
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("{}: cannot start the async runtime: {e}", S::NAME);
-            std::process::exit(1);
+            std::process::exit(EXIT_ERROR);
         }
     };
     let result = runtime.block_on(run::<S>(settings));
@@ -173,14 +179,14 @@ pub fn main_with_args<S: Service>(args: impl IntoIterator<Item = OsString>) -> !
         Ok(()) => std::process::exit(0),
         Err(e) => {
             eprintln!("{}: {e:#}", S::NAME);
-            std::process::exit(1);
+            std::process::exit(EXIT_ERROR);
         }
     }
 }
 
 /// Runs `S` until a signal or a task failure, drains it, and flushes telemetry.
 pub async fn run<S: Service>(settings: S::Settings) -> anyhow::Result<()> {
-    let telemetry = hermes_core::telemetry::init(S::NAME);
+    let telemetry = hermes_core::telemetry::init(S::TELEMETRY_NAME);
     let shutdown = signals();
     let result = async {
         let mut cx = Context::new(S::NAME, settings.drain_timeout(), shutdown.clone());
