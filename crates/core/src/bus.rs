@@ -395,16 +395,43 @@ impl Bus {
         kind: &str,
         msg: jetstream::Message,
     ) -> Option<Delivery<M>> {
-        match M::decode(msg.payload.clone()) {
-            Ok(message) => {
-                let trace = trace::extract(msg.headers.as_ref());
-                Some(Delivery { message, trace, raw: msg })
-            }
-            Err(e) => {
-                let reason = format!("cannot decode {kind}: {e}");
+        match Delivery::decode(kind, msg) {
+            Ok(delivery) => Some(delivery),
+            Err((msg, reason)) => {
                 self.dead_letter(kind, &msg, &reason).await;
                 None
             }
+        }
+    }
+}
+
+/// What a handler made of its message. The consumer loop ([`consume_concurrently`]) settles it
+/// with [`Delivery::settle`], the one place Hermes acks, naks and dead-letters what it consumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    /// Done: acknowledged, confirmed by the server, so it is never redelivered.
+    Done,
+    /// Done, and a redelivery would be harmless (the handler is idempotent): acknowledged
+    /// without waiting for the server.
+    DoneUnconfirmed,
+    /// Not done, for a reason that may pass (a dependency unreachable): delivered again after
+    /// `after`. The server stops at the consumer's max deliveries and the dispatcher
+    /// dead-letters it then (`POISON_MESSAGE`).
+    Retry { after: Duration },
+    /// Can never succeed: moved to the DLQ with `reason` and not delivered again.
+    Reject { reason: String },
+    /// Handed to someone who settles it later with [`Delivery::settle`] (a batching inbox).
+    Kept,
+}
+
+impl Handled {
+    /// The disposition of a handler's result: `Ok` is done; a retryable error is delivered
+    /// again after `backoff`; any other error is rejected with its text.
+    pub fn of<E: std::fmt::Display>(result: std::result::Result<(), E>, retryable: impl Fn(&E) -> bool, backoff: Duration) -> Handled {
+        match result {
+            Ok(()) => Handled::Done,
+            Err(e) if retryable(&e) => Handled::Retry { after: backoff },
+            Err(e) => Handled::Reject { reason: e.to_string() },
         }
     }
 }
@@ -414,17 +441,24 @@ impl Bus {
 /// `concurrency` messages are ever held. When `shutdown` is cancelled it stops taking messages,
 /// hands back what was pulled but not started ([`hand_back`]), waits for the running handlers,
 /// and returns; it also returns when the stream ends.
-pub async fn consume_concurrently<S, E, F, Fut>(
+///
+/// Each message is decoded as an `M` (one that is not goes to the DLQ under `kind`) and given to
+/// `handle`, and what the handler returns ([`Handled`]) is how the loop settles it: handlers
+/// never ack or nak themselves.
+pub async fn consume_concurrently<M, S, E, F, Fut>(
+    bus: &Bus,
+    kind: &'static str,
     messages: &mut S,
     concurrency: usize,
     shutdown: &tokio_util::sync::CancellationToken,
     handle: F,
 )
 where
+    M: prost::Message + Default + Send + Sync + 'static,
     S: futures::Stream<Item = std::result::Result<jetstream::Message, E>> + Unpin,
     E: std::fmt::Display,
-    F: Fn(jetstream::Message) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
+    F: Fn(Arc<Delivery<M>>) -> Fut,
+    Fut: std::future::Future<Output = Handled> + Send + 'static,
 {
     use futures::StreamExt;
     let permits = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
@@ -445,11 +479,24 @@ where
         };
         match next {
             Some(Ok(msg)) => {
-                let work = handle(msg);
-                running.spawn(async move {
-                    let _permit = permit;
-                    work.await;
-                });
+                let bus = bus.clone();
+                match Delivery::<M>::decode(kind, msg) {
+                    Ok(delivery) => {
+                        let delivery = Arc::new(delivery);
+                        let work = handle(delivery.clone());
+                        running.spawn(async move {
+                            let _permit = permit;
+                            let handled = work.await;
+                            delivery.settle(&bus, kind, handled).await;
+                        });
+                    }
+                    Err((msg, reason)) => {
+                        running.spawn(async move {
+                            let _permit = permit;
+                            bus.dead_letter(kind, &msg, &reason).await;
+                        });
+                    }
+                }
             }
             Some(Err(e)) => {
                 warn!(error = %e, "pull failed; retrying");
@@ -507,7 +554,48 @@ pub struct Delivery<M> {
     raw: jetstream::Message,
 }
 
+impl<M: prost::Message + Default> Delivery<M> {
+    /// Decodes a consumed message; when it is not a valid `M`, gives it back with the reason.
+    pub fn decode(kind: &str, msg: jetstream::Message) -> std::result::Result<Self, (jetstream::Message, String)> {
+        match M::decode(msg.payload.clone()) {
+            Ok(message) => {
+                let trace = trace::extract(msg.headers.as_ref());
+                Ok(Delivery { message, trace, raw: msg })
+            }
+            Err(e) => Err((msg, format!("cannot decode {kind}: {e}"))),
+        }
+    }
+}
+
+impl Delivery<()> {
+    /// A message taken as it is, without decoding, to settle one that is skipped.
+    pub fn undecoded(msg: jetstream::Message) -> Self {
+        Delivery { message: (), trace: trace::extract(msg.headers.as_ref()), raw: msg }
+    }
+}
+
 impl<M> Delivery<M> {
+    /// Settles the message as `handled` says: the one place acks, naks and dead letters are
+    /// written (see [`Handled`]). Failures to reach the server are logged; the server then
+    /// redelivers after the ack wait.
+    pub async fn settle(&self, bus: &Bus, kind: &str, handled: Handled) {
+        let result = match handled {
+            Handled::Done => self.raw.double_ack().await.map_err(|e| Error::jetstream("ack", e)),
+            Handled::DoneUnconfirmed => self.raw.ack().await.map_err(|e| Error::jetstream("ack", e)),
+            Handled::Retry { after } => {
+                self.raw.ack_with(AckKind::Nak(Some(after))).await.map_err(|e| Error::jetstream("nak", e))
+            }
+            Handled::Reject { reason } => {
+                bus.dead_letter(kind, &self.raw, &reason).await;
+                Ok(())
+            }
+            Handled::Kept => Ok(()),
+        };
+        if let Err(e) = result {
+            warn!(kind, error = %e, "cannot settle a message; the server redelivers it after its ack wait");
+        }
+    }
+
     /// How many times the server has delivered this message, starting at 1.
     pub fn delivered(&self) -> i64 {
         self.raw.info().map(|i| i.delivered).unwrap_or(1)
@@ -521,30 +609,9 @@ impl<M> Delivery<M> {
         &self.raw
     }
 
-    /// Acknowledges and waits for the server to confirm, so the message is never redelivered.
-    pub async fn ack(&self) -> Result<()> {
-        self.raw.double_ack().await.map_err(|e| Error::jetstream("ack", e))
-    }
-
-    /// Acknowledges without waiting for the server's confirmation. Only for consumers whose
-    /// processing is idempotent, since a lost ack means a redelivery.
-    pub async fn ack_unconfirmed(&self) -> Result<()> {
-        self.raw.ack().await.map_err(|e| Error::jetstream("ack", e))
-    }
-
-    /// Asks for redelivery after `delay`.
-    pub async fn nak(&self, delay: Option<Duration>) -> Result<()> {
-        self.raw.ack_with(AckKind::Nak(delay)).await.map_err(|e| Error::jetstream("nak", e))
-    }
-
     /// Tells the server work is ongoing, resetting AckWait.
     pub async fn progress(&self) -> Result<()> {
         self.raw.ack_with(AckKind::Progress).await.map_err(|e| Error::jetstream("progress", e))
-    }
-
-    /// Stops redelivery without acknowledging success.
-    pub async fn term(&self) -> Result<()> {
-        self.raw.ack_with(AckKind::Term).await.map_err(|e| Error::jetstream("term", e))
     }
 }
 

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use hermes_core::bus::ConsumerSpec;
+use hermes_core::bus::{ConsumerSpec, Handled};
 use hermes_core::ids::IdShape;
 use hermes_core::plan::validate_plan;
 use hermes_core::trace::TraceContext;
@@ -551,7 +551,7 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
 /// Results of one goal waiting to be applied.
 #[derive(Default)]
 struct Inbox {
-    pending: std::sync::Mutex<Vec<Delivery<TaskResult>>>,
+    pending: std::sync::Mutex<Vec<Arc<Delivery<TaskResult>>>>,
     draining: AtomicBool,
 }
 
@@ -583,13 +583,13 @@ async fn drain_inbox(service: &GoalService, goal_id: &str, inbox: &Inbox) {
             // ack need not wait for the server's confirmation.
             Ok(_) => {
                 for delivery in &batch {
-                    let _ = delivery.ack_unconfirmed().await;
+                    delivery.settle(&service.bus, "result", Handled::DoneUnconfirmed).await;
                 }
             }
             Err(e) => {
                 warn!(goal_id, error = %e, results = batch.len(), "cannot apply results; will retry");
                 for delivery in &batch {
-                    let _ = delivery.nak(Some(Duration::from_millis(500))).await;
+                    delivery.settle(&service.bus, "result", Handled::Retry { after: Duration::from_millis(500) }).await;
                 }
             }
         }
@@ -636,18 +636,18 @@ async fn results_loop(
     };
     // Shutting down, the loop hands back what was pulled but not started, for another replica,
     // then finishes what is being applied.
-    hermes_core::bus::consume_concurrently(&mut messages, concurrency, &shutdown, |msg| {
+    let bus = service.bus.clone();
+    hermes_core::bus::consume_concurrently(&bus, "result", &mut messages, concurrency, &shutdown, |delivery: Arc<Delivery<TaskResult>>| {
         let service = service.clone();
         async move {
-            let Some(delivery) = service.bus.decode_or_dead_letter::<TaskResult>("result", msg).await else {
-                return;
-            };
             let goal_id = delivery.message.goal_id.clone();
             let inbox = service.inboxes.entry(goal_id.clone()).or_default().clone();
             inbox.pending.lock().unwrap_or_else(|p| p.into_inner()).push(delivery);
             if !inbox.draining.swap(true, Ordering::AcqRel) {
                 drain_inbox(&service, &goal_id, &inbox).await;
             }
+            // The inbox's drainer settles it, with the batch it was applied in.
+            Handled::Kept
         }
     })
     .await;

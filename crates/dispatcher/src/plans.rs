@@ -117,22 +117,17 @@ pub(crate) async fn plan_results_loop(
             return;
         }
     };
-    hermes_core::bus::consume_concurrently(&mut messages, 64, &shutdown, |msg| {
+    let bus = service.bus.clone();
+    hermes_core::bus::consume_concurrently(&bus, "plan_result", &mut messages, 64, &shutdown, |delivery: std::sync::Arc<hermes_core::Delivery<PlanResult>>| {
         let service = service.clone();
-        let span = tracing::info_span!("apply_plan", goal_id = tracing::field::Empty);
-        hermes_core::trace::follow(&span, hermes_core::trace::extract(msg.headers.as_ref()).as_ref());
+        let span = tracing::info_span!("apply_plan", goal_id = %delivery.message.goal_id);
+        hermes_core::trace::follow(&span, delivery.trace.as_ref());
         async move {
-            let Some(delivery) = service.bus.decode_or_dead_letter::<PlanResult>("plan_result", msg).await else {
-                return;
-            };
-            tracing::Span::current().record("goal_id", delivery.message.goal_id.as_str());
             match service.apply_plan_result(&delivery.message).await {
-                Ok(()) => {
-                    let _ = delivery.ack().await;
-                }
+                Ok(()) => hermes_core::bus::Handled::Done,
                 Err(e) => {
                     warn!(goal_id = %delivery.message.goal_id, error = %e, "cannot apply plan result; will retry");
-                    let _ = delivery.nak(Some(Duration::from_millis(500))).await;
+                    hermes_core::bus::Handled::Retry { after: Duration::from_millis(500) }
                 }
             }
         }

@@ -206,7 +206,7 @@ impl GoalService {
                     Ok(None) | Err(hermes_core::Error::NotFound { .. }) => {}
                     Err(e) => return Err(e),
                 }
-                delivery.ack().await?;
+                delivery.settle(&self.bus, "task", hermes_core::bus::Handled::Done).await;
             }
             if seen == 0 {
                 break;

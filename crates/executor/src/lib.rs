@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hermes_core::bus::ConsumerSpec;
+use hermes_core::bus::{ConsumerSpec, Handled};
 use hermes_core::{Bus, Delivery, ErrorCode, now_unix_ms};
 use hermes_proto::{AgentHeartbeat, TaskMessage, TaskResult, TaskStatus};
 use prost::Message as _;
@@ -343,18 +343,20 @@ async fn consume(
         .collect();
     let mut messages = futures::stream::select_all(streams);
     // On shutdown the loop hands back what was pulled but not started, then finishes what runs.
-    hermes_core::bus::consume_concurrently(&mut messages, max_concurrency as usize, &shutdown, |msg| {
+    let bus = shared.bus.clone();
+    hermes_core::bus::consume_concurrently(&bus, "task", &mut messages, max_concurrency as usize, &shutdown, |delivery| {
         let shared = shared.clone();
-        async move { handle_task(&shared, msg).await }
+        async move { handle_task(&shared, &delivery).await }
     })
     .await;
     Ok(())
 }
 
-async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
-    let Some(delivery) = shared.bus.decode_or_dead_letter::<TaskMessage>("task", msg).await else {
-        return;
-    };
+/// Runs one task and says how to settle its message: done once its result is published
+/// (confirmed, so that an agent that deregisters after draining leaves nothing behind that looks
+/// unfinished and would be handed to another agent), delivered again when the result cannot be
+/// published.
+async fn handle_task(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Handled {
     let task = &delivery.message;
     let span = tracing::info_span!(
         "agent_task",
@@ -370,12 +372,12 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
     hermes_core::trace::follow(&span, delivery.trace.as_ref());
     async {
         info!(event = "task_received", task_type = %task.task_type, attempt = task.attempt, "task received");
-        match crash_marker(shared, &delivery).await {
-            Crashes::Quarantine(deaths) => return quarantine(shared, &delivery, deaths).await,
+        match crash_marker(shared, delivery).await {
+            Crashes::Quarantine(deaths) => return quarantine(shared, delivery, deaths).await,
             Crashes::Marked => {}
         }
         shared.in_flight.fetch_add(1, Ordering::Relaxed);
-        let result = run_with_progress(shared, &delivery).await;
+        let result = run_with_progress(shared, delivery).await;
         shared.in_flight.fetch_sub(1, Ordering::Relaxed);
         clear_crash_marker(shared, task);
         let succeeded = result.status == TaskStatus::Succeeded as i32;
@@ -394,29 +396,24 @@ async fn handle_task(shared: &Shared, msg: async_nats::jetstream::Message) {
             .task_duration
             .get_or_create(&labels)
             .observe(hermes_core::metrics::seconds(result.elapsed_ms));
-        match publish_result(shared, &delivery, &result).await {
+        match publish_result(shared, delivery, &result).await {
             Ok(_) => {
-                // Confirmed, so that once this returns the server has removed the task: an agent
-                // that deregisters after draining must leave nothing behind that looks unfinished
-                // and would be handed to another agent.
-                if let Err(e) = delivery.ack().await {
-                    warn!(error = %e, "ack failed after the result was published");
-                }
                 if result.status == TaskStatus::Succeeded as i32 {
                     info!(event = "task_succeeded", elapsed_ms = result.elapsed_ms, "task succeeded");
                 } else {
                     let code = result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("");
                     info!(event = "task_failed", code, elapsed_ms = result.elapsed_ms, "task failed");
                 }
+                Handled::Done
             }
             Err(e) => {
                 warn!(error = %e, "cannot publish result; asking for redelivery");
-                let _ = delivery.nak(Some(Duration::from_secs(1))).await;
+                Handled::Retry { after: Duration::from_secs(1) }
             }
         }
     }
     .instrument(span)
-    .await;
+    .await
 }
 
 /// Publishes a task's result on its goal's result subject, deduplicated by task id, in the
@@ -535,7 +532,7 @@ fn clear_crash_marker(shared: &Shared, task: &TaskMessage) {
 
 /// Moves a task that crashed its consumer to the DLQ and fails its node with `POISON_MESSAGE`, so
 /// the agents serving its type stay up for every other goal.
-async fn quarantine(shared: &Shared, delivery: &Delivery<TaskMessage>, deaths: u32) {
+async fn quarantine(shared: &Shared, delivery: &Delivery<TaskMessage>, deaths: u32) -> Handled {
     let task = &delivery.message;
     let reason = format!(
         "crashed its consumer: task {} was in flight when {deaths} agent processes died",
@@ -557,12 +554,11 @@ async fn quarantine(shared: &Shared, delivery: &Delivery<TaskMessage>, deaths: u
     };
     if let Err(e) = publish_result(shared, delivery, &result).await {
         warn!(error = %e, "cannot publish the quarantined task's result; asking for redelivery");
-        let _ = delivery.nak(Some(Duration::from_secs(1))).await;
-        return;
+        return Handled::Retry { after: Duration::from_secs(1) };
     }
-    shared.bus.dead_letter("task", delivery.raw(), &reason).await;
     let store = shared.bus.ledger().clone();
     let _ = store.delete(&crash_key(task)).await;
+    Handled::Reject { reason }
 }
 
 /// Cancels the running tasks of goals a dispatcher cancelled.

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, DeliverPolicy};
 use futures::StreamExt;
+use hermes_core::bus::Handled;
 use hermes_core::{Bus, Error, Result, now_unix_ms};
 use hermes_llm::ChatModel;
 use hermes_llm::embed::Embedder;
@@ -440,16 +441,21 @@ pub async fn run(memory: Memory, shutdown: CancellationToken) -> anyhow::Result<
             }
             Some(message) = events.next() => {
                 let Ok(message) = message else { continue };
-                match Event::decode(message.payload.clone()) {
-                    Ok(event) => match memory.on_event(&event).await {
-                        Ok(()) => { let _ = message.ack().await; }
-                        Err(e) => {
-                            warn!(goal_id = %event.goal_id, error = %e, "cannot record a goal event in memory; will retry");
-                            let _ = message.ack_with(async_nats::jetstream::AckKind::Nak(Some(Duration::from_secs(2)))).await;
-                        }
-                    },
+                match hermes_core::Delivery::<Event>::decode("event", message) {
+                    Ok(delivery) => {
+                        let handled = match memory.on_event(&delivery.message).await {
+                            Ok(()) => Handled::Done,
+                            Err(e) => {
+                                warn!(goal_id = %delivery.message.goal_id, error = %e, "cannot record a goal event in memory; will retry");
+                                Handled::Retry { after: Duration::from_secs(2) }
+                            }
+                        };
+                        delivery.settle(&bus, "event", handled).await;
+                    }
                     // Undecodable events are the dispatcher's to dead-letter; memory skips them.
-                    Err(_) => { let _ = message.ack().await; }
+                    Err((message, _)) => {
+                        hermes_core::Delivery::undecoded(message).settle(&bus, "event", Handled::Done).await;
+                    }
                 }
             }
             _ = sweep.tick() => {

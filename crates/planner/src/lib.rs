@@ -17,11 +17,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hermes_core::bus::ConsumerSpec;
+use hermes_core::bus::{ConsumerSpec, Handled};
 use hermes_core::catalog::{Catalog, CatalogSnapshot};
 use hermes_core::error::wire_error;
 use hermes_core::plan::validate_plan;
-use hermes_core::{Bus, ErrorCode};
+use hermes_core::{Bus, Delivery, ErrorCode};
 use hermes_llm::repair::repair_json;
 use hermes_llm::{ChatModel, ChatRequest, LlmError, Message, Usage};
 use hermes_proto::plan_result::Outcome;
@@ -321,7 +321,7 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
     let planner = Arc::new(Planner::new(bus.clone(), config));
     let mut messages = consumer.stream().max_messages_per_batch(concurrency).messages().await?;
     info!(model = %planner.config.model.model(), "planner serving");
-    hermes_core::bus::consume_concurrently(&mut messages, concurrency, &shutdown, |msg| {
+    hermes_core::bus::consume_concurrently(&bus, "plan_request", &mut messages, concurrency, &shutdown, |delivery| {
         let (bus, planner) = (bus.clone(), planner.clone());
         let span = tracing::info_span!(
             "plan",
@@ -329,8 +329,8 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
             goal_id = tracing::field::Empty,
             request_id = tracing::field::Empty
         );
-        hermes_core::trace::follow(&span, hermes_core::trace::extract(msg.headers.as_ref()).as_ref());
-        async move { handle_request(&bus, &planner, msg).await }.instrument(span)
+        hermes_core::trace::follow(&span, delivery.trace.as_ref());
+        async move { handle_request(&bus, &planner, &delivery).await }.instrument(span)
     })
     .await;
     Ok(())
@@ -339,10 +339,9 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
 /// After this many deliveries a model that keeps failing ends the goal instead of being retried.
 const MAX_MODEL_ATTEMPTS: i64 = 3;
 
-async fn handle_request(bus: &Bus, planner: &Planner, msg: async_nats::jetstream::Message) {
-    let Some(delivery) = bus.decode_or_dead_letter::<PlanRequest>("plan_request", msg).await else {
-        return;
-    };
+/// Plans one request and says how to settle it: done once the plan result is published, again
+/// later while the model is unreachable (a few times) or the result cannot be published.
+async fn handle_request(bus: &Bus, planner: &Planner, delivery: &Delivery<PlanRequest>) -> Handled {
     let request = &delivery.message;
     let span = tracing::Span::current();
     span.record("goal_id", request.goal_id.as_str());
@@ -352,8 +351,7 @@ async fn handle_request(bus: &Bus, planner: &Planner, msg: async_nats::jetstream
         Ok(result) => result,
         Err(e) if delivery.delivered() < MAX_MODEL_ATTEMPTS => {
             warn!(goal_id = %request.goal_id, error = %e, "planner model unavailable; will retry");
-            let _ = delivery.nak(Some(Duration::from_secs(2))).await;
-            return;
+            return Handled::Retry { after: Duration::from_secs(2) };
         }
         Err(e) => PlanResult {
             goal_id: request.goal_id.clone(),
@@ -367,12 +365,12 @@ async fn handle_request(bus: &Bus, planner: &Planner, msg: async_nats::jetstream
     let trace = hermes_core::trace::propagate(delivery.trace.as_ref());
     match bus.publish(subject, &result, &msg_id, trace.as_ref()).await {
         Ok(_) => {
-            let _ = delivery.ack().await;
             info!(goal_id = %request.goal_id, corrections = result.corrections, event = "plan_created", "plan result published");
+            Handled::Done
         }
         Err(e) => {
             warn!(error = %e, "cannot publish the plan result; will retry");
-            let _ = delivery.nak(Some(Duration::from_secs(1))).await;
+            Handled::Retry { after: Duration::from_secs(1) }
         }
     }
 }
