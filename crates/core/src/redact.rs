@@ -285,6 +285,7 @@ mod tests {
     fn events_are_redacted_where_they_carry_data() {
         let event = Event {
             seq: 0,
+            session_id: String::new(),
             goal_id: "g".into(),
             at_unix_ms: 1,
             kind: Some(Kind::TaskSucceeded(hermes_proto::TaskSucceeded {

@@ -90,6 +90,11 @@ impl Topology {
     pub fn vectors_bucket(&self) -> String {
         self.bucket_name("vectors")
     }
+    /// The memory service's own note of each running goal's text and tenant, written from
+    /// `GoalAccepted` and read at `GoalCompleted` to remember the goal (owner: memory).
+    pub fn memory_goals_bucket(&self) -> String {
+        self.bucket_name("memory_goals")
+    }
     /// The memory service's request/reply subject for `method` (e.g. `context`).
     pub fn memory_rpc(&self, method: &str) -> String {
         format!("{}.memory.rpc.{method}", self.prefix)

@@ -35,18 +35,36 @@ pub struct Effects {
 
 impl Effects {
     fn event(&mut self, goal_id: &str, now_ms: u64, kind: Kind) {
-        self.events.push(Event { goal_id: goal_id.to_owned(), at_unix_ms: now_ms, kind: Some(kind), seq: 0 });
+        self.events.push(Event { goal_id: goal_id.to_owned(), at_unix_ms: now_ms, kind: Some(kind), seq: 0, session_id: String::new() });
     }
 
     /// Numbers the transition's events on from the goal's last `seq`. Call it inside the
     /// compare-and-set, after the transition, so the numbers are committed with the state: a
     /// goal's events then run 1, 2, 3, ... in the order its transitions committed.
+    /// Goal-level events also carry the goal's session (see `Event.session_id`).
     pub fn number(&mut self, state: &mut GoalState) {
+        let session = state.spec.as_ref().map(|s| s.session_id.as_str()).unwrap_or("");
         for event in &mut self.events {
             state.event_seq += 1;
             event.seq = state.event_seq;
+            if is_goal_level(event) {
+                event.session_id = session.to_owned();
+            }
         }
     }
+}
+
+fn is_goal_level(event: &Event) -> bool {
+    matches!(
+        event.kind,
+        Some(
+            Kind::GoalAccepted(_)
+                | Kind::GoalCompleted(_)
+                | Kind::GoalFailed(_)
+                | Kind::GoalCancelled(_)
+                | Kind::GoalNeedsInput(_)
+        )
+    )
 }
 
 /// What a compare-and-set transition returns: its effects, maybe with more.

@@ -256,9 +256,13 @@ impl GoalService {
         effects.events.push(Event {
             goal_id: state.goal_id.clone(),
             at_unix_ms: now,
+            session_id: spec.session_id.clone(),
             kind: Some(Kind::GoalAccepted(GoalAccepted {
                 session_id: spec.session_id.clone(),
                 idempotency_key: spec.idempotency_key.clone(),
+                text: spec.text.clone(),
+                labels: spec.labels.clone(),
+                plan_nodes: state.nodes.len() as u32,
             })),
             seq: 0,
         });
@@ -276,6 +280,7 @@ impl GoalService {
                             .collect(),
                     })),
                     seq: 0,
+                    session_id: String::new(),
                 });
                 engine::dispatch_ready(&mut state, self.limits(), now, &mut effects);
             }
@@ -350,6 +355,7 @@ impl GoalService {
                     timed_out: false,
                 })),
                 seq: 0,
+                session_id: String::new(),
             };
             let msg_id = engine::event_msg_id(&event);
             self.bus.publish_event(&event, &msg_id).await?;

@@ -83,6 +83,7 @@ async fn ask(scope: &TaskScope, call_id: &str, tool: &str, args: &Value) -> Resu
     }
     let event = Event {
         seq: 0,
+        session_id: String::new(),
         goal_id: scope.goal_id.clone(),
         at_unix_ms: now_unix_ms(),
         kind: Some(Kind::ApprovalRequired(ApprovalRequired {
@@ -103,6 +104,7 @@ async fn ask(scope: &TaskScope, call_id: &str, tool: &str, args: &Value) -> Resu
 async fn publish_decided(scope: &TaskScope, call_id: &str, decision: &ApprovalDecision) {
     let event = Event {
         seq: 0,
+        session_id: String::new(),
         goal_id: scope.goal_id.clone(),
         at_unix_ms: now_unix_ms(),
         kind: Some(Kind::ApprovalDecided(ApprovalDecided {

@@ -23,7 +23,7 @@ use hermes_llm::ChatModel;
 use hermes_llm::embed::Embedder;
 use hermes_proto::event::Kind;
 use hermes_proto::{
-    AppendTurnRequest, ContextReply, ContextRequest, Event, GetDocRequest, GoalState, ListCollectionsReply,
+    AppendTurnRequest, ContextReply, ContextRequest, Event, GetDocRequest, ListCollectionsReply,
     ListCollectionsRequest, ListSessionsReply, ListSessionsRequest, MemoryDoc, SearchReply, SearchRequest,
     SessionRequest, SessionState, SessionTurn, UpsertReply, UpsertRequest,
 };
@@ -170,6 +170,8 @@ pub struct Memory {
     config: MemoryConfig,
     sessions: Sessions,
     vectors: Vectors,
+    /// Running goals' text and tenant, with semantic memory on (see [`Memory::on_event`]).
+    goal_notes: Option<async_nats::jetstream::kv::Store>,
 }
 
 impl Memory {
@@ -179,7 +181,21 @@ impl Memory {
         let sessions = Sessions::new(sessions_kv, config.window, config.summarizer.clone());
         let vectors = Vectors::load(Vectors::open_bucket(&bus).await?, shutdown).await?;
         set_artifact_retention(&bus, config.artifacts_max_age).await?;
-        Ok(Memory { bus, config, sessions, vectors })
+        let goal_notes = match config.embedder {
+            Some(_) => Some(
+                bus.ensure_bucket(async_nats::jetstream::kv::Config {
+                    bucket: bus.topology().memory_goals_bucket(),
+                    description: "Hermes memory: running goals' text, until they end".into(),
+                    history: 1,
+                    max_age: Duration::from_secs(7 * 24 * 3600),
+                    num_replicas: bus.config().replicas,
+                    ..Default::default()
+                })
+                .await?,
+            ),
+            None => None,
+        };
+        Ok(Memory { bus, config, sessions, vectors, goal_notes })
     }
 
     pub fn bus(&self) -> &Bus {
@@ -287,90 +303,113 @@ impl Memory {
 
     /// Records what a goal event means for memory: a goal with a session adds the user's turn when
     /// accepted and the answer when it ends; a completed goal given as text is remembered.
-    async fn on_event(&self, event: &Event) -> Result<()> {
-        let kind = match &event.kind {
-            // The event names the session: without one there is nothing to record, and no need
-            // to read the goal.
-            Some(Kind::GoalAccepted(accepted)) if accepted.session_id.is_empty() => return Ok(()),
-            Some(
-                kind @ (Kind::GoalAccepted(_)
-                | Kind::GoalCompleted(_)
-                | Kind::GoalFailed(_)
-                | Kind::GoalNeedsInput(_)),
-            ) => kind,
-            _ => return Ok(()),
-        };
-        let Some(entry) = self
-            .bus
-            .goals()
-            .get(&event.goal_id)
-            .await
-            .map_err(|e| Error::JetStream { operation: "get goal", reason: e.to_string() })?
-        else {
-            return Ok(());
-        };
-        let state = GoalState::decode(entry)
-            .map_err(|e| Error::Decode { kind: "GoalState", reason: e.to_string() })?;
-        let spec = state.spec.clone().unwrap_or_default();
+    /// Records a goal's events: its text as the session's user turn at `GoalAccepted`, its
+    /// answer (or failure) as the assistant's turn at the end, and, with semantic memory on, the
+    /// goal and answer as a memory. Everything comes from the events themselves (the session is
+    /// on goal-level events; the text on `GoalAccepted`, noted in memory's own bucket until the
+    /// goal ends): memory does not read the dispatcher's goal store. `delivered` is how many times
+    /// this event was delivered; a completion whose note has not been written yet (another
+    /// replica still handles the acceptance) is retried a few times.
+    async fn on_event(&self, event: &Event, delivered: i64) -> Result<()> {
         let turn = |role: &str, content: String| SessionTurn {
-            session_id: spec.session_id.clone(),
+            session_id: event.session_id.clone(),
             role: role.to_owned(),
             content,
             goal_id: event.goal_id.clone(),
             at_unix_ms: event.at_unix_ms,
         };
-        match kind {
-            Kind::GoalAccepted(_) if !spec.session_id.is_empty() => {
-                let content = if spec.text.trim().is_empty() {
-                    format!("(a plan of {} nodes)", state.nodes.len())
-                } else {
-                    spec.text.clone()
-                };
-                self.sessions.append(turn("user", content)).await?;
+        let session = !event.session_id.is_empty();
+        match &event.kind {
+            Some(Kind::GoalAccepted(accepted)) => {
+                if session {
+                    let content = if accepted.text.trim().is_empty() {
+                        format!("(a plan of {} nodes)", accepted.plan_nodes)
+                    } else {
+                        accepted.text.clone()
+                    };
+                    self.sessions.append(turn("user", content)).await?;
+                }
+                if let Some(notes) = &self.goal_notes
+                    && !accepted.text.trim().is_empty()
+                {
+                    let note = GoalNote { text: accepted.text.clone(), tenant: accepted.labels.get("tenant").cloned() };
+                    let value = serde_json::to_vec(&note).unwrap_or_default();
+                    notes.put(&event.goal_id, value.into()).await.map_err(|e| kv_error("note goal", e))?;
+                }
             }
-            Kind::GoalCompleted(done) => {
+            Some(Kind::GoalCompleted(done)) => {
                 let answer = answer_text(&done.output_json);
-                if !spec.session_id.is_empty() {
+                if session {
                     self.sessions.append(turn("assistant", answer.clone())).await?;
                 }
-                if self.config.embedder.is_some() && !spec.text.trim().is_empty() {
-                    let mut metadata: HashMap<String, String> =
-                        [("kind", "goal"), ("goal", event.goal_id.as_str())]
-                            .iter()
-                            .map(|(k, v)| (k.to_string(), v.to_string()))
-                            .collect();
-                    if !spec.session_id.is_empty() {
-                        metadata.insert("session".into(), spec.session_id.clone());
+                if let Some(notes) = &self.goal_notes {
+                    let note = notes.get(&event.goal_id).await.map_err(|e| kv_error("read goal note", e))?;
+                    let note = note.and_then(|v| serde_json::from_slice::<GoalNote>(&v).ok());
+                    match note {
+                        Some(note) => {
+                            self.remember_goal(event, &note, &answer).await?;
+                            let _ = notes.delete(&event.goal_id).await;
+                        }
+                        None if delivered < 3 => {
+                            return Err(Error::Unavailable(format!("goal {} has no note yet", event.goal_id)));
+                        }
+                        // A goal given as a plan (no text), or one accepted before memory ran.
+                        None => {}
                     }
-                    if let Some(tenant) = spec.labels.get("tenant") {
-                        metadata.insert("tenant".into(), tenant.clone());
-                    }
-                    let doc = MemoryDoc {
-                        id: event.goal_id.clone(),
-                        text: format!("Goal: {}\nAnswer: {}", spec.text.trim(), answer),
-                        metadata,
-                        updated_unix_ms: now_unix_ms(),
-                    };
-                    let request = UpsertRequest { collection: DEFAULT_COLLECTION.into(), docs: vec![doc] };
-                    self.upsert(request).await?;
                 }
             }
-            Kind::GoalFailed(failed) if !spec.session_id.is_empty() => {
-                let e = failed.error.clone().unwrap_or_default();
-                self.sessions
-                    .append(turn("assistant", format!("The goal failed: {}: {}", e.code, e.message)))
-                    .await?;
+            Some(Kind::GoalFailed(failed)) => {
+                if session {
+                    let e = failed.error.clone().unwrap_or_default();
+                    let content = format!("The goal failed: {}: {}", e.code, e.message);
+                    self.sessions.append(turn("assistant", content)).await?;
+                }
+                self.forget_note(&event.goal_id).await;
             }
-            Kind::GoalNeedsInput(needs) if !spec.session_id.is_empty() => {
-                self.sessions
-                    .append(turn("assistant", format!("Needs input: {}", needs.explanation)))
-                    .await?;
+            Some(Kind::GoalNeedsInput(needs)) if session => {
+                self.sessions.append(turn("assistant", format!("Needs input: {}", needs.explanation))).await?;
             }
+            Some(Kind::GoalCancelled(_)) => self.forget_note(&event.goal_id).await,
             _ => {}
         }
         Ok(())
     }
+
+    async fn forget_note(&self, goal_id: &str) {
+        if let Some(notes) = &self.goal_notes {
+            let _ = notes.delete(goal_id).await;
+        }
+    }
+
+    /// Stores a finished goal and its answer as a semantic memory.
+    async fn remember_goal(&self, event: &Event, note: &GoalNote, answer: &str) -> Result<()> {
+        let mut metadata: HashMap<String, String> =
+            [("kind", "goal"), ("goal", event.goal_id.as_str())].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        if !event.session_id.is_empty() {
+            metadata.insert("session".into(), event.session_id.clone());
+        }
+        if let Some(tenant) = &note.tenant {
+            metadata.insert("tenant".into(), tenant.clone());
+        }
+        let doc = MemoryDoc {
+            id: event.goal_id.clone(),
+            text: format!("Goal: {}\nAnswer: {}", note.text.trim(), answer),
+            metadata,
+            updated_unix_ms: now_unix_ms(),
+        };
+        self.upsert(UpsertRequest { collection: DEFAULT_COLLECTION.into(), docs: vec![doc] }).await?;
+        Ok(())
+    }
 }
+
+/// What memory notes of a running goal (see `Topology::memory_goals_bucket`).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct GoalNote {
+    text: String,
+    tenant: Option<String>,
+}
+
+use sessions::kv_error;
 
 /// Makes the artifact store's max age the configured retention, whoever created it.
 async fn set_artifact_retention(bus: &Bus, max_age: Duration) -> Result<()> {
@@ -443,7 +482,7 @@ pub async fn run(memory: Memory, shutdown: CancellationToken) -> anyhow::Result<
                 let Ok(message) = message else { continue };
                 match hermes_core::Delivery::<Event>::decode("event", message) {
                     Ok(delivery) => {
-                        let handled = match memory.on_event(&delivery.message).await {
+                        let handled = match memory.on_event(&delivery.message, delivery.delivered()).await {
                             Ok(()) => Handled::Done,
                             Err(e) => {
                                 warn!(goal_id = %delivery.message.goal_id, error = %e, "cannot record a goal event in memory; will retry");

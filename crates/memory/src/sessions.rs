@@ -47,7 +47,7 @@ fn key_of(session_id: &str) -> String {
     }
 }
 
-fn kv_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
+pub(crate) fn kv_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
     Error::JetStream { operation, reason: e.to_string() }
 }
 
