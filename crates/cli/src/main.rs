@@ -190,10 +190,16 @@ fn main() {
         Command::Agent { args } => {
             hermes_executor::supervise::supervise_unless_child("hermes");
             hermes_executor::isolate::enable();
-            hermes_runtime::main_with_args::<hermes_executor::service::ExecutorService>(service_args("hermes agent", args))
+            hermes_runtime::main_with_args::<hermes_executor::service::ExecutorService>(service_args(
+                "hermes agent",
+                args,
+            ))
         }
         Command::Planner { args } => {
-            hermes_runtime::main_with_args::<hermes_planner::service::PlannerService>(service_args("hermes planner", args))
+            hermes_runtime::main_with_args::<hermes_planner::service::PlannerService>(service_args(
+                "hermes planner",
+                args,
+            ))
         }
         _ => {}
     }

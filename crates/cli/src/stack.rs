@@ -109,11 +109,18 @@ impl Stack {
     /// Starts every service of `config` on `cx`, which must be connected: the registry, the
     /// agents, the planner, memory and the dispatcher, with one gRPC server on the dispatcher's
     /// address. `hermes up` runs this on the runner's context.
-    pub async fn start_on(config: StackConfig, cx: &mut hermes_runtime::Context) -> anyhow::Result<StackParts> {
+    pub async fn start_on(
+        config: StackConfig,
+        cx: &mut hermes_runtime::Context,
+    ) -> anyhow::Result<StackParts> {
         let bus = cx.bus().cloned().context("connect before starting the stack")?;
         let dispatcher = config.dispatcher;
         let grpc_addr = cx
-            .grpc_listen(dispatcher.grpc_listen, dispatcher.grpc_max_message_bytes, hermes_runtime::GRPC_LIMIT_SETTING)
+            .grpc_listen(
+                dispatcher.grpc_listen,
+                dispatcher.grpc_max_message_bytes,
+                hermes_runtime::GRPC_LIMIT_SETTING,
+            )
             .await?;
         let registry = Registry::new(config.registry.clone());
         let limit = cx.grpc_max_message_bytes();

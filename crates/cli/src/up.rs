@@ -110,7 +110,9 @@ impl hermes_runtime::Settings for UpSettings {
             "agents.config" => Some("An agents file (TOML) describing the agents to run instead."),
             "agents.max_concurrency" => Some("Tasks each agent runs at once."),
             "agents.workspace" => Some("Dir that the agents' file tools may read."),
-            "heartbeat_ttl_secs" => Some("Seconds without a heartbeat after which the registry drops an agent."),
+            "heartbeat_ttl_secs" => {
+                Some("Seconds without a heartbeat after which the registry drops an agent.")
+            }
             "external_planner" => Some("Planners run as their own processes: run none here."),
             "no_memory" => Some("Do not run the memory service in this process."),
             _ => None,
@@ -168,7 +170,8 @@ impl hermes_runtime::Service for UpService {
                     workspace.canonicalize().with_context(|| format!("workspace {}", workspace.display()))?;
                 (1..=settings.agents.count)
                     .map(|i| {
-                        let mut config = hermes_executor::AgentConfig::new(format!("local-{i}"), workspace.clone());
+                        let mut config =
+                            hermes_executor::AgentConfig::new(format!("local-{i}"), workspace.clone());
                         config.max_concurrency = settings.agents.max_concurrency;
                         config.llm = agent_model.clone();
                         config

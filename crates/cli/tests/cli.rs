@@ -272,11 +272,17 @@ fn hermes_memory_shows_sessions_artifacts_and_explains_search() {
 fn settings_come_from_file_env_and_flags_in_that_order() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("hermes.toml");
-    std::fs::write(&file, "[dispatcher]\ngoal_timeout_secs = 111\nnode_timeout_secs = 222\nmax_nodes = 333\n").unwrap();
+    std::fs::write(
+        &file,
+        "[dispatcher]\ngoal_timeout_secs = 111\nnode_timeout_secs = 222\nmax_nodes = 333\n",
+    )
+    .unwrap();
     let print = |env: &[(&str, &str)], args: &[&str]| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_hermes"));
         command.args(["up", "--print-config", "--config"]).arg(&file).args(args);
-        for key in ["HERMES_GOAL_TIMEOUT_SECS", "HERMES_NODE_TIMEOUT_SECS", "HERMES_LLM_API_KEY", "HERMES_NATS_URL"] {
+        for key in
+            ["HERMES_GOAL_TIMEOUT_SECS", "HERMES_NODE_TIMEOUT_SECS", "HERMES_LLM_API_KEY", "HERMES_NATS_URL"]
+        {
             command.env_remove(key);
         }
         command.envs(env.iter().copied());
@@ -287,20 +293,24 @@ fn settings_come_from_file_env_and_flags_in_that_order() {
     let printed = print(&[], &[]);
     assert!(printed.contains("goal_timeout_secs = 111") && printed.contains("max_nodes = 333"), "{printed}");
     assert!(printed.contains("catalog_ttl_ms = 2000"), "defaults fill the rest: {printed}");
-    let printed = print(&[("HERMES_GOAL_TIMEOUT_SECS", "444"), ("HERMES_DISPATCHER__NODE_TIMEOUT_SECS", "555")], &[]);
-    assert!(printed.contains("goal_timeout_secs = 444") && printed.contains("node_timeout_secs = 555"), "{printed}");
+    let printed =
+        print(&[("HERMES_GOAL_TIMEOUT_SECS", "444"), ("HERMES_DISPATCHER__NODE_TIMEOUT_SECS", "555")], &[]);
+    assert!(
+        printed.contains("goal_timeout_secs = 444") && printed.contains("node_timeout_secs = 555"),
+        "{printed}"
+    );
     let printed = print(&[("HERMES_GOAL_TIMEOUT_SECS", "444")], &["--goal-timeout-secs", "666"]);
     assert!(printed.contains("goal_timeout_secs = 666") && printed.contains("max_nodes = 333"), "{printed}");
-    let printed = print(&[("HERMES_LLM_API_KEY", "sk-do-not-print"), ("HERMES_NATS_URL", "nats://h:pw1234@n:4222")], &[]);
+    let printed = print(
+        &[("HERMES_LLM_API_KEY", "sk-do-not-print"), ("HERMES_NATS_URL", "nats://h:pw1234@n:4222")],
+        &[],
+    );
     assert!(!printed.contains("sk-do-not-print") && !printed.contains("pw1234"), "{printed}");
     assert!(printed.contains("api_key = \"********\""), "{printed}");
 
     std::fs::write(&file, "[dispatcher]\ngoal_timeout = 1\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args(["up", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_hermes")).args(["up", "--config"]).arg(&file).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("unknown setting `dispatcher.goal_timeout`"), "{}", text(&out));
 }

@@ -298,7 +298,11 @@ async fn a_graceful_shutdown_drains_then_deregisters() {
     }
     let status = tokio::task::spawn_blocking(move || leaver.wait()).await.unwrap().unwrap();
     assert!(status.success(), "agent exit: {status:?}");
-    assert!(term_at.elapsed() < Duration::from_secs(10), "exited after {:?}, past its drain timeout", term_at.elapsed());
+    assert!(
+        term_at.elapsed() < Duration::from_secs(10),
+        "exited after {:?}, past its drain timeout",
+        term_at.elapsed()
+    );
     let events = h.events(&goal, Duration::from_secs(30)).await;
     let last: Vec<_> = events.iter().rev().take(3).map(|(_, e)| e.kind.clone()).collect();
     assert!(completed(&events), "{last:?}");

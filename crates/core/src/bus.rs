@@ -397,8 +397,8 @@ impl Bus {
     ) -> Option<Delivery<M>> {
         match Delivery::decode(kind, msg) {
             Ok(delivery) => Some(delivery),
-            Err((msg, reason)) => {
-                self.dead_letter(kind, &msg, &reason).await;
+            Err(bad) => {
+                self.dead_letter(kind, &bad.0, &bad.1).await;
                 None
             }
         }
@@ -427,7 +427,11 @@ pub enum Handled {
 impl Handled {
     /// The disposition of a handler's result: `Ok` is done; a retryable error is delivered
     /// again after `backoff`; any other error is rejected with its text.
-    pub fn of<E: std::fmt::Display>(result: std::result::Result<(), E>, retryable: impl Fn(&E) -> bool, backoff: Duration) -> Handled {
+    pub fn of<E: std::fmt::Display>(
+        result: std::result::Result<(), E>,
+        retryable: impl Fn(&E) -> bool,
+        backoff: Duration,
+    ) -> Handled {
         match result {
             Ok(()) => Handled::Done,
             Err(e) if retryable(&e) => Handled::Retry { after: backoff },
@@ -452,8 +456,7 @@ pub async fn consume_concurrently<M, S, E, F, Fut>(
     concurrency: usize,
     shutdown: &tokio_util::sync::CancellationToken,
     handle: F,
-)
-where
+) where
     M: prost::Message + Default + Send + Sync + 'static,
     S: futures::Stream<Item = std::result::Result<jetstream::Message, E>> + Unpin,
     E: std::fmt::Display,
@@ -490,10 +493,10 @@ where
                             delivery.settle(&bus, kind, handled).await;
                         });
                     }
-                    Err((msg, reason)) => {
+                    Err(bad) => {
                         running.spawn(async move {
                             let _permit = permit;
-                            bus.dead_letter(kind, &msg, &reason).await;
+                            bus.dead_letter(kind, &bad.0, &bad.1).await;
                         });
                     }
                 }
@@ -556,13 +559,16 @@ pub struct Delivery<M> {
 
 impl<M: prost::Message + Default> Delivery<M> {
     /// Decodes a consumed message; when it is not a valid `M`, gives it back with the reason.
-    pub fn decode(kind: &str, msg: jetstream::Message) -> std::result::Result<Self, (jetstream::Message, String)> {
+    pub fn decode(
+        kind: &str,
+        msg: jetstream::Message,
+    ) -> std::result::Result<Self, Box<(jetstream::Message, String)>> {
         match M::decode(msg.payload.clone()) {
             Ok(message) => {
                 let trace = trace::extract(msg.headers.as_ref());
                 Ok(Delivery { message, trace, raw: msg })
             }
-            Err(e) => Err((msg, format!("cannot decode {kind}: {e}"))),
+            Err(e) => Err(Box::new((msg, format!("cannot decode {kind}: {e}")))),
         }
     }
 }

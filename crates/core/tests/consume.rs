@@ -55,17 +55,24 @@ async fn handlers_say_and_the_loop_settles() {
     let run = tokio::spawn({
         let bus = bus.clone();
         async move {
-            hermes_core::bus::consume_concurrently(&bus, "plan_request", &mut messages, 4, &stop, |d: Arc<Delivery<PlanRequest>>| {
-                let record = record.clone();
-                async move {
-                    record.lock().unwrap().push((d.message.request_id.clone(), d.delivered()));
-                    match (d.message.request_id.as_str(), d.delivered()) {
-                        ("retry", 1) => Handled::Retry { after: Duration::from_millis(100) },
-                        ("reject", _) => Handled::Reject { reason: "cannot ever work".into() },
-                        _ => Handled::Done,
+            hermes_core::bus::consume_concurrently(
+                &bus,
+                "plan_request",
+                &mut messages,
+                4,
+                &stop,
+                |d: Arc<Delivery<PlanRequest>>| {
+                    let record = record.clone();
+                    async move {
+                        record.lock().unwrap().push((d.message.request_id.clone(), d.delivered()));
+                        match (d.message.request_id.as_str(), d.delivered()) {
+                            ("retry", 1) => Handled::Retry { after: Duration::from_millis(100) },
+                            ("reject", _) => Handled::Reject { reason: "cannot ever work".into() },
+                            _ => Handled::Done,
+                        }
                     }
-                }
-            })
+                },
+            )
             .await
         }
     });
@@ -83,7 +90,8 @@ async fn handlers_say_and_the_loop_settles() {
     shutdown.cancel();
     run.await.unwrap();
     let info = bus.jetstream().get_stream(bus.topology().plans_stream()).await.unwrap();
-    let consumer = info.get_consumer::<async_nats::jetstream::consumer::pull::Config>("consume_test").await.unwrap();
+    let consumer =
+        info.get_consumer::<async_nats::jetstream::consumer::pull::Config>("consume_test").await.unwrap();
     let mut consumer = consumer;
     let state = consumer.info().await.unwrap().clone();
     assert_eq!((state.num_pending, state.num_ack_pending), (0, 0));
@@ -103,14 +111,21 @@ async fn a_shutdown_hands_back_unstarted_messages_once() {
     let run = tokio::spawn({
         let bus = bus.clone();
         async move {
-            hermes_core::bus::consume_concurrently(&bus, "plan_request", &mut messages, 2, &stop, move |_d: Arc<Delivery<PlanRequest>>| {
-                let count = count.clone();
-                async move {
-                    count.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    Handled::Done
-                }
-            })
+            hermes_core::bus::consume_concurrently(
+                &bus,
+                "plan_request",
+                &mut messages,
+                2,
+                &stop,
+                move |_d: Arc<Delivery<PlanRequest>>| {
+                    let count = count.clone();
+                    async move {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        Handled::Done
+                    }
+                },
+            )
             .await
         }
     });

@@ -558,7 +558,13 @@ fn events_carrying(text: &str) -> Vec<Event> {
     ];
     kinds
         .into_iter()
-        .map(|kind| Event { seq: 0, session_id: String::new(), goal_id: "g".into(), at_unix_ms: 1, kind: Some(kind) })
+        .map(|kind| Event {
+            seq: 0,
+            session_id: String::new(),
+            goal_id: "g".into(),
+            at_unix_ms: 1,
+            kind: Some(kind),
+        })
         .collect()
 }
 

@@ -35,7 +35,13 @@ pub struct Effects {
 
 impl Effects {
     fn event(&mut self, goal_id: &str, now_ms: u64, kind: Kind) {
-        self.events.push(Event { goal_id: goal_id.to_owned(), at_unix_ms: now_ms, kind: Some(kind), seq: 0, session_id: String::new() });
+        self.events.push(Event {
+            goal_id: goal_id.to_owned(),
+            at_unix_ms: now_ms,
+            kind: Some(kind),
+            seq: 0,
+            session_id: String::new(),
+        });
     }
 
     /// Numbers the transition's events on from the goal's last `seq`. Call it inside the

@@ -6,13 +6,13 @@
 //!
 //! All state is in JetStream, so any dispatcher replica can apply any result.
 
-pub mod service;
 mod dlq;
 pub mod engine;
 mod grpc;
 mod metrics;
 mod plans;
 mod routing;
+pub mod service;
 pub mod store;
 pub mod summarize;
 mod timers;
@@ -503,7 +503,10 @@ impl GoalService {
 /// composed before it did), the results and plan-result consumers, spawns the workers as named
 /// tasks and adds the `hermes.v1.Dispatcher` API to the context's gRPC server. Fails fast with a
 /// clear error.
-pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -> anyhow::Result<Arc<GoalService>> {
+pub async fn start(
+    config: DispatcherConfig,
+    cx: &mut hermes_runtime::Context,
+) -> anyhow::Result<Arc<GoalService>> {
     use anyhow::Context as _;
     let bus = cx.bus().cloned().context("connect before starting the dispatcher")?;
     let listen = config.grpc_listen;
@@ -535,19 +538,19 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     // Drained in reverse: the API stops first, the results consumer (which hands back what it
     // pulled but did not start) last.
     let s = service.clone();
-    cx.spawn("results", move |stop| async move { Ok(results_loop(s, results, stop).await) });
+    cx.spawn_loop("results", move |stop| results_loop(s, results, stop));
     let s = service.clone();
-    cx.spawn("agents", move |stop| async move { Ok(routing::watch_agents(s, stop).await) });
+    cx.spawn_loop("agents", move |stop| routing::watch_agents(s, stop));
     let s = service.clone();
-    cx.spawn("summaries", move |stop| async move { Ok(summaries_loop(s, stop).await) });
+    cx.spawn_loop("summaries", move |stop| summaries_loop(s, stop));
     let s = service.clone();
-    cx.spawn("plans", move |stop| async move { Ok(plans::plan_results_loop(s, plan_results, stop).await) });
+    cx.spawn_loop("plans", move |stop| plans::plan_results_loop(s, plan_results, stop));
     let s = service.clone();
-    cx.spawn("dlq", move |stop| async move { Ok(dlq::poison_loop(s, stop).await) });
+    cx.spawn_loop("dlq", move |stop| dlq::poison_loop(s, stop));
     let s = service.clone();
-    cx.spawn("timers", move |stop| async move { Ok(timers::timers_loop(s, stop).await) });
+    cx.spawn_loop("timers", move |stop| timers::timers_loop(s, stop));
     let bus = service.bus.clone();
-    cx.spawn("queue-depth", move |stop| async move { Ok(metrics::queue_depth_loop(bus, stop).await) });
+    cx.spawn_loop("queue-depth", move |stop| metrics::queue_depth_loop(bus, stop));
     let api = grpc::server(service.clone(), cx.shutdown(), cx.grpc_max_message_bytes());
     cx.grpc("hermes.v1.Dispatcher")?.add_service(api);
     info!(grpc = ?cx.grpc_addr(), "dispatcher started");
@@ -595,7 +598,9 @@ async fn drain_inbox(service: &GoalService, goal_id: &str, inbox: &Inbox) {
             Err(e) => {
                 warn!(goal_id, error = %e, results = batch.len(), "cannot apply results; will retry");
                 for delivery in &batch {
-                    delivery.settle(&service.bus, "result", Handled::Retry { after: Duration::from_millis(500) }).await;
+                    delivery
+                        .settle(&service.bus, "result", Handled::Retry { after: Duration::from_millis(500) })
+                        .await;
                 }
             }
         }
@@ -643,18 +648,25 @@ async fn results_loop(
     // Shutting down, the loop hands back what was pulled but not started, for another replica,
     // then finishes what is being applied.
     let bus = service.bus.clone();
-    hermes_core::bus::consume_concurrently(&bus, "result", &mut messages, concurrency, &shutdown, |delivery: Arc<Delivery<TaskResult>>| {
-        let service = service.clone();
-        async move {
-            let goal_id = delivery.message.goal_id.clone();
-            let inbox = service.inboxes.entry(goal_id.clone()).or_default().clone();
-            inbox.pending.lock().unwrap_or_else(|p| p.into_inner()).push(delivery);
-            if !inbox.draining.swap(true, Ordering::AcqRel) {
-                drain_inbox(&service, &goal_id, &inbox).await;
+    hermes_core::bus::consume_concurrently(
+        &bus,
+        "result",
+        &mut messages,
+        concurrency,
+        &shutdown,
+        |delivery: Arc<Delivery<TaskResult>>| {
+            let service = service.clone();
+            async move {
+                let goal_id = delivery.message.goal_id.clone();
+                let inbox = service.inboxes.entry(goal_id.clone()).or_default().clone();
+                inbox.pending.lock().unwrap_or_else(|p| p.into_inner()).push(delivery);
+                if !inbox.draining.swap(true, Ordering::AcqRel) {
+                    drain_inbox(&service, &goal_id, &inbox).await;
+                }
+                // The inbox's drainer settles it, with the batch it was applied in.
+                Handled::Kept
             }
-            // The inbox's drainer settles it, with the batch it was applied in.
-            Handled::Kept
-        }
-    })
+        },
+    )
     .await;
 }

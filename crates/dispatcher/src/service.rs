@@ -58,9 +58,13 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "dispatcher.goal_timeout_secs" => "Whole-goal timeout for goals that set none, in seconds.",
         "dispatcher.node_timeout_secs" => "Per-attempt deadline for nodes that set none, in seconds.",
         "dispatcher.max_nodes" => "Most nodes a plan may have.",
-        "dispatcher.planner_service" => "A planner service runs in this deployment: accept goals given as text.",
+        "dispatcher.planner_service" => {
+            "A planner service runs in this deployment: accept goals given as text."
+        }
         "dispatcher.result_concurrency" => "Results applied at once.",
-        "dispatcher.no_agent_wait_secs" => "Seconds a node waits for a capable agent before NO_CAPABLE_AGENT.",
+        "dispatcher.no_agent_wait_secs" => {
+            "Seconds a node waits for a capable agent before NO_CAPABLE_AGENT."
+        }
         "dispatcher.catalog_ttl_ms" => "Milliseconds a catalogue snapshot is reused for plan validation.",
         _ => return None,
     })

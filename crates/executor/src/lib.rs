@@ -5,9 +5,9 @@
 
 pub mod agent_loop;
 mod approval;
-pub mod service;
 pub mod config;
 pub mod isolate;
+pub mod service;
 pub mod supervise;
 pub mod tool;
 pub mod tools;
@@ -344,10 +344,17 @@ async fn consume(
     let mut messages = futures::stream::select_all(streams);
     // On shutdown the loop hands back what was pulled but not started, then finishes what runs.
     let bus = shared.bus.clone();
-    hermes_core::bus::consume_concurrently(&bus, "task", &mut messages, max_concurrency as usize, &shutdown, |delivery| {
-        let shared = shared.clone();
-        async move { handle_task(&shared, &delivery).await }
-    })
+    hermes_core::bus::consume_concurrently(
+        &bus,
+        "task",
+        &mut messages,
+        max_concurrency as usize,
+        &shutdown,
+        |delivery| {
+            let shared = shared.clone();
+            async move { handle_task(&shared, &delivery).await }
+        },
+    )
     .await;
     Ok(())
 }

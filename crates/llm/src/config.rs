@@ -121,7 +121,9 @@ impl LlmSettings {
         let mut config = OpenAiConfig::new(base_url, model);
         match self.api_key.as_ref().filter(|k| !k.is_empty()) {
             Some(key) => config.api_key = Some(key.clone()),
-            None => config = config.with_api_key_from(Some(&self.api_key_env), self.api_key_file.as_deref())?,
+            None => {
+                config = config.with_api_key_from(Some(&self.api_key_env), self.api_key_file.as_deref())?
+            }
         }
         config.timeout = Duration::from_secs(self.timeout_secs.max(1));
         config.context_window = match self.context_tokens {

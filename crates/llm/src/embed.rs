@@ -141,12 +141,9 @@ impl EmbeddingSettings {
             None | Some("") => Ok(None),
             Some("local") => local_embedder(&self.local_dir).map(Some),
             Some("openai") => {
-                let base_url =
-                    self.base_url.clone().filter(|u| !u.is_empty()).ok_or_else(|| {
-                        LlmError::Config(
-                            "the openai embedding provider needs HERMES_EMBEDDING_BASE_URL".into(),
-                        )
-                    })?;
+                let base_url = self.base_url.clone().filter(|u| !u.is_empty()).ok_or_else(|| {
+                    LlmError::Config("the openai embedding provider needs HERMES_EMBEDDING_BASE_URL".into())
+                })?;
                 let key = std::env::var(&self.api_key_env).ok().filter(|k| !k.is_empty());
                 Ok(Some(Arc::new(OpenAiEmbedder::new(base_url, self.model.clone(), key)?)))
             }

@@ -332,7 +332,10 @@ impl Memory {
                 if let Some(notes) = &self.goal_notes
                     && !accepted.text.trim().is_empty()
                 {
-                    let note = GoalNote { text: accepted.text.clone(), tenant: accepted.labels.get("tenant").cloned() };
+                    let note = GoalNote {
+                        text: accepted.text.clone(),
+                        tenant: accepted.labels.get("tenant").cloned(),
+                    };
                     let value = serde_json::to_vec(&note).unwrap_or_default();
                     notes.put(&event.goal_id, value.into()).await.map_err(|e| kv_error("note goal", e))?;
                 }
@@ -351,7 +354,10 @@ impl Memory {
                             let _ = notes.delete(&event.goal_id).await;
                         }
                         None if delivered < 3 => {
-                            return Err(Error::Unavailable(format!("goal {} has no note yet", event.goal_id)));
+                            return Err(Error::Unavailable(format!(
+                                "goal {} has no note yet",
+                                event.goal_id
+                            )));
                         }
                         // A goal given as a plan (no text), or one accepted before memory ran.
                         None => {}
@@ -367,7 +373,9 @@ impl Memory {
                 self.forget_note(&event.goal_id).await;
             }
             Some(Kind::GoalNeedsInput(needs)) if session => {
-                self.sessions.append(turn("assistant", format!("Needs input: {}", needs.explanation))).await?;
+                self.sessions
+                    .append(turn("assistant", format!("Needs input: {}", needs.explanation)))
+                    .await?;
             }
             Some(Kind::GoalCancelled(_)) => self.forget_note(&event.goal_id).await,
             _ => {}
@@ -383,8 +391,10 @@ impl Memory {
 
     /// Stores a finished goal and its answer as a semantic memory.
     async fn remember_goal(&self, event: &Event, note: &GoalNote, answer: &str) -> Result<()> {
-        let mut metadata: HashMap<String, String> =
-            [("kind", "goal"), ("goal", event.goal_id.as_str())].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut metadata: HashMap<String, String> = [("kind", "goal"), ("goal", event.goal_id.as_str())]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         if !event.session_id.is_empty() {
             metadata.insert("session".into(), event.session_id.clone());
         }
@@ -492,8 +502,8 @@ pub async fn run(memory: Memory, shutdown: CancellationToken) -> anyhow::Result<
                         delivery.settle(&bus, "event", handled).await;
                     }
                     // Undecodable events are the dispatcher's to dead-letter; memory skips them.
-                    Err((message, _)) => {
-                        hermes_core::Delivery::undecoded(message).settle(&bus, "event", Handled::Done).await;
+                    Err(bad) => {
+                        hermes_core::Delivery::undecoded(bad.0).settle(&bus, "event", Handled::Done).await;
                     }
                 }
             }

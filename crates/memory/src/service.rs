@@ -67,7 +67,8 @@ impl MemoryService {
             .await
             .map_err(|e| anyhow::anyhow!("failed to start the memory service: {e}"))?;
         let limit = cx.grpc_max_message_bytes();
-        let grpc = crate::grpc::MemoryGrpc::new(memory.clone()).into_service().max_decoding_message_size(limit);
+        let grpc =
+            crate::grpc::MemoryGrpc::new(memory.clone()).into_service().max_decoding_message_size(limit);
         cx.grpc("hermes.v1.Memory")?.add_service(grpc);
         cx.spawn("memory", move |stop| async move {
             let result = crate::run(memory, stop).await;

@@ -321,17 +321,24 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
     let planner = Arc::new(Planner::new(bus.clone(), config));
     let mut messages = consumer.stream().max_messages_per_batch(concurrency).messages().await?;
     info!(model = %planner.config.model.model(), "planner serving");
-    hermes_core::bus::consume_concurrently(&bus, "plan_request", &mut messages, concurrency, &shutdown, |delivery| {
-        let (bus, planner) = (bus.clone(), planner.clone());
-        let span = tracing::info_span!(
-            "plan",
-            otel.kind = "consumer",
-            goal_id = tracing::field::Empty,
-            request_id = tracing::field::Empty
-        );
-        hermes_core::trace::follow(&span, delivery.trace.as_ref());
-        async move { handle_request(&bus, &planner, &delivery).await }.instrument(span)
-    })
+    hermes_core::bus::consume_concurrently(
+        &bus,
+        "plan_request",
+        &mut messages,
+        concurrency,
+        &shutdown,
+        |delivery| {
+            let (bus, planner) = (bus.clone(), planner.clone());
+            let span = tracing::info_span!(
+                "plan",
+                otel.kind = "consumer",
+                goal_id = tracing::field::Empty,
+                request_id = tracing::field::Empty
+            );
+            hermes_core::trace::follow(&span, delivery.trace.as_ref());
+            async move { handle_request(&bus, &planner, &delivery).await }.instrument(span)
+        },
+    )
     .await;
     Ok(())
 }

@@ -96,7 +96,9 @@ impl hermes_runtime::Settings for PlannerServiceSettings {
 /// Help for the `[planner]` keys.
 pub fn describe(key: &str) -> Option<&'static str> {
     Some(match key {
-        "planner.ack_wait_secs" => "Seconds a plan request may go unacknowledged before another planner gets it.",
+        "planner.ack_wait_secs" => {
+            "Seconds a plan request may go unacknowledged before another planner gets it."
+        }
         "planner.max_corrections" => "Times an invalid plan is sent back to the model before the goal fails.",
         "planner.top_k" => "Task types shown to the model when the catalogue is larger.",
         "planner.concurrency" => "Plan requests worked on at once.",

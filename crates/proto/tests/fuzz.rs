@@ -418,7 +418,13 @@ fn event() -> BoxedStrategy<pb::Event> {
         }),
     ];
     (text(), any::<u64>(), prop::option::of(kind), any::<u64>())
-        .prop_map(|(goal_id, at_unix_ms, kind, seq)| pb::Event { goal_id, at_unix_ms, kind, seq, session_id: String::new() })
+        .prop_map(|(goal_id, at_unix_ms, kind, seq)| pb::Event {
+            goal_id,
+            at_unix_ms,
+            kind,
+            seq,
+            session_id: String::new(),
+        })
         .boxed()
 }
 

@@ -19,8 +19,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use figment::value::{Dict, Map, Tag, Value};
 use figment::providers::Format as _;
+use figment::value::{Dict, Map, Tag, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -131,9 +131,11 @@ fn collect_keys(value: &serde_json::Value, prefix: String, keys: &mut Vec<Key>) 
             default: match other {
                 serde_json::Value::Null => String::new(),
                 serde_json::Value::String(s) => s.clone(),
-                serde_json::Value::Array(items) => {
-                    items.iter().map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_owned)).collect::<Vec<_>>().join(",")
-                }
+                serde_json::Value::Array(items) => items
+                    .iter()
+                    .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_owned))
+                    .collect::<Vec<_>>()
+                    .join(","),
                 v => v.to_string(),
             },
             path: prefix,
@@ -149,9 +151,12 @@ pub fn resolve<'k>(keys: &'k [Key], aliases: &[(&str, &str)], name: &str) -> Opt
         let path = name.replace("__", ".");
         return keys.iter().find(|k| k.path == path);
     }
-    keys.iter()
-        .find(|k| k.flat() == name)
-        .or_else(|| aliases.iter().find(|(alias, _)| *alias == name).and_then(|(_, path)| keys.iter().find(|k| k.path == *path)))
+    keys.iter().find(|k| k.flat() == name).or_else(|| {
+        aliases
+            .iter()
+            .find(|(alias, _)| *alias == name)
+            .and_then(|(_, path)| keys.iter().find(|k| k.path == *path))
+    })
 }
 
 /// Where settings come from, besides the defaults.
@@ -331,7 +336,9 @@ fn mask(value: &mut toml::Value, key: &str) {
         }
         toml::Value::Array(items) => items.iter_mut().for_each(|v| mask(v, key)),
         toml::Value::String(s) => {
-            let secret = ["password", "secret", "token", "api_key"].iter().any(|word| key == *word || key.ends_with(&format!("_{word}")));
+            let secret = ["password", "secret", "token", "api_key"]
+                .iter()
+                .any(|word| key == *word || key.ends_with(&format!("_{word}")));
             if secret && !s.is_empty() {
                 *s = MASK.to_owned();
             } else if let Some(masked) = mask_url_password(s) {

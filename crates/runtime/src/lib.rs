@@ -13,7 +13,9 @@ pub mod settings;
 
 pub use config::{ConfigError, Settings};
 pub use service::{Context, Invocation, Service, main, main_with_args, parse, run};
-pub use settings::{DEFAULT_DRAIN_TIMEOUT_SECS, GRPC_LIMIT_SETTING, GrpcSettings, NatsSettings, ServiceSettings};
+pub use settings::{
+    DEFAULT_DRAIN_TIMEOUT_SECS, GRPC_LIMIT_SETTING, GrpcSettings, NatsSettings, ServiceSettings,
+};
 
 /// Implements [`ServiceSettings`] for a settings struct with the shared top-level fields `nats`,
 /// `metrics_listen` and `drain_timeout_secs`.

@@ -90,8 +90,15 @@ pub fn command<S: crate::Settings>(name: &'static str, about: &'static str) -> c
         if !key.default.is_empty() {
             help.push_str(&format!(" [default: {}]", key.default));
         }
-        let value_name = if key.list { "LIST" } else if key.switch { "BOOL" } else { "VALUE" };
-        let mut arg = clap::Arg::new(key.flat()).long(key.flag()).aliases(aliases).value_name(value_name).help(help);
+        let value_name = if key.list {
+            "LIST"
+        } else if key.switch {
+            "BOOL"
+        } else {
+            "VALUE"
+        };
+        let mut arg =
+            clap::Arg::new(key.flat()).long(key.flag()).aliases(aliases).value_name(value_name).help(help);
         arg = match key.switch {
             true => arg.num_args(0..=1).default_missing_value("true"),
             false => arg.num_args(1),
@@ -194,10 +201,14 @@ pub async fn run<S: Service>(settings: S::Settings) -> anyhow::Result<()> {
             let token = CancellationToken::new();
             hermes_core::metrics::serve_if(Some(addr), token.clone()).await?;
             let served = token.clone();
-            cx.push("metrics", token, tokio::spawn(async move {
-                served.cancelled().await;
-                Ok(())
-            }));
+            cx.push(
+                "metrics",
+                token,
+                tokio::spawn(async move {
+                    served.cancelled().await;
+                    Ok(())
+                }),
+            );
         }
         S::start(settings, &mut cx).await?;
         cx.run().await
@@ -292,6 +303,21 @@ impl Context {
         self.push(name, token, handle);
     }
 
+    /// [`Context::spawn`] for a worker loop that returns nothing (it logs its own errors).
+    pub fn spawn_loop<F, Fut>(&mut self, name: &'static str, task: F)
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.spawn(name, move |token| {
+            let work = task(token);
+            async move {
+                work.await;
+                Ok(())
+            }
+        });
+    }
+
     fn push(&mut self, name: &'static str, token: CancellationToken, handle: JoinHandle<anyhow::Result<()>>) {
         self.tasks.push(Task { name, token, handle });
     }
@@ -354,7 +380,8 @@ impl Context {
             token,
             tokio::spawn(async move {
                 let Grpc { listener, routes, names, max_message_bytes, setting } = grpc;
-                hermes_core::grpc::serve(listener, routes, &names, max_message_bytes, setting, served).await?;
+                hermes_core::grpc::serve(listener, routes, &names, max_message_bytes, setting, served)
+                    .await?;
                 Ok(())
             }),
         );
@@ -394,10 +421,16 @@ impl Context {
             task.token.cancel();
             match tokio::time::timeout(self.drain_timeout, &mut task.handle).await {
                 Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => warn!(task = task.name, error = %format!("{e:#}"), "task stopped with an error"),
+                Ok(Ok(Err(e))) => {
+                    warn!(task = task.name, error = %format!("{e:#}"), "task stopped with an error")
+                }
                 Ok(Err(e)) => warn!(task = task.name, error = %e, "task panicked"),
                 Err(_) => {
-                    warn!(task = task.name, timeout_s = self.drain_timeout.as_secs(), "task did not drain in time; stopped");
+                    warn!(
+                        task = task.name,
+                        timeout_s = self.drain_timeout.as_secs(),
+                        "task did not drain in time; stopped"
+                    );
                     task.handle.abort();
                 }
             }

@@ -69,21 +69,35 @@ fn each_source_overrides_the_one_before() {
     // The file beats the defaults.
     let mut sources = Sources { file: Some(toml.path().to_owned()), ..Default::default() };
     let loaded: Demo = config::load(&sources).unwrap();
-    assert_eq!((loaded.goal_timeout_secs, loaded.name.as_str(), loaded.llm.timeout_secs), (100, "from-file", 5));
+    assert_eq!(
+        (loaded.goal_timeout_secs, loaded.name.as_str(), loaded.llm.timeout_secs),
+        (100, "from-file", 5)
+    );
     // The environment beats the file; nested (`__`) and flat names both work.
-    sources.env = env(&[("HERMES_GOAL_TIMEOUT_SECS", "200"), ("HERMES_LLM__TIMEOUT_SECS", "7"), ("HERMES_NAME", "from-env")]);
+    sources.env = env(&[
+        ("HERMES_GOAL_TIMEOUT_SECS", "200"),
+        ("HERMES_LLM__TIMEOUT_SECS", "7"),
+        ("HERMES_NAME", "from-env"),
+    ]);
     let loaded: Demo = config::load(&sources).unwrap();
-    assert_eq!((loaded.goal_timeout_secs, loaded.name.as_str(), loaded.llm.timeout_secs), (200, "from-env", 7));
+    assert_eq!(
+        (loaded.goal_timeout_secs, loaded.name.as_str(), loaded.llm.timeout_secs),
+        (200, "from-env", 7)
+    );
     // Flags beat the environment.
     sources.flags = vec![("goal_timeout_secs".into(), "300".into()), ("llm_timeout_secs".into(), "9".into())];
     let loaded: Demo = config::load(&sources).unwrap();
-    assert_eq!((loaded.goal_timeout_secs, loaded.name.as_str(), loaded.llm.timeout_secs), (300, "from-env", 9));
+    assert_eq!(
+        (loaded.goal_timeout_secs, loaded.name.as_str(), loaded.llm.timeout_secs),
+        (300, "from-env", 9)
+    );
 }
 
 #[test]
 fn an_unknown_key_in_the_file_is_an_error_naming_it() {
     let toml = file("goal_timeout = 100\n");
-    let err = config::load::<Demo>(&Sources { file: Some(toml.path().to_owned()), ..Default::default() }).unwrap_err();
+    let err = config::load::<Demo>(&Sources { file: Some(toml.path().to_owned()), ..Default::default() })
+        .unwrap_err();
     let text = err.to_string();
     assert!(text.contains("unknown setting `goal_timeout`"), "{text}");
     assert!(text.contains(&toml.path().display().to_string()), "names the file: {text}");
@@ -143,7 +157,10 @@ fn aliases_lists_and_unrelated_variables() {
 #[test]
 fn printed_settings_mask_secrets() {
     let sources = Sources {
-        env: env(&[("HERMES_LLM_API_KEY", "sk-very-secret"), ("HERMES_NATS_URL", "nats://hermes:hunter2@nats:4222")]),
+        env: env(&[
+            ("HERMES_LLM_API_KEY", "sk-very-secret"),
+            ("HERMES_NATS_URL", "nats://hermes:hunter2@nats:4222"),
+        ]),
         ..Default::default()
     };
     let loaded: Demo = config::load(&sources).unwrap();
@@ -154,6 +171,7 @@ fn printed_settings_mask_secrets() {
     assert!(printed.contains("nats://hermes:********@nats:4222"), "{printed}");
     // What is printed loads back as the same settings (secrets aside).
     let toml = file(&printed);
-    let reloaded: Demo = config::load(&Sources { file: Some(toml.path().to_owned()), ..Default::default() }).unwrap();
+    let reloaded: Demo =
+        config::load(&Sources { file: Some(toml.path().to_owned()), ..Default::default() }).unwrap();
     assert_eq!(reloaded.goal_timeout_secs, loaded.goal_timeout_secs);
 }
