@@ -120,7 +120,7 @@ impl hermes_runtime::Settings for UpSettings {
         own.or_else(|| hermes_dispatcher::service::describe(key))
             .or_else(|| hermes_planner::service::describe(key))
             .or_else(|| hermes_memory::describe(key))
-            .or_else(|| key.strip_prefix("llm.").and_then(hermes_llm::config::describe))
+            .or_else(|| hermes_llm::config::describe(key))
             .or_else(|| hermes_runtime::settings::describe(key))
     }
 }

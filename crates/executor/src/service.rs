@@ -180,7 +180,7 @@ impl hermes_runtime::Settings for ExecutorSettings {
 
     fn describe(key: &str) -> Option<&'static str> {
         describe(key)
-            .or_else(|| key.strip_prefix("llm.").and_then(hermes_llm::config::describe))
+            .or_else(|| hermes_llm::config::describe(key))
             .or_else(|| hermes_runtime::settings::describe(key))
     }
 }

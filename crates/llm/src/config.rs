@@ -77,9 +77,9 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("summarizer_model", "llm.summarizer_model"),
 ];
 
-/// One line of help for each `[llm]` key (without the `llm.` prefix).
+/// One line of help for each `[llm]` key (`llm.base_url`, ...).
 pub fn describe(key: &str) -> Option<&'static str> {
-    Some(match key {
+    Some(match key.strip_prefix("llm.")? {
         "provider" => "`openai` (an OpenAI-compatible endpoint) or `local` (the embedded model).",
         "local_model" => "The local model's GGUF file.",
         "base_url" => "OpenAI-compatible base URL; unset: no LLM.",

@@ -46,7 +46,7 @@ impl hermes_runtime::Settings for MemoryServiceSettings {
 
     fn describe(key: &str) -> Option<&'static str> {
         crate::describe(key)
-            .or_else(|| key.strip_prefix("llm.").and_then(hermes_llm::config::describe))
+            .or_else(|| hermes_llm::config::describe(key))
             .or_else(|| hermes_runtime::settings::describe(key))
     }
 }

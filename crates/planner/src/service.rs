@@ -79,7 +79,7 @@ impl hermes_runtime::Settings for PlannerServiceSettings {
     }
 
     fn describe(key: &str) -> Option<&'static str> {
-        key.strip_prefix("llm.").and_then(hermes_llm::config::describe).or_else(|| describe(key))
+        hermes_llm::config::describe(key).or_else(|| describe(key))
     }
 
     fn validate(&self) -> Result<(), hermes_runtime::ConfigError> {
