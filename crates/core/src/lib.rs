@@ -4,7 +4,6 @@
 pub mod approvals;
 pub mod artifacts;
 pub mod bus;
-pub mod catalog;
 pub mod error;
 pub mod grpc;
 pub mod ids;
@@ -15,6 +14,7 @@ pub mod redact;
 pub mod schema;
 pub mod shutdown;
 pub mod telemetry;
+pub mod text;
 pub mod topology;
 pub mod trace;
 

@@ -38,7 +38,7 @@ use tracing::{Instrument, info, warn};
 
 use crate::engine::{Applied, Effects, Limits};
 use crate::store::GoalStore;
-use hermes_core::catalog::Catalog;
+use hermes_clients::registry::Catalog;
 
 /// Longest goal text accepted.
 pub const MAX_GOAL_TEXT_BYTES: usize = 16 * 1024;

@@ -444,14 +444,7 @@ fn describe(value: &Value) -> String {
     }
 }
 
-/// At most `max` characters of `text`, marked when cut.
-fn clip(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_owned();
-    }
-    let head: String = text.chars().take(max.saturating_sub(3)).collect();
-    format!("{head}...")
-}
+use hermes_core::text::clip;
 
 /// One model turn: the model's message and the observations of its calls.
 struct Turn {

@@ -237,7 +237,7 @@ pub async fn build_registry(config: &AgentConfig, bus: Option<&Bus>) -> Result<T
         }
     }
     if let Some(bus) = bus {
-        let memory = hermes_memory::MemoryClient::new(bus);
+        let memory = hermes_clients::memory::MemoryClient::new(bus);
         let tools: [Arc<dyn Tool>; 3] = [
             Arc::new(tools::MemoryPut(memory.clone())),
             Arc::new(tools::MemoryGet(memory.clone())),

@@ -5,7 +5,6 @@
 //! goal events to record session turns and to remember each completed goal; and it deletes
 //! artifacts past their TTL.
 
-pub mod client;
 pub mod grpc;
 pub mod service;
 pub mod sessions;
@@ -31,14 +30,10 @@ use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-pub use client::MemoryClient;
+// The client lives with the other service clients; callers depend on `hermes-clients`.
+pub use hermes_clients::memory::{DEFAULT_COLLECTION, ERROR_CODE_HEADER, ERROR_MESSAGE_HEADER, MemoryClient};
 pub use sessions::Sessions;
-pub use vectors::{DEFAULT_COLLECTION, Vectors};
-
-/// Header carrying the error code of a failed NATS request.
-pub const ERROR_CODE_HEADER: &str = "Hermes-Error-Code";
-/// Header carrying the error message of a failed NATS request.
-pub const ERROR_MESSAGE_HEADER: &str = "Hermes-Error-Message";
+pub use vectors::Vectors;
 
 /// How the memory service runs.
 #[derive(Clone)]

@@ -168,14 +168,7 @@ impl Sessions {
     }
 }
 
-fn clip(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(3)).collect();
-    out.push_str("...");
-    out
-}
+use hermes_core::text::clip;
 
 fn push_capped(list: &mut Vec<String>, item: String) {
     let item = clip(item.trim(), MAX_ITEM_CHARS);
@@ -292,30 +285,7 @@ async fn fold_with_model(
     })
 }
 
-/// The session as a prompt section: the summary, then the recent turns.
-pub fn render(state: &SessionState) -> String {
-    let mut text = String::new();
-    if let Some(summary) = &state.summary {
-        let section = |title: &str, items: &[String], text: &mut String| {
-            if !items.is_empty() {
-                text.push_str(&format!("{title}:\n"));
-                for item in items {
-                    text.push_str(&format!("- {item}\n"));
-                }
-            }
-        };
-        section("User preferences", &summary.preferences, &mut text);
-        section("Confirmed facts", &summary.facts, &mut text);
-        section("Open items", &summary.open_items, &mut text);
-    }
-    if !state.turns.is_empty() {
-        text.push_str("Recent turns, oldest first:\n");
-        for turn in &state.turns {
-            text.push_str(&format!("{}: {}\n", turn.role, clip(&turn.content, 1000)));
-        }
-    }
-    text
-}
+pub use hermes_clients::memory::render_session as render;
 
 #[cfg(test)]
 mod tests {

@@ -25,8 +25,7 @@ use hermes_proto::{CollectionInfo, MemoryDoc, SearchHit, StoredDoc};
 use prost::Message as _;
 use tracing::warn;
 
-/// The collection used when a request names none.
-pub const DEFAULT_COLLECTION: &str = "memory";
+pub use hermes_clients::memory::DEFAULT_COLLECTION;
 const META: &str = "_meta";
 
 #[derive(Default)]

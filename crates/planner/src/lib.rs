@@ -17,8 +17,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hermes_clients::registry::{Catalog, CatalogSnapshot};
 use hermes_core::bus::{ConsumerSpec, Handled};
-use hermes_core::catalog::{Catalog, CatalogSnapshot};
 use hermes_core::error::wire_error;
 use hermes_core::plan::validate_plan;
 use hermes_core::{Bus, Delivery, ErrorCode};
@@ -75,7 +75,7 @@ impl PlannerConfig {
 pub struct Planner {
     config: PlannerConfig,
     catalog: Catalog,
-    memory: hermes_memory::MemoryClient,
+    memory: hermes_clients::memory::MemoryClient,
 }
 
 /// What one model answer turned out to be.
@@ -86,7 +86,7 @@ enum Answer {
 
 impl Planner {
     pub fn new(bus: Bus, config: PlannerConfig) -> Self {
-        let memory = hermes_memory::MemoryClient::new(&bus).with_timeout(Duration::from_secs(5));
+        let memory = hermes_clients::memory::MemoryClient::new(&bus).with_timeout(Duration::from_secs(5));
         Self { catalog: Catalog::new(bus, Duration::from_secs(2)), config, memory }
     }
 

@@ -149,7 +149,7 @@ pub fn user_message(request: &PlanRequest, context: Option<&hermes_proto::Contex
             text.push_str(
                 "# Session\nEarlier in this conversation (use it to resolve references such as \"the same\" or \"that month\"):\n",
             );
-            text.push_str(&hermes_memory::sessions::render(session));
+            text.push_str(&hermes_clients::memory::render_session(session));
             text.push('\n');
         }
         let memories: Vec<_> = context.memories.iter().filter(|m| m.score >= MIN_MEMORY_SCORE).collect();

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use futures::future::BoxFuture;
+use hermes_clients::memory::MemoryClient;
 use hermes_core::ErrorCode;
-use hermes_memory::MemoryClient;
 use hermes_proto::{GetDocRequest, MemoryDoc, SearchRequest, UpsertRequest};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -111,8 +111,11 @@ impl Tool for MemoryPut {
                 .upsert(&UpsertRequest { collection: collection.clone(), docs: vec![doc] })
                 .await
                 .map_err(tool_error)?;
-            let collection =
-                if collection.is_empty() { hermes_memory::DEFAULT_COLLECTION.to_owned() } else { collection };
+            let collection = if collection.is_empty() {
+                hermes_clients::memory::DEFAULT_COLLECTION.to_owned()
+            } else {
+                collection
+            };
             Ok(json!({"id": id, "collection": collection}))
         })
     }

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use hermes_core::text::clip;
 use hermes_core::{Error, ErrorCode, Result, Topology};
 use hermes_proto::{
     AppendTurnRequest, ContextReply, ContextRequest, GetDocRequest, ListCollectionsReply,
@@ -11,7 +12,12 @@ use hermes_proto::{
     UpsertRequest,
 };
 
-use crate::{ERROR_CODE_HEADER, ERROR_MESSAGE_HEADER};
+/// Reply header with the error code of a failed memory request.
+pub const ERROR_CODE_HEADER: &str = "Hermes-Error-Code";
+/// Reply header with the error message of a failed memory request.
+pub const ERROR_MESSAGE_HEADER: &str = "Hermes-Error-Message";
+/// The collection memories go to when a request names none.
+pub const DEFAULT_COLLECTION: &str = "memory";
 
 /// A client of the memory service. Cheap to clone.
 #[derive(Clone)]
@@ -101,4 +107,29 @@ impl MemoryClient {
     pub async fn collections(&self) -> Result<ListCollectionsReply> {
         self.call("collections", &ListCollectionsRequest {}).await
     }
+}
+
+/// A session as a prompt section: the summary, then the recent turns.
+pub fn render_session(state: &SessionState) -> String {
+    let mut text = String::new();
+    if let Some(summary) = &state.summary {
+        let section = |title: &str, items: &[String], text: &mut String| {
+            if !items.is_empty() {
+                text.push_str(&format!("{title}:\n"));
+                for item in items {
+                    text.push_str(&format!("- {item}\n"));
+                }
+            }
+        };
+        section("User preferences", &summary.preferences, &mut text);
+        section("Confirmed facts", &summary.facts, &mut text);
+        section("Open items", &summary.open_items, &mut text);
+    }
+    if !state.turns.is_empty() {
+        text.push_str("Recent turns, oldest first:\n");
+        for turn in &state.turns {
+            text.push_str(&format!("{}: {}\n", turn.role, clip(&turn.content, 1000)));
+        }
+    }
+    text
 }

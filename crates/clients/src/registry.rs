@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::plan::TaskTypeCatalog;
-use crate::schema::InputSchema;
-use crate::{Bus, Error, Result};
+use hermes_core::plan::TaskTypeCatalog;
+use hermes_core::schema::InputSchema;
+use hermes_core::{Bus, Error, Result};
 use hermes_proto::{CatalogEntry, CatalogReply, CatalogRequest};
 use prost::Message as _;
 use tokio::sync::Mutex;
