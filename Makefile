@@ -58,7 +58,8 @@ deploy-check: tools
 
 ## chaos: the chaos suite at full trial counts (make test runs it reduced); prints its table
 chaos: tools nextest
-	HERMES_CHAOS_SCALE=full $(CARGO) nextest run -p hermes-cli --test chaos --no-capture
+	$(CARGO) build --bins -p hermes-cli
+	HERMES_CHAOS_SCALE=full $(CARGO) nextest run -p hermes-tests --test chaos --no-capture
 
 ## fuzz: the property-based fuzz targets (tests/fuzz.rs of hermes-core, -llm, -proto, -executor)
 ## at FUZZ_CASES cases per property (make test runs them at 256). No $(FEATURES): the targets need

@@ -21,6 +21,11 @@ use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::{GetGoalRequest, GoalSpec, GoalStatus, SubmitGoalRequest, TaskNode, TaskPlan};
 use tonic::transport::Channel;
 
+/// The `hermes` binary (built by `hermes-cli`; this suite lives with the other end-to-end tests).
+fn hermes_bin() -> std::path::PathBuf {
+    hermes_test_util::process::built_binary("hermes")
+}
+
 const EFFECTS: &str = "effects.log";
 
 struct Proc(Child);
@@ -86,7 +91,7 @@ impl Cluster {
     }
 
     fn start_agent(&mut self, id: &str) {
-        let child = Command::new(env!("CARGO_BIN_EXE_hermes"))
+        let child = Command::new(hermes_bin())
             .args([
                 "agent",
                 "--nats-url",
@@ -230,7 +235,7 @@ impl Cluster {
 
 fn start_up(nats_url: &str, listen: &str, data: &Path) -> Proc {
     // Text goals are accepted; planners, when a scenario wants them, run as their own processes.
-    let child = Command::new(env!("CARGO_BIN_EXE_hermes"))
+    let child = Command::new(hermes_bin())
         .args(["up", "--nats-url", nats_url, "--grpc-listen", listen, "--agents", "0", "--no-memory"])
         .args(["--external-planner", "--heartbeat-ttl-secs", "1", "--data-dir"])
         .arg(data)
@@ -370,7 +375,7 @@ async fn stop_an_agent_past_ack_wait(trials: usize) -> Row {
 }
 
 fn start_planner(nats_url: &str, llm_url: &str) -> Proc {
-    let child = Command::new(env!("CARGO_BIN_EXE_hermes"))
+    let child = Command::new(hermes_bin())
         .args(["planner", "--nats-url", nats_url, "--ack-wait-secs", "2"])
         .args(["--llm-base-url", llm_url, "--llm-model", "planner-model"])
         .stdout(Stdio::null())

@@ -8,6 +8,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A binary this workspace builds, for tests in a crate other than the one that builds it
+/// (`env!("CARGO_BIN_EXE_<name>")` only exists there): `HERMES_BIN_DIR/<name>` when that is set,
+/// else `<name>` in the profile dir the running test binary was built into
+/// (`target/debug/deps/<test>` → `target/debug/<name>`). Panics saying how to build it when it is
+/// not there.
+pub fn built_binary(name: &str) -> PathBuf {
+    let dir = match std::env::var_os("HERMES_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().and_then(Path::parent).map(Path::to_path_buf))
+            .expect("the test binary's dir"),
+    };
+    let path = dir.join(name);
+    assert!(path.is_file(), "{} is not built: run `cargo build --bins` (make test does)", path.display());
+    path
+}
+
 /// How to start `hermes up`.
 pub struct HermesUpBuilder {
     command: Command,
