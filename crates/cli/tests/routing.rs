@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -19,6 +18,7 @@ use hermes_proto::{
 };
 use hermes_registry::RegistryConfig;
 use hermes_test_util::NatsServer;
+use hermes_test_util::process::HermesAgent;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
@@ -159,20 +159,23 @@ async fn share_follows_capacity() {
     h.stack.stop().await;
 }
 
-/// `hermes agent` as a child process.
-fn spawn_agent_process(nats_url: &str, id: &str, max_concurrency: u32) -> Child {
+/// `hermes agent` as a child process serving `time.sleep`, once it serves.
+fn spawn_agent_process(nats_url: &str, id: &str, max_concurrency: u32) -> HermesAgent {
     spawn_agent_process_with(nats_url, id, max_concurrency, &[])
 }
 
-fn spawn_agent_process_with(nats_url: &str, id: &str, max_concurrency: u32, extra: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args(["agent", "--nats-url", nats_url, "--agent-id", id, "--tools", "time.sleep"])
-        .args(["--max-concurrency", &max_concurrency.to_string(), "--heartbeat-ms", "200"])
+fn spawn_agent_process_with(nats_url: &str, id: &str, max_concurrency: u32, extra: &[&str]) -> HermesAgent {
+    HermesAgent::builder(env!("CARGO_BIN_EXE_hermes"), nats_url, id)
+        .args([
+            "--tools",
+            "time.sleep",
+            "--max-concurrency",
+            &max_concurrency.to_string(),
+            "--heartbeat-ms",
+            "200",
+        ])
         .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+        .start()
 }
 
 async fn wait_for_agent(registry: &mut RegistryClient<Channel>, id: &str) {
@@ -232,9 +235,8 @@ async fn a_killed_agent_goes_offline_and_its_tasks_finish_elsewhere() {
     });
     // Let the doomed agent start its share, then kill it without a chance to deregister.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    doomed.kill().unwrap();
+    doomed.kill9();
     let killed_at = Instant::now();
-    let _ = doomed.wait();
 
     let offline_at = tokio::time::timeout(ttl + Duration::from_secs(2), async {
         while let Some(Ok(change)) = changes.next().await {
@@ -283,7 +285,7 @@ async fn a_graceful_shutdown_drains_then_deregisters() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     // SIGTERM: the agent stops taking work at once, finishes what it runs, then leaves.
     let term_at = Instant::now();
-    Command::new("kill").args(["-TERM", &leaver.id().to_string()]).status().unwrap();
+    leaver.sigterm();
     // It stays listed while it drains, marked so nothing new is routed to it.
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
@@ -296,7 +298,10 @@ async fn a_graceful_shutdown_drains_then_deregisters() {
         assert!(Instant::now() < deadline, "the agent was not seen draining");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let status = tokio::task::spawn_blocking(move || leaver.wait()).await.unwrap().unwrap();
+    let status = tokio::task::spawn_blocking(move || leaver.wait_exit(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("the agent exits");
     assert!(status.success(), "agent exit: {status:?}");
     assert!(
         term_at.elapsed() < Duration::from_secs(10),

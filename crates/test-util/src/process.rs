@@ -131,28 +131,108 @@ impl HermesUpBuilder {
             .and_then(|a| a.to_str())
             .expect("a --grpc-listen address")
             .to_owned();
-        let mut child = self.command.spawn().expect("hermes up starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + self.ready_within;
-        while Instant::now() < deadline {
-            if let Ok(line) = rx.recv_timeout(Duration::from_millis(100))
-                && line.starts_with("hermes up: grpc")
-            {
-                return HermesUp { child, grpc };
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("hermes up exited at start: {status}");
-            }
+        let child = spawn_ready(&mut self.command, "hermes up: grpc", "hermes up", self.ready_within);
+        HermesUp { child, grpc }
+    }
+}
+
+/// Spawns `command` and waits for a stdout line starting with `ready`; panics naming `what` when
+/// it exits first or `within` passes. Later stdout is drained so the child never blocks on it.
+fn spawn_ready(command: &mut Command, ready: &str, what: &str, within: Duration) -> Child {
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("{what} does not start: {e}"));
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
         }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("hermes up did not become ready within {:?}", self.ready_within);
+    });
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100))
+            && line.starts_with(ready)
+        {
+            return child;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited at start: {status}");
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("{what} did not become ready within {within:?}");
+}
+
+/// How to start `hermes agent`.
+pub struct HermesAgentBuilder {
+    command: Command,
+    id: String,
+}
+
+/// A running `hermes agent` process, killed on drop.
+pub struct HermesAgent {
+    child: Child,
+    pub id: String,
+}
+
+impl HermesAgent {
+    /// `hermes agent --agent-id <id>` from `binary` (the `hermes` binary) against `nats_url`.
+    pub fn builder(binary: impl AsRef<Path>, nats_url: &str, id: &str) -> HermesAgentBuilder {
+        let mut command = Command::new(binary.as_ref());
+        command.args(["agent", "--nats-url", nats_url, "--agent-id", id]);
+        command.stdout(Stdio::piped()).stderr(Stdio::null());
+        HermesAgentBuilder { command, id: id.to_owned() }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, for a graceful drain.
+    pub fn sigterm(&self) {
+        signal(self.pid(), "TERM");
+    }
+
+    /// `kill -9`, and reaps it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits for the process to exit, for at most `within`; `None` if it is still running.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for HermesAgent {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+impl HermesAgentBuilder {
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        self.command.args(args);
+        self
+    }
+
+    /// Starts it and waits until it serves (`hermes agent <id>: serving ...` on its stdout).
+    pub fn start(mut self) -> HermesAgent {
+        let ready = format!("hermes agent {}: serving", self.id);
+        let child = spawn_ready(&mut self.command, &ready, "hermes agent", Duration::from_secs(60));
+        HermesAgent { child, id: self.id }
     }
 }
 
