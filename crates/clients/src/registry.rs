@@ -1,5 +1,6 @@
-//! A cached view of the registry's capability catalogue, used by the dispatcher and the planner
-//! to validate plans. It is refreshed
+//! Clients of the registry: [`route`], which asks it where tasks should go, and [`Catalog`], a
+//! cached view of its capability catalogue, used by the dispatcher and the planner to validate
+//! plans. The catalogue is refreshed
 //! at most once per `ttl`, and once more on a miss, so a newly registered task type is accepted
 //! without waiting for the next refresh.
 
@@ -10,7 +11,9 @@ use std::time::{Duration, Instant};
 use hermes_core::plan::TaskTypeCatalog;
 use hermes_core::schema::InputSchema;
 use hermes_core::{Bus, Error, Result};
-use hermes_proto::{CatalogEntry, CatalogReply, CatalogRequest};
+use hermes_proto::{
+    CatalogEntry, CatalogReply, CatalogRequest, RouteDecision, RouteQuery, RouteReply, RouteRequest,
+};
 use prost::Message as _;
 use tokio::sync::Mutex;
 
@@ -114,4 +117,17 @@ fn compile(raw: &str) -> Option<Arc<InputSchema>> {
     }
     let value = serde_json::from_str(raw).ok()?;
     InputSchema::compile(value).ok().map(Arc::new)
+}
+
+/// Asks the registry to route `queries`, within `timeout`: one decision per query, in order.
+/// `UNAVAILABLE` when no registry answers in time.
+pub async fn route(bus: &Bus, queries: Vec<RouteQuery>, timeout: Duration) -> Result<Vec<RouteDecision>> {
+    let request = RouteRequest { queries }.encode_to_vec();
+    match tokio::time::timeout(timeout, bus.client().request(bus.topology().route(), request.into())).await {
+        Ok(Ok(msg)) => RouteReply::decode(msg.payload)
+            .map(|reply| reply.decisions)
+            .map_err(|e| Error::Decode { kind: "RouteReply", reason: e.to_string() }),
+        Ok(Err(e)) => Err(Error::Unavailable(format!("the registry did not answer a route request: {e}"))),
+        Err(_) => Err(Error::Unavailable(format!("no registry answered a route request within {timeout:?}"))),
+    }
 }

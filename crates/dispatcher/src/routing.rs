@@ -20,7 +20,7 @@ use hermes_core::bus::ConsumerSpec;
 use hermes_core::error::wire_error;
 use hermes_core::{ErrorCode, Result, now_unix_ms};
 use hermes_proto::event::Kind;
-use hermes_proto::{Event, GoalState, RouteDecision, RouteQuery, RouteReply, RouteRequest, TaskMessage};
+use hermes_proto::{Event, GoalState, RouteDecision, RouteQuery, TaskMessage};
 use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -55,23 +55,14 @@ impl GoalService {
                 }
             })
             .collect();
-        let request = RouteRequest { queries }.encode_to_vec();
-        let reply = tokio::time::timeout(
-            Duration::from_secs(2),
-            self.bus.client().request(self.bus.topology().route(), request.into()),
-        )
-        .await;
-        let decisions = match reply {
-            Ok(Ok(msg)) => RouteReply::decode(msg.payload).map(|r| r.decisions).unwrap_or_default(),
-            Ok(Err(e)) => {
-                warn!(error = %e, "registry unavailable; using the pools");
-                Vec::new()
-            }
-            Err(_) => {
-                warn!("route request timed out; using the pools");
-                Vec::new()
-            }
-        };
+        let decisions =
+            match hermes_clients::registry::route(&self.bus, queries, Duration::from_secs(2)).await {
+                Ok(decisions) => decisions,
+                Err(e) => {
+                    warn!(error = %e, "no routing from the registry; using the pools");
+                    Vec::new()
+                }
+            };
         if decisions.len() == tasks.len() {
             return decisions;
         }
