@@ -424,22 +424,6 @@ pub enum Handled {
     Kept,
 }
 
-impl Handled {
-    /// The disposition of a handler's result: `Ok` is done; a retryable error is delivered
-    /// again after `backoff`; any other error is rejected with its text.
-    pub fn of<E: std::fmt::Display>(
-        result: std::result::Result<(), E>,
-        retryable: impl Fn(&E) -> bool,
-        backoff: Duration,
-    ) -> Handled {
-        match result {
-            Ok(()) => Handled::Done,
-            Err(e) if retryable(&e) => Handled::Retry { after: backoff },
-            Err(e) => Handled::Reject { reason: e.to_string() },
-        }
-    }
-}
-
 /// The consumer loop every Hermes consumer runs: `handle` on each message of `messages`, at most
 /// `concurrency` at once. A permit is taken before waiting for the next message, so no more than
 /// `concurrency` messages are ever held. When `shutdown` is cancelled it stops taking messages,

@@ -194,7 +194,8 @@ pub fn main_with_args<S: Service>(args: impl IntoIterator<Item = OsString>) -> !
 /// Runs `S` until a signal or a task failure, drains it, and flushes telemetry.
 pub async fn run<S: Service>(settings: S::Settings) -> anyhow::Result<()> {
     let telemetry = hermes_core::telemetry::init(S::TELEMETRY_NAME);
-    let shutdown = signals();
+    // The first SIGTERM or SIGINT cancels it; a second exits at once.
+    let shutdown = hermes_core::shutdown::install_signal_handlers();
     let result = async {
         let mut cx = Context::new(S::NAME, settings.drain_timeout(), shutdown.clone());
         if let Some(addr) = settings.metrics_listen() {
@@ -220,11 +221,6 @@ pub async fn run<S: Service>(settings: S::Settings) -> anyhow::Result<()> {
         eprintln!("{}: telemetry did not flush within 5 s", S::NAME);
     }
     result
-}
-
-/// The first SIGTERM or SIGINT cancels the returned token; a second exits at once.
-fn signals() -> CancellationToken {
-    hermes_core::shutdown::install_signal_handlers()
 }
 
 /// A task the runner drains.
@@ -276,11 +272,6 @@ impl Context {
     /// The connection, once [`Context::connect`] made it.
     pub fn bus(&self) -> Option<&Bus> {
         self.bus.as_ref()
-    }
-
-    /// Uses an existing connection (a stack that connected first).
-    pub fn set_bus(&mut self, bus: Bus) {
-        self.bus = Some(bus);
     }
 
     /// The process-wide shutdown token: cancelled on the first signal or a task's failure.
