@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use hermes_cli::stack::{Stack, StackConfig};
 use hermes_dispatcher::DispatcherConfig;
-use hermes_dispatcher::summarize::Summarizer;
+use hermes_dispatcher::Summarizer;
 use hermes_executor::AgentConfig;
 use hermes_planner::PlannerConfig;
 use hermes_proto::dispatcher_client::DispatcherClient;

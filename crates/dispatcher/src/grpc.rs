@@ -1,9 +1,9 @@
-//! The gRPC adapter: `hermes.v1.Dispatcher`, plus the standard health and reflection services.
+//! The gRPC adapter: `hermes.v1.Dispatcher`. It only maps: requests to [`GoalService`] and
+//! [`DeadLetters`] calls, their errors to statuses. (Health and reflection are the runtime's.)
 
 use std::pin::Pin;
 use std::sync::Arc;
 
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::{Stream, StreamExt};
 use hermes_core::Error;
 use hermes_proto::dispatcher_server::{Dispatcher as DispatcherApi, DispatcherServer};
@@ -12,26 +12,26 @@ use hermes_proto::{
     GetGoalRequest, Goal, GoalState, ListDeadLettersRequest, ListDeadLettersResponse, ListGoalsRequest,
     ListGoalsResponse, ReplayDeadLetterResponse, SubmitGoalRequest, SubmitGoalResponse, WatchGoalRequest,
 };
-use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
-use tracing::info;
 
-use crate::GoalService;
-use crate::engine::is_terminal_event;
+use crate::{DeadLetters, GoalService};
 
 /// The `hermes.v1.Dispatcher` service; watch streams end when `shutdown` is cancelled.
 pub(crate) fn server(
     service: Arc<GoalService>,
+    dead_letters: DeadLetters,
     shutdown: CancellationToken,
     max_message_bytes: usize,
 ) -> DispatcherServer<Api> {
-    DispatcherServer::new(Api { service, shutdown }).max_decoding_message_size(max_message_bytes)
+    DispatcherServer::new(Api { service, dead_letters, shutdown })
+        .max_decoding_message_size(max_message_bytes)
 }
 
 pub(crate) struct Api {
     service: Arc<GoalService>,
+    dead_letters: DeadLetters,
     /// Ends open watch streams on shutdown; the server waits for open streams before it stops.
     shutdown: CancellationToken,
 }
@@ -41,7 +41,7 @@ impl Api {
     /// request wait out JetStream timeouts; the client retries.
     fn nats_up(&self) -> Result<(), Status> {
         use async_nats::connection::State;
-        match self.service.bus.client().connection_state() {
+        match self.service.bus().client().connection_state() {
             State::Connected => Ok(()),
             _ => Err(Status::unavailable("UNAVAILABLE: NATS is unreachable; the dispatcher is reconnecting")),
         }
@@ -109,73 +109,8 @@ impl DispatcherApi for Api {
     async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
         self.nats_up()?;
         let req = request.into_inner();
-        let goal_id = goal_id_arg(&req.goal_id)?.to_owned();
-        // Fail with NOT_FOUND rather than wait forever on a goal that never existed.
-        self.service.get(&goal_id).await?;
-        let bus = &self.service.bus;
-        let stream = bus
-            .jetstream()
-            .get_stream(bus.topology().events_stream())
-            .await
-            .map_err(|e| Status::unavailable(format!("UNAVAILABLE: events stream: {e}")))?;
-        let consumer = stream
-            .create_consumer(pull::OrderedConfig {
-                filter_subject: bus.topology().event(&goal_id),
-                deliver_policy: DeliverPolicy::All,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| Status::unavailable(format!("UNAVAILABLE: events consumer: {e}")))?;
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| Status::unavailable(format!("UNAVAILABLE: events: {e}")))?;
-        info!(goal_id = %goal_id, "watch started");
-        // Resuming after `after_seq`: everything up to and including that event is skipped (agent
-        // events, with no `seq`, among them), so the watcher gets exactly what came after.
-        let after = req.after_seq;
-        let events = futures::stream::unfold(
-            (messages, false, after),
-            |(mut messages, done, mut skip_to)| async move {
-                if done {
-                    return None;
-                }
-                loop {
-                    match messages.next().await? {
-                        Ok(msg) => match Event::decode(msg.payload.clone()) {
-                            Ok(event) => {
-                                let terminal = is_terminal_event(&event);
-                                if skip_to > 0 {
-                                    if event.seq == 0 || event.seq < skip_to {
-                                        if terminal {
-                                            return None;
-                                        }
-                                        continue;
-                                    }
-                                    let seen = event.seq == skip_to;
-                                    skip_to = 0;
-                                    if seen {
-                                        if terminal {
-                                            return None;
-                                        }
-                                        continue;
-                                    }
-                                }
-                                return Some((Ok(event), (messages, terminal, 0)));
-                            }
-                            // Events are written only by dispatchers; skip anything else.
-                            Err(_) => continue,
-                        },
-                        Err(e) => {
-                            return Some((
-                                Err(Status::unavailable(format!("UNAVAILABLE: {e}"))),
-                                (messages, true, 0),
-                            ));
-                        }
-                    }
-                }
-            },
-        );
+        let events = self.service.watch(goal_id_arg(&req.goal_id)?, req.after_seq).await?;
+        let events = events.map(|event| event.map_err(Status::from));
         Ok(Response::new(Box::pin(events.take_until(self.shutdown.clone().cancelled_owned()))))
     }
 
@@ -224,7 +159,7 @@ impl DispatcherApi for Api {
             0 => 100,
             n => n.min(10_000) as usize,
         };
-        Ok(Response::new(ListDeadLettersResponse { dead_letters: self.service.dead_letters(limit).await? }))
+        Ok(Response::new(ListDeadLettersResponse { dead_letters: self.dead_letters.list(limit).await? }))
     }
 
     async fn get_dead_letter(
@@ -232,7 +167,7 @@ impl DispatcherApi for Api {
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<DeadLetter>, Status> {
         self.nats_up()?;
-        Ok(Response::new(self.service.dead_letter(request.into_inner().sequence).await?))
+        Ok(Response::new(self.dead_letters.get(request.into_inner().sequence).await?))
     }
 
     async fn replay_dead_letter(
@@ -240,7 +175,7 @@ impl DispatcherApi for Api {
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<ReplayDeadLetterResponse>, Status> {
         self.nats_up()?;
-        let (subject, sequence) = self.service.replay_dead_letter(request.into_inner().sequence).await?;
+        let (subject, sequence) = self.dead_letters.replay(request.into_inner().sequence).await?;
         Ok(Response::new(ReplayDeadLetterResponse { subject, sequence }))
     }
 }

@@ -1,6 +1,7 @@
 //! The dispatcher's metrics, counted from the events of each committed transition: goals by
 //! outcome, node attempts by task type with their duration from dispatch to result, and retries.
 //! Counting at publish time means a transition is counted once, by the replica that made it.
+//! (The queue depths are the `queue_depth` worker's.)
 
 use hermes_core::metrics::{self, labels};
 use hermes_proto::event::Kind;
@@ -63,42 +64,5 @@ pub(crate) fn record(state: &GoalState, events: &[Event]) {
             }
             _ => {}
         }
-    }
-}
-
-/// How often queue depths are read from the server.
-const QUEUE_POLL: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Keeps `hermes_queue_pending` and `hermes_queue_ack_pending` current: every few seconds, the
-/// task stream's consumers are listed and their backlog recorded by task type and consumer. A
-/// consumer that disappears (a departed agent) reads 0 afterwards.
-pub(crate) async fn queue_depth_loop(bus: hermes_core::Bus, shutdown: tokio_util::sync::CancellationToken) {
-    use futures::StreamExt as _;
-    let m = metrics::global();
-    let mut seen = std::collections::BTreeSet::new();
-    let mut tick = tokio::time::interval(QUEUE_POLL);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let Ok(stream) = bus.jetstream().get_stream(bus.topology().tasks_stream()).await else { continue };
-        let mut consumers = stream.consumers();
-        let mut now = std::collections::BTreeSet::new();
-        while let Some(Ok(info)) = consumers.next().await {
-            let Some((task_type, consumer)) = bus.topology().task_consumer_of(&info.config.filter_subject)
-            else {
-                continue;
-            };
-            let series = labels(&[("task_type", &task_type), ("consumer", &consumer)]);
-            m.queue_pending.get_or_create(&series).set(info.num_pending as i64);
-            m.queue_ack_pending.get_or_create(&series).set(info.num_ack_pending as i64);
-            now.insert(series);
-        }
-        for gone in seen.difference(&now) {
-            m.queue_pending.get_or_create(gone).set(0);
-            m.queue_ack_pending.get_or_create(gone).set(0);
-        }
-        seen = now;
     }
 }

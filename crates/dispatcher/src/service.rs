@@ -83,7 +83,7 @@ impl DispatchSettings {
             result_concurrency: self.result_concurrency.max(1),
             no_agent_wait: Duration::from_secs(self.no_agent_wait_secs),
             planner: self.planner_service,
-            summarizer: llm.summarizer_model()?.map(crate::summarize::Summarizer),
+            summarizer: llm.summarizer_model()?.map(crate::Summarizer),
             prices: crate::engine::Prices {
                 input_per_mtok: llm.price_input_per_mtok,
                 output_per_mtok: llm.price_output_per_mtok,

@@ -1,19 +1,21 @@
-//! The final answer of a goal given as text: once every node is done, the summarizer model
-//! answers the goal from the nodes' outputs, citing the node ids it used and listing conflicting
-//! values instead of smoothing them over. Node outputs are data in the prompt, never instructions.
+//! The summaries worker: the final answer of a goal given as text. Once every node is done, the
+//! effects publisher sends the goal here; the summarizer model answers the goal from the nodes'
+//! outputs, citing the node ids it used and listing conflicting values instead of smoothing them
+//! over. Node outputs are data in the prompt, never instructions. The answer is committed through
+//! [`GoalService::finish_summary`].
 
 use std::sync::Arc;
 
-use hermes_core::now_unix_ms;
 use hermes_llm::repair::repair_json;
 use hermes_llm::{ChatModel, ChatRequest, Message};
 use hermes_proto::GoalState;
 use serde_json::{Value, json};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use tracing::warn;
 
 use crate::GoalService;
-use crate::engine::{self, Applied, Effects};
 
 /// The model that writes answers.
 #[derive(Clone)]
@@ -88,66 +90,69 @@ fn parse_answer(state: &GoalState, content: &str) -> Result<Value, AnswerError> 
     Ok(json!({"answer": answer, "cited_nodes": cited, "conflicts": conflicts}))
 }
 
-impl GoalService {
-    /// Writes the answer of a summarizing goal and completes it. Without a usable answer the
-    /// goal still completes, with the nodes' outputs and the reason the summary is missing.
-    pub(crate) async fn summarize(&self, goal_id: &str) -> hermes_core::Result<()> {
-        let Some(summarizer) = self.config.summarizer.clone() else { return Ok(()) };
-        let state = self.get(goal_id).await?;
-        let span = tracing::info_span!("summarize", goal_id);
-        hermes_core::trace::follow(
-            &span,
-            hermes_core::trace::TraceContext::parse(&state.traceparent).as_ref(),
-        );
-        self.write_summary(summarizer, state).instrument(span).await
-    }
-
-    async fn write_summary(&self, summarizer: Summarizer, state: GoalState) -> hermes_core::Result<()> {
-        let goal_id = state.goal_id.as_str();
-        let limits = self.limits();
-        let request = ChatRequest {
-            messages: vec![Message::system(SYSTEM), Message::user(prompt(&state))],
-            response_schema: Some(("goal_answer".into(), answer_schema())),
-            temperature: Some(0.2),
-            ..Default::default()
-        };
-        let (output, usage) = match summarizer.0.chat(request).await {
-            Ok(response) => {
-                let content = response.content.unwrap_or_default();
-                match parse_answer(&state, &content) {
-                    Ok(answer) => (answer, Some(response.usage)),
-                    Err(why) => (unsummarized(&state, &why.to_string()), Some(response.usage)),
-                }
+/// Writes the answers of goals whose nodes are all done, a few at a time, until `shutdown`.
+pub(crate) async fn run(
+    service: Arc<GoalService>,
+    mut goals: UnboundedReceiver<String>,
+    shutdown: CancellationToken,
+) {
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            Some(goal_id) = goals.recv() => {
+                let service = service.clone();
+                running.spawn(async move {
+                    if let Err(e) = summarize(&service, &goal_id).await {
+                        warn!(goal_id, error = %e, "cannot write the goal's answer");
+                    }
+                });
             }
-            Err(e) => {
-                warn!(goal_id, error = %e, "summarizer failed; completing with the raw outputs");
-                (unsummarized(&state, &e.to_string()), None)
-            }
-        };
-        let output = output.to_string();
-        // Commit and publish in order: this goal's events are stored in `seq` order.
-        let _order = self.order(goal_id).await;
-        let updated = self
-            .store
-            .update(goal_id, |state| {
-                let mut effects = Effects::default();
-                let now = now_unix_ms();
-                if let Some(usage) = usage {
-                    let tokens = hermes_proto::TokenUsage {
-                        input_tokens: usage.input_tokens,
-                        output_tokens: usage.output_tokens,
-                    };
-                    // The nodes are done: a budget crossed here is recorded, the answer still written.
-                    let _ = engine::charge(state, None, &tokens, limits, now, &mut effects);
-                }
-                let applied = engine::finish_summary(state, output.clone(), now, &mut effects);
-                (applied == Applied::Changed).then_some(effects)
-            })
-            .await?;
-        if let Some(updated) = updated {
-            self.publish_effects(&updated.state, updated.value).await?;
         }
-        Ok(())
+        while running.try_join_next().is_some() {}
+    }
+    while running.join_next().await.is_some() {}
+}
+
+/// Writes the answer of a summarizing goal and completes it. Without a usable answer the goal
+/// still completes, with the nodes' outputs and the reason the summary is missing.
+async fn summarize(service: &GoalService, goal_id: &str) -> hermes_core::Result<()> {
+    let Some(summarizer) = service.config().summarizer.clone() else { return Ok(()) };
+    let state = service.get(goal_id).await?;
+    let span = tracing::info_span!("summarize", goal_id);
+    hermes_core::trace::follow(&span, hermes_core::trace::TraceContext::parse(&state.traceparent).as_ref());
+    let (output, usage) = write_summary(&summarizer, &state).instrument(span).await;
+    service.finish_summary(goal_id, output.to_string(), usage).await
+}
+
+/// The answer, or the raw outputs with the reason there is none, and the tokens it took.
+async fn write_summary(
+    summarizer: &Summarizer,
+    state: &GoalState,
+) -> (Value, Option<hermes_proto::TokenUsage>) {
+    let request = ChatRequest {
+        messages: vec![Message::system(SYSTEM), Message::user(prompt(state))],
+        response_schema: Some(("goal_answer".into(), answer_schema())),
+        temperature: Some(0.2),
+        ..Default::default()
+    };
+    match summarizer.0.chat(request).await {
+        Ok(response) => {
+            let tokens = hermes_proto::TokenUsage {
+                input_tokens: response.usage.input_tokens,
+                output_tokens: response.usage.output_tokens,
+            };
+            let content = response.content.unwrap_or_default();
+            match parse_answer(state, &content) {
+                Ok(answer) => (answer, Some(tokens)),
+                Err(why) => (unsummarized(state, &why.to_string()), Some(tokens)),
+            }
+        }
+        Err(e) => {
+            warn!(goal_id = %state.goal_id, error = %e, "summarizer failed; completing with the raw outputs");
+            (unsummarized(state, &e.to_string()), None)
+        }
     }
 }
 

@@ -1,0 +1,116 @@
+//! The DLQ through the Dispatcher API (`hermes dlq ...`): dead letters listed, read and
+//! replayed where they came from. The DLQ worker (`workers/dlq.rs`) fills it.
+
+use async_nats::HeaderMap;
+use hermes_core::bus::{DLQ_ORIGIN, DLQ_REASON, DLQ_SUBJECT};
+use hermes_core::{Bus, Error, Result};
+use hermes_proto::{DeadLetter, PlanRequest, PlanResult, TaskMessage, TaskResult};
+use prost::Message as _;
+use tracing::info;
+
+pub(crate) fn js_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
+    Error::JetStream { operation, reason: e.to_string() }
+}
+
+/// The `HERMES_DLQ` stream, read and replayed.
+pub struct DeadLetters {
+    bus: Bus,
+}
+
+impl DeadLetters {
+    pub fn new(bus: Bus) -> Self {
+        Self { bus }
+    }
+
+    /// Dead letters, oldest first.
+    pub async fn list(&self, limit: usize) -> Result<Vec<DeadLetter>> {
+        let js = self.bus.jetstream();
+        let mut stream =
+            js.get_stream(self.bus.topology().dlq_stream()).await.map_err(|e| js_error("get dlq", e))?;
+        let state = stream.info().await.map_err(|e| js_error("dlq info", e))?.state.clone();
+        let (first, last) = (state.first_sequence, state.last_sequence);
+        let mut out = Vec::new();
+        let mut seq = first;
+        while seq <= last && out.len() < limit && state.messages > 0 {
+            if let Ok(message) = stream.get_raw_message(seq).await {
+                out.push(dead_letter(seq, &message, false));
+            }
+            seq += 1;
+        }
+        Ok(out)
+    }
+
+    pub async fn get(&self, sequence: u64) -> Result<DeadLetter> {
+        let stream = self
+            .bus
+            .jetstream()
+            .get_stream(self.bus.topology().dlq_stream())
+            .await
+            .map_err(|e| js_error("get dlq", e))?;
+        let message = stream
+            .get_raw_message(sequence)
+            .await
+            .map_err(|_| Error::NotFound { what: "dead letter", id: sequence.to_string() })?;
+        Ok(dead_letter(sequence, &message, true))
+    }
+
+    /// Publishes a dead letter again where it came from, then removes it from the DLQ.
+    pub async fn replay(&self, sequence: u64) -> Result<(String, u64)> {
+        let js = self.bus.jetstream();
+        let stream =
+            js.get_stream(self.bus.topology().dlq_stream()).await.map_err(|e| js_error("get dlq", e))?;
+        let message = stream
+            .get_raw_message(sequence)
+            .await
+            .map_err(|_| Error::NotFound { what: "dead letter", id: sequence.to_string() })?;
+        let subject = message.headers.get(DLQ_SUBJECT).map(|v| v.as_str().to_owned()).ok_or_else(|| {
+            Error::FailedPrecondition(format!("dead letter {sequence} does not say where it came from"))
+        })?;
+        let mut headers = HeaderMap::new();
+        let msg_id = format!("replay:{sequence}:{}", hermes_core::now_unix_ms());
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id.as_str());
+        let ack = js
+            .publish_with_headers(subject.clone(), headers, message.payload.clone())
+            .await
+            .map_err(|e| js_error("replay", e))?
+            .await
+            .map_err(|e| js_error("replay", e))?;
+        stream.delete_message(sequence).await.map_err(|e| js_error("remove replayed dead letter", e))?;
+        info!(sequence, subject, event = "dead_letter_replayed", "dead letter replayed");
+        Ok((subject, ack.sequence))
+    }
+}
+
+fn dead_letter(
+    sequence: u64,
+    message: &async_nats::jetstream::message::StreamMessage,
+    decode: bool,
+) -> DeadLetter {
+    let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_owned()).unwrap_or_default();
+    let decoded = if !decode {
+        String::new()
+    } else {
+        let kind = message.subject.rsplit('.').next().unwrap_or_default();
+        let payload = message.payload.clone();
+        let text = match kind {
+            "task" => TaskMessage::decode(payload).map(|m| format!("{m:#?}")),
+            "result" => TaskResult::decode(payload).map(|m| format!("{m:#?}")),
+            "plan_request" => PlanRequest::decode(payload).map(|m| format!("{m:#?}")),
+            "plan_result" | "plan" => PlanResult::decode(payload.clone())
+                .map(|m| format!("{m:#?}"))
+                .or_else(|_| PlanRequest::decode(payload).map(|m| format!("{m:#?}"))),
+            _ => Ok(String::from_utf8_lossy(&message.payload).into_owned()),
+        };
+        text.unwrap_or_else(|e| format!("(does not decode: {e}; {} bytes)", message.payload.len()))
+    };
+    DeadLetter {
+        sequence,
+        subject: message.subject.to_string(),
+        reason: header(DLQ_REASON),
+        original_subject: header(DLQ_SUBJECT),
+        origin: header(DLQ_ORIGIN),
+        at_unix_ms: (message.time.unix_timestamp_nanos() / 1_000_000) as u64,
+        size_bytes: message.payload.len() as u64,
+        decoded,
+    }
+}

@@ -1,0 +1,241 @@
+//! The effects publisher: what follows a committed transition. The transition's events are
+//! published first, then its tasks (routed by the registry) and plan requests, in that order on
+//! one connection, so a goal's events are stored by `seq` and each `TaskDispatched` before its
+//! task can produce a result. Then the workers hear what concerns them, through [`Followups`]:
+//! the goal's next deadline, a summary to write, a task no live agent serves.
+//!
+//! The handles are defined here, on the service's side, and the workers own the receiving ends:
+//! the service never reaches into a worker's state.
+
+use std::time::{Duration, Instant};
+
+use hermes_core::trace::TraceContext;
+use hermes_core::{Bus, Result};
+use hermes_proto::{GoalState, RouteDecision, TaskMessage};
+use prost::Message as _;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tracing::warn;
+
+use crate::engine::{self, Effects, Limits};
+use crate::{metrics, routing};
+
+/// A goal's next deadline, for the timers worker; `at: None` once the goal has none.
+#[derive(Debug)]
+pub(crate) struct Deadline {
+    pub goal_id: String,
+    pub at: Option<u64>,
+}
+
+/// A task sent to its pool because no live agent served its type, for the takeover worker: the
+/// node fails with `NO_CAPABLE_AGENT` when none has appeared by `deadline`.
+#[derive(Debug)]
+pub(crate) struct Unserved {
+    pub goal_id: String,
+    pub node_id: String,
+    pub task_id: String,
+    pub task_type: String,
+    pub deadline: Instant,
+}
+
+/// The sending ends of the workers' channels. Sending never blocks; after shutdown (the worker
+/// gone) it is a no-op, and what it said is rebuilt from KV by the next dispatcher.
+#[derive(Clone)]
+pub(crate) struct Followups {
+    deadlines: UnboundedSender<Deadline>,
+    summaries: UnboundedSender<String>,
+    unserved: UnboundedSender<Unserved>,
+}
+
+/// The receiving ends, one per worker.
+pub(crate) struct FollowupInbox {
+    pub deadlines: UnboundedReceiver<Deadline>,
+    pub summaries: UnboundedReceiver<String>,
+    pub unserved: UnboundedReceiver<Unserved>,
+}
+
+impl Followups {
+    pub(crate) fn channel() -> (Followups, FollowupInbox) {
+        let (deadlines, deadlines_rx) = unbounded_channel();
+        let (summaries, summaries_rx) = unbounded_channel();
+        let (unserved, unserved_rx) = unbounded_channel();
+        (
+            Followups { deadlines, summaries, unserved },
+            FollowupInbox { deadlines: deadlines_rx, summaries: summaries_rx, unserved: unserved_rx },
+        )
+    }
+
+    pub(crate) fn deadline(&self, goal_id: &str, at: Option<u64>) {
+        let _ = self.deadlines.send(Deadline { goal_id: goal_id.to_owned(), at });
+    }
+
+    pub(crate) fn summarize(&self, goal_id: &str) {
+        let _ = self.summaries.send(goal_id.to_owned());
+    }
+
+    fn unserved(&self, task: Unserved) {
+        let _ = self.unserved.send(task);
+    }
+}
+
+/// One message to publish: subject, body, `Nats-Msg-Id` and the trace it continues.
+struct Outgoing {
+    subject: String,
+    body: Vec<u8>,
+    msg_id: String,
+    trace: Option<TraceContext>,
+}
+
+/// Publishes committed transitions' effects.
+pub(crate) struct EffectsPublisher {
+    bus: Bus,
+    limits: Limits,
+    no_agent_wait: Duration,
+    followups: Followups,
+}
+
+impl EffectsPublisher {
+    pub(crate) fn new(bus: Bus, limits: Limits, no_agent_wait: Duration, followups: Followups) -> Self {
+        Self { bus, limits, no_agent_wait, followups }
+    }
+
+    pub(crate) fn followups(&self) -> &Followups {
+        &self.followups
+    }
+
+    /// Publishes a committed transition's effects. Each publish is sent before any ack is
+    /// awaited, which keeps wide fan-outs fast while preserving order on the connection.
+    pub(crate) async fn publish(&self, state: &GoalState, mut effects: Effects) -> Result<()> {
+        self.offload_large_inputs(&mut effects.tasks).await?;
+        let decisions = routing::route(&self.bus, state, &effects.tasks).await;
+        let subjects =
+            routing::record_decisions(self.bus.topology(), &mut effects.events, &effects.tasks, &decisions);
+        self.watch_unserved(&effects.tasks, &decisions);
+        let (outgoing, dispatch_spans) = self.messages(state, &effects, subjects, &decisions);
+        metrics::record(state, &effects.events);
+        self.send_in_order(outgoing).await?;
+        drop(dispatch_spans);
+        self.follow_up(state, &effects).await;
+        Ok(())
+    }
+
+    /// Inputs over the inline limit (several large refs resolved together) travel as an
+    /// artifact; the executor loads them back.
+    async fn offload_large_inputs(&self, tasks: &mut [TaskMessage]) -> Result<()> {
+        let artifacts = self.bus.artifacts();
+        for task in tasks {
+            if task.inputs_json.len() > artifacts.inline_limit() {
+                let inputs = std::mem::take(&mut task.inputs_json);
+                let (stub, reference) = artifacts.offload_json(inputs, &task.goal_id).await?;
+                task.inputs_json = stub;
+                task.memory_refs.extend(reference);
+            }
+        }
+        Ok(())
+    }
+
+    /// Tasks whose type no live agent serves are watched by the takeover worker.
+    fn watch_unserved(&self, tasks: &[TaskMessage], decisions: &[RouteDecision]) {
+        for (task, decision) in tasks.iter().zip(decisions) {
+            if decision.capable_agents == 0 {
+                self.followups.unserved(Unserved {
+                    goal_id: task.goal_id.clone(),
+                    node_id: task.node_id.clone(),
+                    task_id: task.task_id.clone(),
+                    task_type: task.task_type.clone(),
+                    deadline: Instant::now() + self.no_agent_wait,
+                });
+            }
+        }
+    }
+
+    /// The messages in publishing order (events, tasks, plan requests), with one span per
+    /// dispatched node: the agent's task span is its child. Messages continue the span this runs
+    /// in (SubmitGoal, apply_plan, apply_results); work started by a timer or a restart continues
+    /// the goal's root span.
+    fn messages(
+        &self,
+        state: &GoalState,
+        effects: &Effects,
+        subjects: Vec<String>,
+        decisions: &[RouteDecision],
+    ) -> (Vec<Outgoing>, Vec<tracing::Span>) {
+        let topology = self.bus.topology();
+        let root = TraceContext::parse(&state.traceparent);
+        let in_span = TraceContext::current();
+        let trace = in_span.clone().or_else(|| root.clone());
+        let mut outgoing = Vec::with_capacity(effects.events.len() + effects.tasks.len());
+        for event in &effects.events {
+            outgoing.push(Outgoing {
+                subject: topology.event(&event.goal_id),
+                body: hermes_core::redact::event(event).encode_to_vec(),
+                msg_id: engine::event_msg_id(event),
+                trace: trace.clone(),
+            });
+        }
+        let mut spans = Vec::with_capacity(effects.tasks.len());
+        for (task, (subject, decision)) in effects.tasks.iter().zip(subjects.into_iter().zip(decisions)) {
+            let span = tracing::info_span!(
+                "dispatch_node",
+                otel.name = %format_args!("dispatch {}", task.task_type),
+                otel.kind = "producer",
+                goal_id = %task.goal_id,
+                node_id = %task.node_id,
+                task_id = %task.task_id,
+                task_type = %task.task_type,
+                attempt = task.attempt,
+                agent = %decision.agent_id,
+            );
+            if in_span.is_none() {
+                hermes_core::trace::follow(&span, root.as_ref());
+            }
+            let context = TraceContext::of(&span).or_else(|| trace.clone());
+            outgoing.push(Outgoing {
+                subject,
+                body: task.encode_to_vec(),
+                msg_id: task.task_id.clone(),
+                trace: context,
+            });
+            spans.push(span);
+        }
+        for request in &effects.plan_requests {
+            outgoing.push(Outgoing {
+                subject: topology.plan_request(),
+                body: request.encode_to_vec(),
+                msg_id: request.request_id.clone(),
+                trace: trace.clone(),
+            });
+        }
+        (outgoing, spans)
+    }
+
+    /// Sent one after the other, so they are stored in order; the acks are awaited together.
+    /// (Publishing the futures concurrently, as a `buffered` stream, stored runs of a wide
+    /// fan-out's events reversed.)
+    async fn send_in_order(&self, outgoing: Vec<Outgoing>) -> Result<()> {
+        let mut acks = Vec::with_capacity(outgoing.len());
+        for m in outgoing {
+            acks.push(self.bus.send_bytes(m.subject, m.body.into(), &m.msg_id, m.trace.as_ref()).await?);
+        }
+        for ack in futures::future::join_all(acks).await {
+            ack?;
+        }
+        Ok(())
+    }
+
+    /// Tells the workers and the agents what the transition means for them.
+    async fn follow_up(&self, state: &GoalState, effects: &Effects) {
+        if effects.summarize {
+            self.followups.summarize(&state.goal_id);
+        }
+        if effects.stop_agents {
+            // Agents running the goal's tasks abandon them at their next step. Best effort:
+            // results that still arrive are ignored, since the goal has ended.
+            let subject = self.bus.topology().cancel(&state.goal_id);
+            let reason = state.error.as_ref().map(|e| e.message.clone()).unwrap_or_default();
+            if let Err(e) = self.bus.client().publish(subject, reason.into()).await {
+                warn!(goal_id = %state.goal_id, error = %e, "cannot tell agents that the goal ended");
+            }
+        }
+        self.followups.deadline(&state.goal_id, engine::next_deadline(state, self.limits));
+    }
+}

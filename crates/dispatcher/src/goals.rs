@@ -1,0 +1,608 @@
+//! The goal service: every change to a goal goes through here. The gRPC adapter calls it to
+//! submit, get, list, watch and cancel goals and to decide approvals; the workers call it to apply
+//! results, plans, deadlines, takeovers and summaries. Each change is one compare-and-set of the
+//! goal's state in KV, computed by a pure transition of [`engine`], followed by its effects,
+//! published by the [`EffectsPublisher`].
+//!
+//! The service holds no worker's state: it reaches the workers only through the channel handles
+//! of [`Followups`], and the workers call it, never the other way round.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use futures::{Stream, StreamExt};
+use hermes_clients::registry::Catalog;
+use hermes_core::ids::IdShape;
+use hermes_core::plan::validate_plan;
+use hermes_core::trace::TraceContext;
+use hermes_core::{Bus, Error, GoalId, Result, now_unix_ms};
+use hermes_proto::event::Kind;
+use hermes_proto::plan_result::Outcome;
+use hermes_proto::{
+    Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup, PlanCreated, PlanResult, TaskResult,
+    TokenUsage,
+};
+use prost::Message as _;
+use tracing::info;
+
+use crate::effects::{EffectsPublisher, Followups};
+use crate::engine::{self, Applied, Effects, Limits};
+use crate::store::GoalStore;
+use crate::{DispatcherConfig, MAX_GOAL_TEXT_BYTES};
+
+/// What SubmitGoal returns.
+pub struct Submitted {
+    pub goal_id: String,
+    pub duplicate: bool,
+}
+
+/// The goal lifecycle, shared by the gRPC adapter and the workers.
+pub struct GoalService {
+    bus: Bus,
+    store: GoalStore,
+    catalog: Catalog,
+    config: DispatcherConfig,
+    effects: EffectsPublisher,
+    order: TransitionOrder,
+}
+
+impl GoalService {
+    /// The service and the receiving ends of its follow-ups, for the workers.
+    pub(crate) fn new(bus: Bus, config: DispatcherConfig, followups: Followups) -> Self {
+        let max_value = bus.client().server_info().max_payload;
+        let store = GoalStore::new(bus.goals().clone(), max_value);
+        let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
+        let limits = limits(&config);
+        let effects = EffectsPublisher::new(bus.clone(), limits, config.no_agent_wait, followups);
+        Self { bus, store, catalog, config, effects, order: TransitionOrder::default() }
+    }
+
+    pub(crate) fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    pub(crate) fn store(&self) -> &GoalStore {
+        &self.store
+    }
+
+    pub(crate) fn config(&self) -> &DispatcherConfig {
+        &self.config
+    }
+
+    pub(crate) fn followups(&self) -> &Followups {
+        self.effects.followups()
+    }
+
+    fn limits(&self) -> Limits {
+        limits(&self.config)
+    }
+
+    /// When [`engine::expire`] next has something to do for this goal.
+    pub(crate) fn next_deadline(&self, state: &GoalState) -> Option<u64> {
+        engine::next_deadline(state, self.limits())
+    }
+
+    /// Commits a transition of `goal_id` by compare-and-set, then publishes its effects. `apply`
+    /// gets the current state, the effects to fill and the time; it may run again after a
+    /// conflict, and returns `None` when nothing changes. A goal that does not exist changes
+    /// nothing. Transitions of one goal commit and publish one at a time in this process, so its
+    /// events are stored in `seq` order.
+    pub(crate) async fn transition<T>(
+        &self,
+        goal_id: &str,
+        mut apply: impl FnMut(&mut GoalState, &mut Effects, u64) -> Option<T>,
+    ) -> Result<Option<(GoalState, T)>> {
+        let _order = self.order.lock(goal_id).await;
+        let updated = self
+            .store
+            .update(goal_id, |state| {
+                let mut effects = Effects::default();
+                let now = now_unix_ms();
+                let value = apply(state, &mut effects, now)?;
+                state.updated_unix_ms = now;
+                Some((value, effects))
+            })
+            .await;
+        match updated {
+            Ok(Some(updated)) => {
+                let (value, effects) = updated.value;
+                self.effects.publish(&updated.state, effects).await?;
+                Ok(Some((updated.state, value)))
+            }
+            Ok(None) | Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Validates and stores a goal, then dispatches its first nodes.
+    pub async fn submit(&self, spec: GoalSpec) -> Result<Submitted> {
+        let plan = match (&spec.plan, spec.text.trim().is_empty()) {
+            (Some(_), false) => {
+                return Err(Error::InvalidArgument {
+                    field: "spec".into(),
+                    reason: "give either `text` or `plan`, not both".into(),
+                })
+            }
+            (Some(plan), true) => Some(plan.clone()),
+            (None, false) if !self.config.planner => {
+                return Err(Error::FailedPrecondition(
+                    "no planner configured: goals given as text need a planner with an LLM (set HERMES_LLM_BASE_URL and HERMES_LLM_MODEL for `hermes up`); submit an explicit plan instead".into(),
+                ))
+            }
+            (None, false) if spec.text.len() > MAX_GOAL_TEXT_BYTES => {
+                return Err(Error::InvalidArgument {
+                    field: "text".into(),
+                    reason: format!("is {} bytes, over the limit of {MAX_GOAL_TEXT_BYTES}", spec.text.len()),
+                })
+            }
+            (None, false) => None,
+            (None, true) => {
+                return Err(Error::InvalidArgument {
+                    field: "spec".into(),
+                    reason: "the goal has neither `text` nor `plan`".into(),
+                })
+            }
+        };
+        if !(spec.max_cost_usd.is_finite() && spec.max_cost_usd >= 0.0) {
+            return Err(Error::InvalidArgument {
+                field: "max_cost_usd".into(),
+                reason: format!("must be a non-negative number of dollars, not {}", spec.max_cost_usd),
+            });
+        }
+        if spec.max_cost_usd > 0.0 && self.config.prices == engine::Prices::default() {
+            return Err(Error::InvalidArgument {
+                field: "max_cost_usd".into(),
+                reason: "this dispatcher has no LLM prices configured (HERMES_LLM_PRICE_INPUT_PER_MTOK, HERMES_LLM_PRICE_OUTPUT_PER_MTOK), so it cannot enforce a cost budget".into(),
+            });
+        }
+        if !spec.idempotency_key.is_empty() {
+            hermes_core::ids::check_id("idempotency_key", &spec.idempotency_key, 256, IdShape::Printable)?;
+        }
+        if !spec.session_id.is_empty() {
+            hermes_core::ids::check_id("session_id", &spec.session_id, 200, IdShape::Dotted)?;
+        }
+        let goal_id = if spec.idempotency_key.is_empty() {
+            GoalId::generate()
+        } else {
+            GoalId::from_idempotency_key(&spec.idempotency_key)
+        };
+        // A retried submit must not be validated against a catalogue that changed since.
+        if !spec.idempotency_key.is_empty() && self.store.load(goal_id.as_str()).await?.is_some() {
+            return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
+        }
+
+        let validated = match &plan {
+            Some(plan) => {
+                let snapshot = self.catalog.snapshot(plan.nodes.iter().map(|n| n.task_type.as_str())).await?;
+                Some(validate_plan(plan, &snapshot, self.config.max_nodes)?)
+            }
+            None => None,
+        };
+
+        let now = now_unix_ms();
+        let timeout_ms =
+            if spec.timeout_ms > 0 { spec.timeout_ms } else { self.config.goal_timeout.as_millis() as u64 };
+        // The SubmitGoal span's context when traces are exported; a fresh trace id otherwise.
+        let trace = TraceContext::current().unwrap_or_else(TraceContext::new_root);
+        let mut state = GoalState {
+            goal_id: goal_id.to_string(),
+            status: GoalStatus::Running as i32,
+            nodes: validated.as_ref().map(|v| engine::initial_nodes(&v.plan)).unwrap_or_default(),
+            plan: validated.as_ref().map(|v| v.plan.clone()),
+            created_unix_ms: now,
+            updated_unix_ms: now,
+            deadline_unix_ms: now + timeout_ms,
+            traceparent: trace.to_header(),
+            spec: Some(GoalSpec { plan: None, ..spec.clone() }),
+            ..Default::default()
+        };
+        let mut effects = Effects::default();
+        effects.events.push(Event {
+            goal_id: state.goal_id.clone(),
+            at_unix_ms: now,
+            session_id: spec.session_id.clone(),
+            kind: Some(Kind::GoalAccepted(GoalAccepted {
+                session_id: spec.session_id.clone(),
+                idempotency_key: spec.idempotency_key.clone(),
+                text: spec.text.clone(),
+                labels: spec.labels.clone(),
+                plan_nodes: state.nodes.len() as u32,
+            })),
+            seq: 0,
+        });
+        match validated {
+            Some(validated) => {
+                effects.events.push(Event {
+                    goal_id: state.goal_id.clone(),
+                    at_unix_ms: now,
+                    kind: Some(Kind::PlanCreated(PlanCreated {
+                        plan: Some(validated.plan),
+                        groups: validated
+                            .groups
+                            .into_iter()
+                            .map(|node_ids| ParallelGroup { node_ids })
+                            .collect(),
+                    })),
+                    seq: 0,
+                    session_id: String::new(),
+                });
+                engine::dispatch_ready(&mut state, self.limits(), now, &mut effects);
+            }
+            None => engine::start_planning(&mut state, now, &mut effects),
+        }
+        effects.number(&mut state);
+        let _order = self.order.lock(&state.goal_id).await;
+        if !self.store.create(&state).await? {
+            return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
+        }
+        info!(goal_id = %goal_id, nodes = state.nodes.len(), event = "goal_accepted", "goal accepted");
+        tracing::Span::current().record("goal_id", state.goal_id.as_str());
+        self.effects.publish(&state, effects).await?;
+        Ok(Submitted { goal_id: goal_id.to_string(), duplicate: false })
+    }
+
+    pub async fn get(&self, goal_id: &str) -> Result<GoalState> {
+        self.store
+            .load(goal_id)
+            .await?
+            .map(|(state, _)| state)
+            .ok_or_else(|| Error::NotFound { what: "goal", id: goal_id.to_owned() })
+    }
+
+    /// The newest goals first.
+    pub async fn list(&self, limit: usize) -> Result<Vec<GoalState>> {
+        let keys = self.store.keys().await?;
+        let mut goals = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some((state, _)) = self.store.load(&key).await? {
+                goals.push(state);
+            }
+        }
+        goals.sort_by_key(|g| std::cmp::Reverse(g.created_unix_ms));
+        goals.truncate(limit);
+        Ok(goals)
+    }
+
+    /// The goal's events from the start, or those after `after_seq`, ending with its terminal
+    /// event. Everything up to and including `after_seq` is skipped (agent events, which have no
+    /// `seq`, among them), so a watcher that resumes gets exactly what came after. A goal that
+    /// never existed is `NotFound` at once rather than a wait for ever.
+    pub async fn watch(
+        &self,
+        goal_id: &str,
+        after_seq: u64,
+    ) -> Result<impl Stream<Item = Result<Event>> + Send + 'static> {
+        use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+        self.get(goal_id).await?;
+        let unavailable = |what: &str, e: &dyn std::fmt::Display| Error::Unavailable(format!("{what}: {e}"));
+        let topology = self.bus.topology();
+        let stream = self
+            .bus
+            .jetstream()
+            .get_stream(topology.events_stream())
+            .await
+            .map_err(|e| unavailable("events stream", &e))?;
+        let consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: topology.event(goal_id),
+                deliver_policy: DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| unavailable("events consumer", &e))?;
+        let messages = consumer.messages().await.map_err(|e| unavailable("events", &e))?;
+        info!(goal_id, "watch started");
+        let events = futures::stream::unfold(
+            (messages, false, after_seq),
+            |(mut messages, done, mut skip_to)| async move {
+                if done {
+                    return None;
+                }
+                loop {
+                    match messages.next().await? {
+                        Ok(msg) => {
+                            // Events are written only by dispatchers; skip anything else.
+                            let Ok(event) = Event::decode(msg.payload.clone()) else { continue };
+                            let terminal = engine::is_terminal_event(&event);
+                            if skip_to > 0 {
+                                if event.seq == 0 || event.seq < skip_to {
+                                    if terminal {
+                                        return None;
+                                    }
+                                    continue;
+                                }
+                                if event.seq == skip_to {
+                                    skip_to = 0;
+                                    if terminal {
+                                        return None;
+                                    }
+                                    continue;
+                                }
+                            }
+                            return Some((Ok(event), (messages, terminal, 0)));
+                        }
+                        Err(e) => return Some((Err(Error::Unavailable(e.to_string())), (messages, true, 0))),
+                    }
+                }
+            },
+        );
+        Ok(events)
+    }
+
+    pub async fn cancel(&self, goal_id: &str, reason: &str) -> Result<GoalState> {
+        let reason = if reason.is_empty() { "cancelled by request" } else { reason };
+        let cancelled = self
+            .transition(goal_id, |state, effects, now| {
+                engine::cancel(state, reason, now, effects).then_some(())
+            })
+            .await?;
+        match cancelled {
+            Some((state, ())) => {
+                info!(goal_id, event = "goal_cancelled", "goal cancelled");
+                Ok(state)
+            }
+            None => self.get(goal_id).await,
+        }
+    }
+
+    /// Records a human's decision on a tool call waiting for approval, and announces it. A call
+    /// already decided (or timed out) keeps its decision, which is returned.
+    pub async fn decide_approval(
+        &self,
+        goal_id: &str,
+        call_id: &str,
+        approve: bool,
+        note: &str,
+    ) -> Result<hermes_proto::ApprovalDecision> {
+        let not_found = || Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") };
+        hermes_core::ids::check_id("call_id", call_id, 256, IdShape::Dotted)?;
+        let decision = hermes_proto::ApprovalDecision {
+            approved: approve,
+            note: note.to_owned(),
+            decided_unix_ms: now_unix_ms(),
+            timed_out: false,
+        };
+        let decided = self.bus.approvals().decide(goal_id, call_id, decision).await?.ok_or_else(not_found)?;
+        if decided.recorded {
+            let event = Event {
+                goal_id: goal_id.to_owned(),
+                at_unix_ms: now_unix_ms(),
+                kind: Some(Kind::ApprovalDecided(hermes_proto::ApprovalDecided {
+                    call_id: call_id.to_owned(),
+                    approved: approve,
+                    note: note.to_owned(),
+                    timed_out: false,
+                })),
+                seq: 0,
+                session_id: String::new(),
+            };
+            let msg_id = engine::event_msg_id(&event);
+            self.bus.publish_event(&event, &msg_id).await?;
+            info!(goal_id, call_id, approved = approve, event = "approval_decided", "approval decided");
+        }
+        Ok(decided.decision)
+    }
+
+    /// Applies a batch of results for one goal in a single compare-and-set. Duplicates and
+    /// results for superseded attempts are recognised and ignored, which is what makes
+    /// at-least-once delivery of results safe. Returns how many results changed the goal.
+    pub async fn apply_results(&self, goal_id: &str, results: &[TaskResult]) -> Result<usize> {
+        let limits = self.limits();
+        let applied = self
+            .transition(goal_id, |state, effects, now| {
+                let changed = results
+                    .iter()
+                    .filter(|r| engine::apply_result(state, r, limits, now, effects) == Applied::Changed)
+                    .count();
+                (changed > 0).then_some(changed)
+            })
+            .await?;
+        Ok(applied.map(|(_, changed)| changed).unwrap_or(0))
+    }
+
+    /// Applies one plan result; stale and duplicate results change nothing. The plan is
+    /// validated again here against the live catalogue (it may have changed since the planner
+    /// looked) before it is applied.
+    pub async fn apply_plan_result(&self, result: &PlanResult) -> Result<()> {
+        let validated = match &result.outcome {
+            Some(Outcome::Plan(plan)) => {
+                let snapshot = self.catalog.snapshot(plan.nodes.iter().map(|n| n.task_type.as_str())).await?;
+                Some(validate_plan(plan, &snapshot, self.config.max_nodes).map_err(|e| e.to_proto()))
+            }
+            _ => None,
+        };
+        let limits = self.limits();
+        let request_id = result.request_id.as_str();
+        let applied = self
+            .transition(&result.goal_id, |state, effects, now| {
+                if !engine::awaits_plan(state, request_id) {
+                    return None;
+                }
+                if let Some(tokens) = &result.tokens
+                    && engine::charge(state, None, tokens, limits, now, effects)
+                {
+                    return Some(());
+                }
+                let applied = match (&result.outcome, &validated) {
+                    (Some(Outcome::NeedsInput(why)), _) => {
+                        engine::needs_input(state, request_id, why, now, effects)
+                    }
+                    (Some(Outcome::Error(error)), _) | (Some(Outcome::Plan(_)), Some(Err(error))) => {
+                        engine::plan_failed(state, request_id, error.clone(), now, effects)
+                    }
+                    (Some(Outcome::Plan(_)), Some(Ok(valid)))
+                        if state.status == GoalStatus::Planning as i32 =>
+                    {
+                        engine::apply_plan(
+                            state,
+                            request_id,
+                            valid.plan.clone(),
+                            valid.groups.clone(),
+                            limits,
+                            now,
+                            effects,
+                        )
+                    }
+                    (Some(Outcome::Plan(_)), Some(Ok(valid))) => {
+                        let reasoning = valid.plan.reasoning.clone();
+                        engine::apply_replan(
+                            state,
+                            request_id,
+                            valid.plan.clone(),
+                            reasoning,
+                            limits,
+                            now,
+                            effects,
+                        )
+                        .unwrap_or_else(|e| engine::plan_failed(state, request_id, e.to_wire(), now, effects))
+                    }
+                    _ => {
+                        let error = hermes_core::error::wire_error(
+                            hermes_core::ErrorCode::Internal,
+                            "the planner sent an empty plan result",
+                        );
+                        engine::plan_failed(state, request_id, error, now, effects)
+                    }
+                };
+                (applied == Applied::Changed).then_some(())
+            })
+            .await?;
+        if applied.is_some() {
+            info!(goal_id = %result.goal_id, request_id, corrections = result.corrections, event = "plan_created", "plan result applied");
+        }
+        Ok(())
+    }
+
+    /// Applies the passed deadlines of one goal. When nothing was due after all (a result
+    /// arrived, or a person is deciding), returns the goal's next deadline for the timers to
+    /// look again; after a change, the effects publisher has told them.
+    pub(crate) async fn expire(&self, goal_id: &str) -> Result<Option<u64>> {
+        let human: HashSet<String> = self.bus.approvals().pending_nodes(goal_id).await.unwrap_or_default();
+        let limits = self.limits();
+        let expired = self
+            .transition(goal_id, |state, effects, now| {
+                (engine::expire(state, limits, now, effects, &|node| human.contains(node))
+                    == Applied::Changed)
+                    .then_some(())
+            })
+            .await?;
+        if let Some((state, ())) = expired {
+            info!(goal_id, status = state.status, event = "deadline_passed", "deadline applied");
+            return Ok(None);
+        }
+        Ok(self.store.load(goal_id).await?.and_then(|(state, _)| self.next_deadline(&state)))
+    }
+
+    /// Moves a node off an agent that went offline (see [`engine::reassign`]). Returns whether
+    /// the task was still its node's current attempt.
+    pub(crate) async fn reassign(
+        &self,
+        goal_id: &str,
+        node_id: &str,
+        task_id: &str,
+        why: &str,
+    ) -> Result<bool> {
+        let limits = self.limits();
+        let moved = self
+            .transition(goal_id, |state, effects, now| {
+                (engine::reassign(state, node_id, task_id, why, limits, now, effects) == Applied::Changed)
+                    .then_some(())
+            })
+            .await?;
+        Ok(moved.is_some())
+    }
+
+    /// Fails a node still waiting on attempt `task_id` with `error` (see [`engine::fail_attempt`]).
+    pub(crate) async fn fail_attempt(
+        &self,
+        goal_id: &str,
+        node_id: &str,
+        task_id: &str,
+        error: hermes_proto::Error,
+    ) -> Result<()> {
+        self.transition(goal_id, |state, effects, now| {
+            (engine::fail_attempt(state, node_id, task_id, error.clone(), now, effects) == Applied::Changed)
+                .then_some(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Whether a live agent serves `task_type` now.
+    pub(crate) async fn served(&self, task_type: &str) -> bool {
+        self.catalog.current().await.is_ok_and(|s| s.contains_all(std::iter::once(task_type)))
+    }
+
+    /// Completes a summarizing goal with its answer, charging the summarizer's tokens. The nodes
+    /// are done: a budget crossed here is recorded, and the answer still written.
+    pub(crate) async fn finish_summary(
+        &self,
+        goal_id: &str,
+        output: String,
+        usage: Option<TokenUsage>,
+    ) -> Result<()> {
+        let limits = self.limits();
+        self.transition(goal_id, |state, effects, now| {
+            if let Some(tokens) = &usage {
+                let _ = engine::charge(state, None, tokens, limits, now, effects);
+            }
+            (engine::finish_summary(state, output.clone(), now, effects) == Applied::Changed).then_some(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Publishes again the tasks of the goal's in-flight attempts (see [`engine::in_flight_tasks`]),
+    /// for a dispatcher that starts.
+    pub(crate) async fn republish_in_flight(&self, state: &GoalState) -> Result<()> {
+        let effects = engine::in_flight_tasks(state, self.limits());
+        if effects.tasks.is_empty() {
+            return Ok(());
+        }
+        info!(goal_id = %state.goal_id, tasks = effects.tasks.len(), "re-publishing in-flight tasks");
+        let _order = self.order.lock(&state.goal_id).await;
+        self.effects.publish(state, effects).await
+    }
+}
+
+fn limits(config: &DispatcherConfig) -> Limits {
+    Limits {
+        node_timeout_ms: config.node_timeout.as_millis() as u64,
+        planner: config.planner,
+        summarizer: config.summarizer.is_some(),
+        prices: config.prices,
+    }
+}
+
+/// One lock per goal with a transition in progress here: a transition holds it from its
+/// compare-and-set until its effects are published, so this process stores each goal's events
+/// in `seq` order. (Across replicas, the CAS orders the numbers; a watcher can tell a gap.)
+#[derive(Default)]
+struct TransitionOrder {
+    locks: Arc<DashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Holds a goal's transition order until dropped.
+struct OrderGuard {
+    locks: Arc<DashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    goal_id: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl TransitionOrder {
+    /// Waits for the goal's earlier transitions in this process to be published.
+    async fn lock(&self, goal_id: &str) -> OrderGuard {
+        let lock = self.locks.entry(goal_id.to_owned()).or_default().clone();
+        let guard = lock.lock_owned().await;
+        OrderGuard { locks: self.locks.clone(), goal_id: goal_id.to_owned(), guard: Some(guard) }
+    }
+}
+
+impl Drop for OrderGuard {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        // The last holder removes the lock, so finished goals leave nothing behind.
+        self.locks.remove_if(&self.goal_id, |_, lock| Arc::strong_count(lock) == 1);
+    }
+}

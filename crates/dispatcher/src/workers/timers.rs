@@ -1,0 +1,136 @@
+//! The timers worker: goal and attempt deadlines. Every goal's next deadline (its own, or the
+//! earliest of its dispatched nodes') is computed from its persisted state, never kept only in
+//! memory: the effects publisher sends the deadline of every goal this dispatcher writes, the
+//! worker rebuilds the schedule from the `hermes_goals` bucket when it starts, and rescans it every
+//! minute so goals last written by a replica that died are covered too. The start-up scan also
+//! resumes goals a stopped dispatcher left `SUMMARIZING` and publishes again the tasks of in-flight
+//! attempts. When a deadline passes the goal goes through [`GoalService::expire`], a
+//! compare-and-set like any transition, so two replicas firing the same timer apply it once.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hermes_core::now_unix_ms;
+use hermes_proto::GoalStatus;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::GoalService;
+use crate::effects::Deadline;
+
+/// How often due timers are checked.
+const TICK: Duration = Duration::from_millis(250);
+/// How often the whole bucket is rescanned.
+const RESCAN: Duration = Duration::from_secs(60);
+/// How soon a deadline that could not be applied is tried again.
+const RETRY_MS: u64 = 1000;
+
+/// Goals by their next deadline: the worker's state.
+#[derive(Default)]
+struct Schedule {
+    due: BTreeSet<(u64, String)>,
+    by_goal: HashMap<String, u64>,
+}
+
+impl Schedule {
+    /// Records a goal's next deadline, or forgets the goal once it has none.
+    fn set(&mut self, goal_id: &str, at: Option<u64>) {
+        if let Some(old) = self.by_goal.remove(goal_id) {
+            self.due.remove(&(old, goal_id.to_owned()));
+        }
+        if let Some(at) = at {
+            self.due.insert((at, goal_id.to_owned()));
+            self.by_goal.insert(goal_id.to_owned(), at);
+        }
+    }
+
+    /// Removes and returns the goals due at `now_ms`.
+    fn take_due(&mut self, now_ms: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some((at, _)) = self.due.first() {
+            if *at > now_ms {
+                break;
+            }
+            let (_, goal) = self.due.pop_first().expect("first exists");
+            self.by_goal.remove(&goal);
+            out.push(goal);
+        }
+        out
+    }
+}
+
+/// Fires due deadlines until `shutdown`.
+pub(crate) async fn run(
+    service: Arc<GoalService>,
+    mut deadlines: UnboundedReceiver<Deadline>,
+    shutdown: CancellationToken,
+) {
+    let mut schedule = Schedule::default();
+    if let Err(e) = rescan(&service, &mut schedule, true).await {
+        warn!(error = %e, "cannot rebuild the deadline timers; retrying at the next rescan");
+    }
+    info!(goals = schedule.by_goal.len(), "deadline timers rebuilt");
+    let mut tick = tokio::time::interval(TICK);
+    let mut rescans = tokio::time::interval_at(tokio::time::Instant::now() + RESCAN, RESCAN);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(deadline) = deadlines.recv() => schedule.set(&deadline.goal_id, deadline.at),
+            _ = rescans.tick() => {
+                if let Err(e) = rescan(&service, &mut schedule, false).await {
+                    warn!(error = %e, "deadline timer rescan failed");
+                }
+            }
+            _ = tick.tick() => {
+                for goal_id in schedule.take_due(now_unix_ms()) {
+                    match service.expire(&goal_id).await {
+                        Ok(Some(next)) => schedule.set(&goal_id, Some(next)),
+                        Ok(None) => {}
+                        Err(e) => {
+                            warn!(goal_id, error = %e, "cannot apply a deadline; will retry");
+                            schedule.set(&goal_id, Some(now_unix_ms() + RETRY_MS));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Schedules every goal in the bucket that has a deadline ahead. At start (`starting`) it also
+/// queues the goals left waiting for their summary by a dispatcher that stopped, and publishes
+/// again the tasks of in-flight attempts.
+async fn rescan(service: &GoalService, schedule: &mut Schedule, starting: bool) -> hermes_core::Result<()> {
+    for key in service.store().keys().await? {
+        let Some((state, _)) = service.store().load(&key).await? else { continue };
+        schedule.set(&state.goal_id, service.next_deadline(&state));
+        if starting {
+            if state.status == GoalStatus::Summarizing as i32 {
+                service.followups().summarize(&state.goal_id);
+            }
+            service.republish_in_flight(&state).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_goals_come_out_in_deadline_order_and_a_new_deadline_replaces_the_old() {
+        let mut s = Schedule::default();
+        s.set("a", Some(30));
+        s.set("b", Some(10));
+        s.set("c", Some(20));
+        s.set("a", Some(5));
+        s.set("c", None);
+        assert_eq!(s.take_due(9), vec!["a".to_owned()]);
+        assert_eq!(s.take_due(100), vec!["b".to_owned()]);
+        assert!(s.take_due(1000).is_empty());
+        assert!(s.by_goal.is_empty());
+    }
+}
