@@ -1,14 +1,11 @@
 //! The `hermes` binary as a user runs it: `hermes up` in one process, `hermes submit --watch` in
 //! another, against a real nats-server.
 
+use crate::repo_root;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
 
 struct Up(Child);
 

@@ -7,6 +7,7 @@
 //! burning 60 s of CPU beside a single-node goal, and `kill -9` of `hermes up` with its own
 //! nats-server.
 
+use crate::repo_root;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,10 +23,6 @@ use tonic::transport::Channel;
 
 /// How much the stack's resident memory may grow over the whole suite.
 const RSS_BOUND_BYTES: u64 = 400 * 1024 * 1024;
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
 
 /// `hermes up` with the fault-injection tools, its stderr in `data_dir/../stderr.log`.
 fn start_up(nats_url: Option<&str>, data_dir: &Path, agents: &Path) -> HermesUp {

@@ -7,6 +7,7 @@
 //! check that the goal is one trace, that the secrets reach no log, span, event or dead letter,
 //! and that the metrics endpoints counted what happened.
 
+use crate::repo_root;
 use std::collections::{HashMap, HashSet};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -31,10 +32,6 @@ const OUTPUT_CANARY: &str = "hermes-canary-output-9Z4wP";
 /// The trace the client starts; every span of the goal must belong to it.
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
 
 /// One exported span, flattened.
 #[derive(Debug, Clone)]

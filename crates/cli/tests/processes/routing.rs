@@ -2,8 +2,8 @@
 //! moves on, a draining agent finishes its work, a restarted registry routes at once, and a task
 //! type nobody serves fails with NO_CAPABLE_AGENT.
 
+use crate::repo_root;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -21,10 +21,6 @@ use hermes_test_util::NatsServer;
 use hermes_test_util::process::HermesAgent;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
 
 fn agent(id: &str, max_concurrency: u32, tools: &[&str]) -> AgentConfig {
     let mut config = AgentConfig::new(id, repo_root());
