@@ -14,48 +14,22 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::{GetGoalRequest, GoalSpec, GoalStatus, SubmitGoalRequest, TaskNode, TaskPlan};
+use hermes_test_util::process::{HermesAgent, HermesProcess, HermesUp};
 use tonic::transport::Channel;
 
-/// The `hermes` binary (built by `hermes-cli`; this suite lives with the other end-to-end tests).
-fn hermes_bin() -> std::path::PathBuf {
-    hermes_test_util::process::built_binary("hermes")
-}
+use hermes_tests::hermes_bin;
 
 const EFFECTS: &str = "effects.log";
 
-struct Proc(Child);
-
-impl Proc {
-    fn kill9(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-
-    /// Signals the process and its descendants: agent processes run as the child of a crash
-    /// supervisor, and SIGSTOP cannot be forwarded.
-    fn signal(&self, signal: &str) {
-        for pid in hermes_test_util::process::tree_of(self.0.id()) {
-            let _ = Command::new("kill").args([signal, &pid.to_string()]).status();
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
 /// One `hermes up` process: a dispatcher and a registry replica.
 struct Up {
-    proc: Proc,
-    listen: String,
-    data: tempfile::TempDir,
+    proc: HermesUp,
+    /// Its data dir, kept across restarts.
+    _data: tempfile::TempDir,
 }
 
 struct Cluster {
@@ -64,7 +38,7 @@ struct Cluster {
     ups: Vec<Up>,
     /// Which `hermes up` clients talk to.
     current: usize,
-    agents: HashMap<String, Proc>,
+    agents: HashMap<String, HermesAgent>,
 }
 
 impl Cluster {
@@ -78,8 +52,7 @@ impl Cluster {
         let ups = (0..dispatchers)
             .map(|_| {
                 let data = tempfile::tempdir().unwrap();
-                let listen = format!("127.0.0.1:{}", hermes_test_util::free_port());
-                Up { proc: start_up(&nats.url(), &listen, data.path()), listen, data }
+                Up { proc: start_up(&nats.url(), data.path()), _data: data }
             })
             .collect();
         let mut cluster = Cluster { nats, workspace, ups, current: 0, agents: HashMap::new() };
@@ -91,29 +64,17 @@ impl Cluster {
     }
 
     fn start_agent(&mut self, id: &str) {
-        let child = Command::new(hermes_bin())
-            .args([
-                "agent",
-                "--nats-url",
-                &self.nats.url(),
-                "--agent-id",
-                id,
-                "--tools",
-                "fs.write,time.sleep",
-            ])
+        let agent = HermesAgent::builder(hermes_bin(), &self.nats.url(), id)
+            .args(["--tools", "fs.write,time.sleep"])
             .args(["--heartbeat-ms", "200", "--ack-wait-secs", "3", "--max-concurrency", "64", "--workspace"])
             .arg(self.workspace.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.agents.insert(id.to_owned(), Proc(child));
+            .start();
+        self.agents.insert(id.to_owned(), agent);
     }
 
+    /// `kill -9` the `i`th `hermes up` and start it again on the same port and data dir.
     fn restart_up(&mut self, i: usize) {
-        let up = &mut self.ups[i];
-        up.proc.kill9();
-        up.proc = start_up(&self.nats.url(), &up.listen, up.data.path());
+        self.ups[i].proc.restart();
     }
 
     /// A client of the first `hermes up` that answers, starting with the current one.
@@ -122,7 +83,7 @@ impl Cluster {
         loop {
             for k in 0..self.ups.len() {
                 let up = &self.ups[(self.current + k) % self.ups.len()];
-                if let Ok(client) = DispatcherClient::connect(format!("http://{}", up.listen)).await {
+                if let Ok(client) = DispatcherClient::connect(format!("http://{}", up.proc.grpc)).await {
                     return client;
                 }
             }
@@ -136,7 +97,7 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let channel =
-                Channel::from_shared(format!("http://{}", self.ups[0].listen)).unwrap().connect().await;
+                Channel::from_shared(format!("http://{}", self.ups[0].proc.grpc)).unwrap().connect().await;
             if let Ok(channel) = channel {
                 let mut registry = hermes_proto::registry_client::RegistryClient::new(channel);
                 if let Ok(reply) = registry.list_agents(hermes_proto::ListAgentsRequest {}).await {
@@ -209,16 +170,24 @@ impl Cluster {
                     continue;
                 }
                 if let Ok(goal) = client.get_goal(GetGoalRequest { goal_id: goal_id.clone() }).await {
-                    let status = goal.into_inner().status;
+                    let goal = goal.into_inner();
+                    let status = goal.status;
                     let ended = [GoalStatus::Completed, GoalStatus::Failed, GoalStatus::Cancelled]
                         .iter()
                         .any(|s| *s as i32 == status);
                     if ended {
+                        if status != GoalStatus::Completed as i32 {
+                            // What a lost goal died of, for the report.
+                            println!("goal {goal_id} ended {status}: {:?}", goal.error);
+                        }
                         done.insert(goal_id.clone(), status);
                     }
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for (_, goal_id) in goals.iter().filter(|(_, g)| !done.contains_key(g)) {
+            println!("goal {goal_id} did not end within {limit:?}");
         }
         done.into_iter().filter(|(_, s)| *s == GoalStatus::Completed as i32).map(|(g, _)| g).collect()
     }
@@ -233,17 +202,12 @@ impl Cluster {
     }
 }
 
-fn start_up(nats_url: &str, listen: &str, data: &Path) -> Proc {
+fn start_up(nats_url: &str, data: &Path) -> HermesUp {
     // Text goals are accepted; planners, when a scenario wants them, run as their own processes.
-    let child = Command::new(hermes_bin())
-        .args(["up", "--nats-url", nats_url, "--grpc-listen", listen, "--agents", "0", "--no-memory"])
-        .args(["--external-planner", "--heartbeat-ttl-secs", "1", "--data-dir"])
-        .arg(data)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    Proc(child)
+    HermesUp::builder(hermes_bin(), data)
+        .nats_url(nats_url)
+        .args(["--agents", "0", "--no-memory", "--external-planner", "--heartbeat-ttl-secs", "1"])
+        .start()
 }
 
 /// One row of the table.
@@ -360,10 +324,10 @@ async fn stop_an_agent_past_ack_wait(trials: usize) -> Row {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let victim = &cluster.agents[if trial % 2 == 0 { "a1" } else { "a2" }];
         let stopped = Instant::now();
-        victim.signal("-STOP");
+        victim.sigstop();
         // Past AckWait (3 s) and the heartbeat TTL (1 s): its work moves to the other agent.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        victim.signal("-CONT");
+        victim.sigcont();
         let completed = cluster.wait_all(&goals, Duration::from_secs(90)).await;
         row.recovery_ms.push(stopped.elapsed().as_secs_f64() * 1000.0);
         // Let the resumed agent finish whatever it held, then count.
@@ -374,15 +338,21 @@ async fn stop_an_agent_past_ack_wait(trials: usize) -> Row {
     row
 }
 
-fn start_planner(nats_url: &str, llm_url: &str) -> Proc {
-    let child = Command::new(hermes_bin())
-        .args(["planner", "--nats-url", nats_url, "--ack-wait-secs", "2"])
-        .args(["--llm-base-url", llm_url, "--llm-model", "planner-model"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    Proc(child)
+fn start_planner(nats_url: &str, llm_url: &str) -> HermesProcess {
+    HermesProcess::start(
+        hermes_bin(),
+        &[
+            "planner",
+            "--nats-url",
+            nats_url,
+            "--ack-wait-secs",
+            "2",
+            "--llm-base-url",
+            llm_url,
+            "--llm-model",
+            "planner-model",
+        ],
+    )
 }
 
 /// The planner is killed while its model works on a plan; another planner gets the request

@@ -1,19 +1,20 @@
 //! Deadlines are persisted and enforced: a goal past its deadline fails with TIMEOUT instead of
 //! staying RUNNING; a node whose task was lost (the dispatcher died between storing the
-//! transition and publishing the task) is published again by a dispatcher that starts (and
-//! otherwise retried once its node deadline passes, see the engine's tests).
+//! transition and publishing the task, or a crashed nats-server lost it) is published again by a
+//! dispatcher that starts or reconnects (and otherwise retried once its node deadline passes, see
+//! the engine's tests).
 
 use std::time::{Duration, Instant};
 
 use hermes_proto::event::Kind;
 use hermes_proto::{GoalSpec, GoalState, GoalStatus, NodeState, NodeStatus, TaskPlan};
-use hermes_tests::{StackOptions, TestStack, node};
+use hermes_tests::{Sandbox, node};
 use prost::Message as _;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_goal_past_its_deadline_fails_with_timeout() {
-    let mut t = TestStack::start().await;
+    let mut t = Sandbox::start().await;
     let plan =
         TaskPlan { nodes: vec![node("nap", "time.sleep", json!({"ms": 4000}), &[])], ..Default::default() };
     let spec = GoalSpec { plan: Some(plan), timeout_ms: 1000, ..Default::default() };
@@ -30,7 +31,7 @@ async fn a_goal_past_its_deadline_fails_with_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_task_is_published_again_by_a_restarted_dispatcher() {
-    let t = TestStack::start().await;
+    let t = Sandbox::start().await;
     // What a dispatcher leaves behind when it dies after the CAS and before publishing: a node
     // DISPATCHED with no task anywhere.
     let plan = TaskPlan {
@@ -64,7 +65,7 @@ async fn a_lost_task_is_published_again_by_a_restarted_dispatcher() {
 
     // Every service restarts; the new dispatcher finds the goal in KV and publishes the attempt
     // again, long before the node's deadline.
-    let mut t = t.restart_services(StackOptions::default()).await;
+    let mut t = t.restart_services().await;
     // From the new dispatcher being up (stopping the old stack is not part of it).
     let started = Instant::now();
     let events = t.events("goal-lost-task").await;
@@ -82,7 +83,7 @@ async fn a_lost_task_is_published_again_by_a_restarted_dispatcher() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cancelled_goal_s_running_task_is_abandoned_by_its_agent() {
     use futures::StreamExt;
-    let mut t = TestStack::start().await;
+    let mut t = Sandbox::start().await;
     let plan =
         TaskPlan { nodes: vec![node("nap", "time.sleep", json!({"ms": 20000}), &[])], ..Default::default() };
     let goal_id = t.submit(plan).await.unwrap();
@@ -107,5 +108,70 @@ async fn a_cancelled_goal_s_running_task_is_abandoned_by_its_agent() {
     assert!(cancelled_at.elapsed() < Duration::from_secs(3), "{:?}", cancelled_at.elapsed());
     let events = t.events(&goal_id).await;
     assert!(matches!(events.last().unwrap().kind, Some(Kind::GoalCancelled(_))));
+    t.stop().await;
+}
+
+/// A task the nats-server lost (a `kill -9` can drop the last messages it acknowledged) is
+/// published again once the dispatcher has reconnected, not left to its node's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_lost_by_a_crashed_server_is_published_again_after_the_reconnect() {
+    let mut t = Sandbox::start().await;
+    // Let the start-up scan pass: it would publish the hand-made attempt below by itself.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let now = hermes_core::now_unix_ms();
+    let mut plan_node = node("add", "math.evaluate", json!({"expression": "40 + 2"}), &[]);
+    // Far beyond the bound below: only a republish can finish the goal in time.
+    plan_node.timeout_ms = 60_000;
+    let state = GoalState {
+        goal_id: "goal-lost-at-the-server".into(),
+        status: GoalStatus::Running as i32,
+        plan: Some(TaskPlan { nodes: vec![plan_node], ..Default::default() }),
+        nodes: vec![NodeState {
+            node_id: "add".into(),
+            status: NodeStatus::Dispatched as i32,
+            attempt: 1,
+            task_id: "goal-lost-at-the-server.add.1".into(),
+            dispatched_unix_ms: now,
+            ..Default::default()
+        }],
+        created_unix_ms: now,
+        updated_unix_ms: now,
+        deadline_unix_ms: now + 120_000,
+        spec: Some(GoalSpec::default()),
+        ..Default::default()
+    };
+    t.bus.goals().put("goal-lost-at-the-server", state.encode_to_vec().into()).await.unwrap();
+    // Give the server time to write the goal to its store: it is the task that is lost here.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    t.nats.kill();
+    let noticed = Instant::now();
+    while t.bus.client().connection_state() == async_nats::connection::State::Connected {
+        assert!(noticed.elapsed() < Duration::from_secs(30), "the client never noticed the crash");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    t.nats.restart();
+    let restarted = Instant::now();
+    let events = loop {
+        // The API answers UNAVAILABLE until the dispatcher has reconnected.
+        let watch = t
+            .client
+            .watch_goal(hermes_proto::WatchGoalRequest {
+                goal_id: "goal-lost-at-the-server".into(),
+                after_seq: 0,
+            })
+            .await;
+        if watch.is_ok() {
+            break t.events("goal-lost-at-the-server").await;
+        }
+        assert!(restarted.elapsed() < Duration::from_secs(20), "the dispatcher did not reconnect");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let Some(Kind::GoalCompleted(done)) = &events.last().unwrap().kind else { panic!("{:?}", events.last()) };
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&done.output_json).unwrap()["value"], 42.0);
+    assert!(restarted.elapsed() < Duration::from_secs(30), "{:?}", restarted.elapsed());
+    let stored =
+        GoalState::decode(t.bus.goals().get("goal-lost-at-the-server").await.unwrap().unwrap()).unwrap();
+    assert_eq!(stored.nodes[0].attempt, 1, "the same attempt, not a retry");
     t.stop().await;
 }

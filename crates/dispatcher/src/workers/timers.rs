@@ -6,9 +6,15 @@
 //! resumes goals a stopped dispatcher left `SUMMARIZING` and publishes again the tasks of in-flight
 //! attempts. When a deadline passes the goal goes through [`GoalService::expire`], a
 //! compare-and-set like any transition, so two replicas firing the same timer apply it once.
+//!
+//! When the NATS connection comes back after a loss, the worker publishes the in-flight tasks
+//! again too: a nats-server killed with `kill -9` can lose the last messages it acknowledged (a
+//! task, or an agent's result) before they reached its store, and without this their nodes would
+//! wait for their deadlines. Publishing again is safe for the same reasons as at start.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hermes_core::now_unix_ms;
@@ -68,22 +74,32 @@ pub(crate) async fn run(
     shutdown: CancellationToken,
 ) {
     let mut schedule = Schedule::default();
-    if let Err(e) = rescan(&service, &mut schedule, true).await {
+    if let Err(e) = rescan(&service, &mut schedule, Rescan::Starting).await {
         warn!(error = %e, "cannot rebuild the deadline timers; retrying at the next rescan");
     }
     info!(goals = schedule.by_goal.len(), "deadline timers rebuilt");
     let mut tick = tokio::time::interval(TICK);
     let mut rescans = tokio::time::interval_at(tokio::time::Instant::now() + RESCAN, RESCAN);
+    let statistics = service.bus().client().statistics();
+    let mut connects = statistics.connects.load(Ordering::Relaxed);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             Some(deadline) = deadlines.recv() => schedule.set(&deadline.goal_id, deadline.at),
             _ = rescans.tick() => {
-                if let Err(e) = rescan(&service, &mut schedule, false).await {
+                if let Err(e) = rescan(&service, &mut schedule, Rescan::Periodic).await {
                     warn!(error = %e, "deadline timer rescan failed");
                 }
             }
             _ = tick.tick() => {
+                let now_connects = statistics.connects.load(Ordering::Relaxed);
+                if now_connects != connects {
+                    info!(event = "nats_reconnected", "NATS is back; publishing in-flight tasks again");
+                    match rescan(&service, &mut schedule, Rescan::Reconnected).await {
+                        Ok(()) => connects = now_connects,
+                        Err(e) => warn!(error = %e, "cannot publish in-flight tasks after a reconnect; will retry"),
+                    }
+                }
                 for goal_id in schedule.take_due(now_unix_ms()) {
                     match service.expire(&goal_id).await {
                         Ok(Some(next)) => schedule.set(&goal_id, Some(next)),
@@ -99,17 +115,26 @@ pub(crate) async fn run(
     }
 }
 
-/// Schedules every goal in the bucket that has a deadline ahead. At start (`starting`) it also
-/// queues the goals left waiting for their summary by a dispatcher that stopped, and publishes
-/// again the tasks of in-flight attempts.
-async fn rescan(service: &GoalService, schedule: &mut Schedule, starting: bool) -> hermes_core::Result<()> {
+/// Why the bucket is scanned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rescan {
+    /// The dispatcher starts: also resume summaries and publish in-flight tasks again.
+    Starting,
+    /// The NATS connection came back: also publish in-flight tasks again.
+    Reconnected,
+    /// The minute's rescan, for goals last written by a replica that died.
+    Periodic,
+}
+
+/// Schedules every goal in the bucket that has a deadline ahead; see [`Rescan`] for what else.
+async fn rescan(service: &GoalService, schedule: &mut Schedule, why: Rescan) -> hermes_core::Result<()> {
     for key in service.store().keys().await? {
         let Some((state, _)) = service.store().load(&key).await? else { continue };
         schedule.set(&state.goal_id, service.next_deadline(&state));
-        if starting {
-            if state.status == GoalStatus::Summarizing as i32 {
-                service.followups().summarize(&state.goal_id);
-            }
+        if why == Rescan::Starting && state.status == GoalStatus::Summarizing as i32 {
+            service.followups().summarize(&state.goal_id);
+        }
+        if why != Rescan::Periodic {
             service.republish_in_flight(&state).await?;
         }
     }
