@@ -1,6 +1,7 @@
 //! Test harnesses. [`scripted::ScriptedLlm`] is an OpenAI-compatible server that replays a
-//! script. [`NatsServer`] runs a real nats-server with JetStream on a free port and a
-//! temporary store dir, and kills it when dropped, the way the async-nats test harness does.
+//! script. [`NatsServer`] runs a real nats-server with JetStream on a port the server picks
+//! (`-p -1`, read back from its ports file) and a temporary store dir, and kills it when dropped,
+//! the way the async-nats test harness does.
 
 pub mod fuzz;
 pub mod process;
@@ -20,13 +21,15 @@ pub struct NatsServer {
 }
 
 impl NatsServer {
-    /// Starts a server and waits until it accepts connections.
+    /// Starts a server on a port of its own choosing and waits until it accepts connections.
+    /// The server picks the port (`-p -1`), so two tests can never race for one.
     pub fn start() -> NatsServer {
         let binary = nats_server_binary().unwrap_or_else(|e| panic!("{e}"));
         let store = tempfile::tempdir().expect("temp store dir");
-        let port = free_port();
-        let child = spawn(&binary, port, store.path());
-        let server = NatsServer { child, port, store, binary };
+        let ports = tempfile::tempdir().expect("temp ports dir");
+        let child = spawn(&binary, "-1", store.path(), Some(ports.path()));
+        let mut server = NatsServer { child, port: 0, store, binary };
+        server.port = server.read_port(ports.path());
         server.wait_ready();
         server
     }
@@ -45,11 +48,37 @@ impl NatsServer {
         let _ = self.child.wait();
     }
 
-    /// Starts the server again on the same port and store dir.
+    /// Starts the server again on the same port and store dir, as a restarted pod would.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = spawn(&self.binary, self.port, self.store.path());
+        self.child = spawn(&self.binary, &self.port.to_string(), self.store.path(), None);
         self.wait_ready();
+    }
+
+    /// The client port from the `<name>_<pid>.ports` file the server writes once it listens:
+    /// `{"nats": ["nats://127.0.0.1:PORT"], ...}`.
+    fn read_port(&mut self, dir: &Path) -> u16 {
+        let suffix = format!("_{}.ports", self.child.id());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            let file = std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .find(|e| e.file_name().to_str().is_some_and(|name| name.ends_with(&suffix)));
+            if let Some(port) = file.and_then(|f| std::fs::read_to_string(f.path()).ok()).and_then(|text| {
+                let ports: serde_json::Value = serde_json::from_str(&text).ok()?;
+                let url = ports["nats"].get(0)?.as_str()?;
+                url.rsplit(':').next()?.parse().ok()
+            }) {
+                return port;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("nats-server exited before it listened: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("nats-server wrote no ports file within 15 s");
     }
 
     fn wait_ready(&self) {
@@ -70,10 +99,13 @@ impl Drop for NatsServer {
     }
 }
 
-fn spawn(binary: &Path, port: u16, store: &Path) -> Child {
-    Command::new(binary)
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(store)
+fn spawn(binary: &Path, port: &str, store: &Path, ports_dir: Option<&Path>) -> Child {
+    let mut command = Command::new(binary);
+    command.args(["-a", "127.0.0.1", "-p", port, "-js", "-sd"]).arg(store);
+    if let Some(dir) = ports_dir {
+        command.arg("--ports_file_dir").arg(dir);
+    }
+    command
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -113,4 +145,21 @@ pub fn nats_server_binary() -> Result<PathBuf, NoNatsServer> {
     std::env::var_os("PATH")
         .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join("nats-server")).find(|p| p.exists()))
         .ok_or(NoNatsServer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_pick_their_own_ports_and_restart_on_them() {
+        let mut a = NatsServer::start();
+        let b = NatsServer::start();
+        assert_ne!(a.port(), 0);
+        assert_ne!(a.port(), b.port());
+        let port = a.port();
+        a.restart();
+        assert_eq!(a.port(), port);
+        std::net::TcpStream::connect(("127.0.0.1", port)).expect("the restarted server listens");
+    }
 }

@@ -1,8 +1,11 @@
-//! Hermes binaries as child processes, the way an operator runs them: [`HermesUp`] starts
-//! `hermes up`, waits for its ready line and hands out its gRPC address; it can be killed with
-//! SIGKILL, stopped and continued, and is killed when dropped. Tests pass the binary's path
+//! Hermes binaries as child processes, the way an operator runs them. [`HermesUp`] starts
+//! `hermes up`, waits for its ready line and hands out its gRPC address; [`HermesAgent`] starts
+//! `hermes agent`; [`HermesProcess::start`] any other subcommand. Each can be killed with SIGKILL,
+//! sent SIGTERM, stopped and continued, restarted with the same command, and is killed when
+//! dropped. Tests pass the binary's path
 //! (`env!("CARGO_BIN_EXE_hermes")`), which only the crate that builds it knows.
 
+use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -26,28 +29,76 @@ pub fn built_binary(name: &str) -> PathBuf {
     path
 }
 
-/// How to start `hermes up`.
-pub struct HermesUpBuilder {
-    command: Command,
+/// How to start (and start again) a process of the `hermes` binary: its arguments, environment,
+/// working directory, where its stderr goes, and the stdout line that says it is ready.
+#[derive(Clone)]
+struct Recipe {
+    program: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    current_dir: Option<PathBuf>,
+    /// Appended to, across restarts.
+    stderr: Option<PathBuf>,
+    /// The start of the ready line, or `None` to not wait.
+    ready: Option<String>,
+    what: &'static str,
     ready_within: Duration,
 }
 
-/// A running `hermes up`, killed on drop.
-pub struct HermesUp {
-    child: Child,
-    /// Its gRPC address, `127.0.0.1:<port>`.
-    pub grpc: String,
+impl Recipe {
+    fn new(program: &Path, what: &'static str, args: &[&str]) -> Recipe {
+        Recipe {
+            program: program.to_path_buf(),
+            args: args.iter().map(OsString::from).collect(),
+            env: Vec::new(),
+            current_dir: None,
+            stderr: None,
+            ready: None,
+            what,
+            ready_within: Duration::from_secs(60),
+        }
+    }
+
+    fn spawn(&self) -> Child {
+        let mut command = Command::new(&self.program);
+        command.args(&self.args).env_remove("HERMES_NATS_URL");
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Some(dir) = &self.current_dir {
+            command.current_dir(dir);
+        }
+        let stderr = match &self.stderr {
+            Some(path) => Stdio::from(
+                std::fs::OpenOptions::new().create(true).append(true).open(path).expect("stderr file"),
+            ),
+            None => Stdio::null(),
+        };
+        command.stderr(stderr);
+        match &self.ready {
+            Some(ready) => {
+                command.stdout(Stdio::piped());
+                spawn_ready(&mut command, ready, self.what, self.ready_within)
+            }
+            None => command
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("{} does not start: {e}", self.what)),
+        }
+    }
 }
 
-impl HermesUp {
-    /// `hermes up` from `binary` with its data under `data_dir`, on a free gRPC port. Without
-    /// [`HermesUpBuilder::nats_url`] it starts its own nats-server.
-    pub fn builder(binary: impl AsRef<Path>, data_dir: &Path) -> HermesUpBuilder {
-        let mut command = Command::new(binary.as_ref());
-        let grpc = format!("127.0.0.1:{}", crate::free_port());
-        command.args(["up", "--grpc-listen", &grpc, "--data-dir"]).arg(data_dir);
-        command.env_remove("HERMES_NATS_URL").stdout(Stdio::piped()).stderr(Stdio::null());
-        HermesUpBuilder { command, ready_within: Duration::from_secs(60) }
+/// A running process of the `hermes` binary, killed on drop. [`HermesUp`] and [`HermesAgent`]
+/// are this with their address or id.
+pub struct HermesProcess {
+    child: Child,
+    recipe: Recipe,
+}
+
+impl HermesProcess {
+    /// Any `hermes` subcommand, e.g. `["planner", "--nats-url", url]`, not waiting for a ready
+    /// line: for processes that print none.
+    pub fn start(binary: impl AsRef<Path>, args: &[&str]) -> HermesProcess {
+        let recipe = Recipe::new(binary.as_ref(), "hermes", args);
+        HermesProcess { child: recipe.spawn(), recipe }
     }
 
     pub fn pid(&self) -> u32 {
@@ -65,18 +116,31 @@ impl HermesUp {
         let _ = self.child.wait();
     }
 
+    /// SIGTERM, for a graceful drain.
+    pub fn sigterm(&self) {
+        signal(self.pid(), "TERM");
+    }
+
     /// SIGSTOP to the process and its descendants (its supervised worker): it stays, frozen.
+    /// (A stop cannot be forwarded, so the whole tree is signalled.)
     pub fn sigstop(&self) {
         for pid in tree_of(self.pid()) {
             signal(pid, "STOP");
         }
     }
 
-    /// SIGCONT after [`HermesUp::sigstop`].
+    /// SIGCONT after [`HermesProcess::sigstop`].
     pub fn sigcont(&self) {
         for pid in tree_of(self.pid()) {
             signal(pid, "CONT");
         }
+    }
+
+    /// `kill -9`, then the same command again (same arguments, ports and data dir), waiting for
+    /// its ready line: a crash and restart of the pod.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.child = self.recipe.spawn();
     }
 
     /// Resident memory of the process and its children (the supervised worker, isolated jobs),
@@ -84,55 +148,107 @@ impl HermesUp {
     pub fn rss(&self) -> u64 {
         tree_of(self.pid()).into_iter().map(rss_of).sum()
     }
+
+    /// Waits for the process to exit, for at most `within`; `None` if it is still running.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
 }
 
-impl Drop for HermesUp {
+impl Drop for HermesProcess {
     fn drop(&mut self) {
         self.kill9();
     }
 }
 
+/// How to start `hermes up`.
+pub struct HermesUpBuilder {
+    recipe: Recipe,
+    grpc: String,
+}
+
+/// A running `hermes up`, killed on drop; the [`HermesProcess`] methods apply.
+pub struct HermesUp {
+    process: HermesProcess,
+    /// Its gRPC address, `127.0.0.1:<port>`.
+    pub grpc: String,
+}
+
+impl HermesUp {
+    /// `hermes up` from `binary` with its data under `data_dir`, on a free gRPC port. Without
+    /// [`HermesUpBuilder::nats_url`] it starts its own nats-server.
+    pub fn builder(binary: impl AsRef<Path>, data_dir: &Path) -> HermesUpBuilder {
+        let grpc = format!("127.0.0.1:{}", crate::free_port());
+        let mut recipe =
+            Recipe::new(binary.as_ref(), "hermes up", &["up", "--grpc-listen", &grpc, "--data-dir"]);
+        recipe.args.push(data_dir.into());
+        recipe.ready = Some("hermes up: grpc".into());
+        HermesUpBuilder { recipe, grpc }
+    }
+}
+
+impl std::ops::Deref for HermesUp {
+    type Target = HermesProcess;
+    fn deref(&self) -> &HermesProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for HermesUp {
+    fn deref_mut(&mut self) -> &mut HermesProcess {
+        &mut self.process
+    }
+}
+
 impl HermesUpBuilder {
     /// Uses the nats-server at `url` instead of starting one.
-    pub fn nats_url(mut self, url: &str) -> Self {
-        self.command.args(["--nats-url", url]);
+    pub fn nats_url(self, url: &str) -> Self {
+        self.args(["--nats-url", url])
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+        self.recipe.args.push(arg.as_ref().to_owned());
         self
     }
 
-    pub fn arg(mut self, arg: impl AsRef<std::ffi::OsStr>) -> Self {
-        self.command.arg(arg);
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.recipe.args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
         self
     }
 
-    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Self {
-        self.command.env(key, value);
+    pub fn env(mut self, key: &str, value: impl AsRef<OsStr>) -> Self {
+        self.recipe.env.push((key.into(), value.as_ref().to_owned()));
         self
     }
 
     pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Self {
-        self.command.current_dir(dir);
+        self.recipe.current_dir = Some(dir.as_ref().to_path_buf());
         self
     }
 
-    /// Writes the process's stderr (logs, the supervisor's crash reports) to `path`.
+    /// Writes the process's stderr (logs, the supervisor's crash reports) to `path`, emptied
+    /// first and appended to by restarts.
     pub fn stderr_file(mut self, path: &Path) -> Self {
-        let file = std::fs::File::create(path).expect("stderr file");
-        self.command.stderr(file);
+        std::fs::File::create(path).expect("stderr file");
+        self.recipe.stderr = Some(path.to_path_buf());
         self
     }
 
     /// Starts it and waits for `hermes up: grpc ...` on its stdout.
-    pub fn start(mut self) -> HermesUp {
-        let grpc = self
-            .command
-            .get_args()
-            .skip_while(|a| *a != "--grpc-listen")
-            .nth(1)
-            .and_then(|a| a.to_str())
-            .expect("a --grpc-listen address")
-            .to_owned();
-        let child = spawn_ready(&mut self.command, "hermes up: grpc", "hermes up", self.ready_within);
-        HermesUp { child, grpc }
+    pub fn start(self) -> HermesUp {
+        let child = self.recipe.spawn();
+        HermesUp { process: HermesProcess { child, recipe: self.recipe }, grpc: self.grpc }
     }
 }
 
@@ -165,56 +281,39 @@ fn spawn_ready(command: &mut Command, ready: &str, what: &str, within: Duration)
 
 /// How to start `hermes agent`.
 pub struct HermesAgentBuilder {
-    command: Command,
+    recipe: Recipe,
     id: String,
 }
 
-/// A running `hermes agent` process, killed on drop.
+/// A running `hermes agent` process, killed on drop; the [`HermesProcess`] methods apply.
 pub struct HermesAgent {
-    child: Child,
+    process: HermesProcess,
     pub id: String,
 }
 
 impl HermesAgent {
     /// `hermes agent --agent-id <id>` from `binary` (the `hermes` binary) against `nats_url`.
     pub fn builder(binary: impl AsRef<Path>, nats_url: &str, id: &str) -> HermesAgentBuilder {
-        let mut command = Command::new(binary.as_ref());
-        command.args(["agent", "--nats-url", nats_url, "--agent-id", id]);
-        command.stdout(Stdio::piped()).stderr(Stdio::null());
-        HermesAgentBuilder { command, id: id.to_owned() }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// SIGTERM, for a graceful drain.
-    pub fn sigterm(&self) {
-        signal(self.pid(), "TERM");
-    }
-
-    /// `kill -9`, and reaps it.
-    pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Waits for the process to exit, for at most `within`; `None` if it is still running.
-    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        let mut recipe = Recipe::new(
+            binary.as_ref(),
+            "hermes agent",
+            &["agent", "--nats-url", nats_url, "--agent-id", id],
+        );
+        recipe.ready = Some(format!("hermes agent {id}: serving"));
+        HermesAgentBuilder { recipe, id: id.to_owned() }
     }
 }
 
-impl Drop for HermesAgent {
-    fn drop(&mut self) {
-        self.kill9();
+impl std::ops::Deref for HermesAgent {
+    type Target = HermesProcess;
+    fn deref(&self) -> &HermesProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for HermesAgent {
+    fn deref_mut(&mut self) -> &mut HermesProcess {
+        &mut self.process
     }
 }
 
@@ -222,17 +321,21 @@ impl HermesAgentBuilder {
     pub fn args<I, S>(mut self, args: I) -> Self
     where
         I: IntoIterator<Item = S>,
-        S: AsRef<std::ffi::OsStr>,
+        S: AsRef<OsStr>,
     {
-        self.command.args(args);
+        self.recipe.args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+        self.recipe.args.push(arg.as_ref().to_owned());
         self
     }
 
     /// Starts it and waits until it serves (`hermes agent <id>: serving ...` on its stdout).
-    pub fn start(mut self) -> HermesAgent {
-        let ready = format!("hermes agent {}: serving", self.id);
-        let child = spawn_ready(&mut self.command, &ready, "hermes agent", Duration::from_secs(60));
-        HermesAgent { child, id: self.id }
+    pub fn start(self) -> HermesAgent {
+        let child = self.recipe.spawn();
+        HermesAgent { process: HermesProcess { child, recipe: self.recipe }, id: self.id }
     }
 }
 
