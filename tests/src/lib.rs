@@ -1,4 +1,4 @@
-//! Shared helpers for the end-to-end tests: a [`TestStack`] runs a real nats-server and every
+//! Shared helpers for the end-to-end tests: a [`Sandbox`] runs a real nats-server and every
 //! service in-process, and hands out a real gRPC client.
 
 use std::path::{Path, PathBuf};
@@ -16,33 +16,35 @@ use hermes_test_util::NatsServer;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
+/// The `hermes` binary, built by `hermes-cli` (`make test` builds it before the tests run).
+pub fn hermes_bin() -> PathBuf {
+    hermes_test_util::process::built_binary("hermes")
+}
+
 /// The repository root; agents use it as their workspace so example paths resolve.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().expect("repo root")
 }
 
-/// Knobs for a test stack.
+/// How to build a [`Sandbox`]: every knob a test turns, with the defaults of a plain stack (two
+/// agents serving every built-in tool over the repository root, no model, no memory).
 #[derive(Clone)]
-pub struct StackOptions {
-    pub agents: u32,
-    pub max_concurrency: u32,
-    pub max_nodes: usize,
-    /// An OpenAI-compatible endpoint (the scripted server) for a planner using the model
-    /// `planner-model`, a summarizer using `summarizer-model`, and agents' `agent.run` using
-    /// `agent-model`.
-    pub llm_base_url: Option<String>,
-    /// The agents' workspace; the repository root (so the examples resolve) when unset.
-    pub workspace: Option<PathBuf>,
-    /// Tools whose calls wait for approval, and how long.
-    pub confirm_tools: Vec<String>,
-    pub approval_timeout: Duration,
-    /// Runs the memory service in the stack.
-    pub memory: Option<hermes_memory::MemoryConfig>,
-    /// LLM prices for goals' estimated cost.
-    pub prices: hermes_dispatcher::engine::Prices,
+pub struct SandboxBuilder {
+    agents: u32,
+    max_concurrency: u32,
+    max_nodes: usize,
+    llm_base_url: Option<String>,
+    workspace: Option<PathBuf>,
+    confirm_tools: Vec<String>,
+    approval_timeout: Duration,
+    memory: Option<hermes_memory::MemoryConfig>,
+    prices: hermes_dispatcher::engine::Prices,
+    extra_agents: Vec<AgentConfig>,
+    heartbeat_ttl: Option<Duration>,
+    no_agent_wait: Option<Duration>,
 }
 
-impl Default for StackOptions {
+impl Default for SandboxBuilder {
     fn default() -> Self {
         Self {
             agents: 2,
@@ -54,7 +56,132 @@ impl Default for StackOptions {
             approval_timeout: Duration::from_secs(600),
             memory: None,
             prices: Default::default(),
+            extra_agents: Vec::new(),
+            heartbeat_ttl: None,
+            no_agent_wait: None,
         }
+    }
+}
+
+impl SandboxBuilder {
+    /// How many generic agents (`test-agent-1`, ...) run in the stack (default 2).
+    pub fn agents(mut self, n: u32) -> Self {
+        self.agents = n;
+        self
+    }
+
+    /// Each generic agent's `max_concurrency` (default 16).
+    pub fn max_concurrency(mut self, n: u32) -> Self {
+        self.max_concurrency = n;
+        self
+    }
+
+    /// Adds an agent configured by the test, beside the generic ones.
+    pub fn agent(mut self, config: AgentConfig) -> Self {
+        self.extra_agents.push(config);
+        self
+    }
+
+    /// The dispatcher's plan size limit.
+    pub fn max_nodes(mut self, n: usize) -> Self {
+        self.max_nodes = n;
+        self
+    }
+
+    /// An OpenAI-compatible endpoint (the scripted server) for a planner using the model
+    /// `planner-model`, a summarizer using `summarizer-model`, and the generic agents' `agent.run`
+    /// using `agent-model`.
+    pub fn llm(mut self, base_url: impl Into<String>) -> Self {
+        self.llm_base_url = Some(base_url.into());
+        self
+    }
+
+    /// The generic agents' workspace (default: the repository root, so the examples resolve).
+    pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(dir.into());
+        self
+    }
+
+    /// Tools whose calls wait for approval on the generic agents, and for how long.
+    pub fn confirm(mut self, tools: &[&str], timeout: Duration) -> Self {
+        self.confirm_tools = tools.iter().map(|t| t.to_string()).collect();
+        self.approval_timeout = timeout;
+        self
+    }
+
+    /// Runs the memory service in the stack.
+    pub fn memory(mut self, config: hermes_memory::MemoryConfig) -> Self {
+        self.memory = Some(config);
+        self
+    }
+
+    /// LLM prices for goals' estimated cost.
+    pub fn prices(mut self, prices: hermes_dispatcher::engine::Prices) -> Self {
+        self.prices = prices;
+        self
+    }
+
+    /// The registry's heartbeat TTL (default the registry's).
+    pub fn heartbeat_ttl(mut self, ttl: Duration) -> Self {
+        self.heartbeat_ttl = Some(ttl);
+        self
+    }
+
+    /// How long a node waits for an agent serving its type (default the dispatcher's).
+    pub fn no_agent_wait(mut self, wait: Duration) -> Self {
+        self.no_agent_wait = Some(wait);
+        self
+    }
+
+    /// Starts a nats-server and the stack on it.
+    pub async fn start(self) -> Sandbox {
+        self.start_on(NatsServer::start()).await
+    }
+
+    /// Starts the stack on `nats`.
+    pub async fn start_on(self, nats: NatsServer) -> Sandbox {
+        let mut agents: Vec<AgentConfig> = (1..=self.agents)
+            .map(|i| {
+                let workspace = self.workspace.clone().unwrap_or_else(repo_root);
+                let mut config = AgentConfig::new(format!("test-agent-{i}"), workspace);
+                config.max_concurrency = self.max_concurrency;
+                config.confirm_tools = self.confirm_tools.clone();
+                config.approval_timeout = self.approval_timeout;
+                config.llm = self
+                    .llm_base_url
+                    .as_deref()
+                    .map(|url| hermes_executor::agent_loop::AgentModel(model(url, "agent-model")));
+                config
+            })
+            .collect();
+        agents.extend(self.extra_agents.iter().cloned());
+        let mut registry = hermes_registry::RegistryConfig::default();
+        if let Some(ttl) = self.heartbeat_ttl {
+            registry.heartbeat_ttl = ttl;
+        }
+        let mut dispatcher = DispatcherConfig {
+            grpc_listen: "127.0.0.1:0".parse().unwrap(),
+            max_nodes: self.max_nodes,
+            summarizer: self.llm_base_url.as_deref().map(|url| Summarizer(model(url, "summarizer-model"))),
+            prices: self.prices,
+            ..Default::default()
+        };
+        if let Some(wait) = self.no_agent_wait {
+            dispatcher.no_agent_wait = wait;
+        }
+        let config = StackConfig {
+            nats_url: nats.url(),
+            registry,
+            agents,
+            dispatcher,
+            planner: self.llm_base_url.as_deref().map(|url| PlannerConfig::new(model(url, "planner-model"))),
+            memory: self.memory.clone(),
+        };
+        let shutdown = CancellationToken::new();
+        let stack = Stack::start(config, shutdown.clone()).await.expect("stack starts");
+        let client = DispatcherClient::connect(stack.grpc_url()).await.expect("grpc connects");
+        let bus = stack.bus().clone();
+        Sandbox { nats, stack: Some(stack), client, bus, shutdown, builder: self }
     }
 }
 
@@ -66,74 +193,49 @@ pub fn model(base_url: &str, model: &str) -> std::sync::Arc<dyn hermes_llm::Chat
     std::sync::Arc::new(hermes_llm::OpenAiChat::new(config).expect("valid llm config"))
 }
 
-/// A nats-server plus the whole Hermes stack, stopped on drop of its token.
-pub struct TestStack {
+/// The in-process test harness: a real nats-server and every Hermes service in this process
+/// (composed by the same [`Stack`] as `hermes up`), with a real gRPC client. Built with
+/// [`Sandbox::builder`]; the processes a test kills or freezes are the process builders of
+/// `hermes_test_util::process`.
+pub struct Sandbox {
     pub nats: NatsServer,
     pub stack: Option<Stack>,
     pub client: DispatcherClient<Channel>,
     pub bus: hermes_core::Bus,
     shutdown: CancellationToken,
+    builder: SandboxBuilder,
 }
 
-impl TestStack {
-    pub async fn start() -> TestStack {
-        Self::start_with(StackOptions::default()).await
+impl Sandbox {
+    pub fn builder() -> SandboxBuilder {
+        SandboxBuilder::default()
     }
 
-    pub async fn start_with(options: StackOptions) -> TestStack {
-        Self::start_on(NatsServer::start(), options).await
+    /// A plain stack: the builder's defaults.
+    pub async fn start() -> Sandbox {
+        Self::builder().start().await
     }
 
-    /// Stops every service (the nats-server and its store stay) and starts them afresh, as a
-    /// redeploy or a crash and restart of every pod would.
-    pub async fn restart_services(mut self, options: StackOptions) -> TestStack {
+    /// The running stack, for what only it can do (stop one agent, restart the registry, ...).
+    pub fn stack(&mut self) -> &mut Stack {
+        self.stack.as_mut().expect("the stack runs")
+    }
+
+    /// A Registry API client.
+    pub async fn registry_client(&self) -> hermes_proto::registry_client::RegistryClient<Channel> {
+        let url = self.stack.as_ref().expect("the stack runs").grpc_url();
+        hermes_proto::registry_client::RegistryClient::connect(url).await.expect("grpc connects")
+    }
+
+    /// Stops every service (the nats-server and its store stay) and starts them afresh with the
+    /// same settings, as a redeploy or a crash and restart of every pod would.
+    pub async fn restart_services(mut self) -> Sandbox {
         self.shutdown.cancel();
         if let Some(stack) = self.stack.take() {
             stack.stop().await;
         }
-        Self::start_on(self.nats, options).await
-    }
-
-    async fn start_on(nats: NatsServer, options: StackOptions) -> TestStack {
-        let agents = (1..=options.agents)
-            .map(|i| {
-                let workspace = options.workspace.clone().unwrap_or_else(repo_root);
-                let mut config = AgentConfig::new(format!("test-agent-{i}"), workspace);
-                config.max_concurrency = options.max_concurrency;
-                config.confirm_tools = options.confirm_tools.clone();
-                config.approval_timeout = options.approval_timeout;
-                config.llm = options
-                    .llm_base_url
-                    .as_deref()
-                    .map(|url| hermes_executor::agent_loop::AgentModel(model(url, "agent-model")));
-                config
-            })
-            .collect();
-        let config = StackConfig {
-            nats_url: nats.url(),
-            registry: Default::default(),
-            agents,
-            dispatcher: DispatcherConfig {
-                grpc_listen: "127.0.0.1:0".parse().unwrap(),
-                max_nodes: options.max_nodes,
-                summarizer: options
-                    .llm_base_url
-                    .as_deref()
-                    .map(|url| Summarizer(model(url, "summarizer-model"))),
-                prices: options.prices,
-                ..Default::default()
-            },
-            planner: options
-                .llm_base_url
-                .as_deref()
-                .map(|url| PlannerConfig::new(model(url, "planner-model"))),
-            memory: options.memory.clone(),
-        };
-        let shutdown = CancellationToken::new();
-        let stack = Stack::start(config, shutdown.clone()).await.expect("stack starts");
-        let client = DispatcherClient::connect(stack.grpc_url()).await.expect("grpc connects");
-        let bus = stack.bus().clone();
-        TestStack { nats, stack: Some(stack), client, bus, shutdown }
+        let builder = self.builder.clone();
+        builder.start_on(self.nats).await
     }
 
     /// Submits a plan and returns the goal id.

@@ -359,22 +359,33 @@ pub fn mask_url_password(url: &str) -> Option<String> {
     Some(format!("{scheme}://{user}:{MASK}@{host}{tail}"))
 }
 
+/// Two settings that cannot both be addressed, found by [`check_keys`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyClash {
+    #[error("`{0}` and `{1}` have the same flat name")]
+    SameFlatName(String, String),
+    #[error("alias `{0}` names no key `{1}`")]
+    AliasOfNothing(String, String),
+    #[error("alias `{0}` is also a key's flat name")]
+    AliasIsAKey(String),
+}
+
 /// Checks a settings type's keys for clashes (two keys with one flat name, an alias naming no
 /// key); each settings type calls this in a unit test.
-pub fn check_keys<S: Settings>() -> Result<(), String> {
+pub fn check_keys<S: Settings>() -> Result<(), KeyClash> {
     let keys = keys::<S>();
     let mut seen = BTreeMap::new();
     for key in &keys {
         if let Some(other) = seen.insert(key.flat(), key.path.clone()) {
-            return Err(format!("`{other}` and `{}` have the same flat name", key.path));
+            return Err(KeyClash::SameFlatName(other, key.path.clone()));
         }
     }
     for (alias, path) in S::aliases() {
         if !keys.iter().any(|k| k.path == path) {
-            return Err(format!("alias `{alias}` names no key `{path}`"));
+            return Err(KeyClash::AliasOfNothing(alias.to_string(), path.to_string()));
         }
         if seen.contains_key(alias) {
-            return Err(format!("alias `{alias}` is also a key's flat name"));
+            return Err(KeyClash::AliasIsAKey(alias.to_string()));
         }
     }
     Ok(())

@@ -1,58 +1,33 @@
 //! An approval survives the agent that asked for it: the agent is killed while the call waits,
 //! its task moves to another agent, and that agent waits for the same approval.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hermes_cli::stack::{Stack, StackConfig};
-use hermes_dispatcher::DispatcherConfig;
 use hermes_executor::AgentConfig;
-use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::event::Kind;
-use hermes_proto::registry_client::RegistryClient;
 use hermes_proto::{
     ApproveToolCallRequest, GoalSpec, SubmitGoalRequest, TaskNode, TaskPlan, WatchGoalRequest,
 };
-use hermes_registry::RegistryConfig;
-use tokio_util::sync::CancellationToken;
+use hermes_test_util::process::HermesAgent;
+use hermes_tests::{Sandbox, hermes_bin};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pending_approval_survives_an_agent_kill() {
-    let nats = hermes_test_util::NatsServer::start();
     let workspace = tempfile::tempdir().unwrap();
     let mut helper = AgentConfig::new("helper", workspace.path());
     helper.tools = vec!["math.evaluate".into()];
-    let config = StackConfig {
-        nats_url: nats.url(),
-        registry: RegistryConfig { heartbeat_ttl: Duration::from_secs(1) },
-        agents: vec![helper],
-        dispatcher: DispatcherConfig { grpc_listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() },
-        planner: None,
-        memory: None,
-    };
-    let mut stack = Stack::start(config, CancellationToken::new()).await.unwrap();
-    let mut client = DispatcherClient::connect(stack.grpc_url()).await.unwrap();
-    let mut registry = RegistryClient::connect(stack.grpc_url()).await.unwrap();
+    let mut sandbox =
+        Sandbox::builder().agents(0).agent(helper).heartbeat_ttl(Duration::from_secs(1)).start().await;
+    let nats = sandbox.nats.url();
+    let mut client = sandbox.client.clone();
+    let mut registry = sandbox.registry_client().await;
 
-    let mut first = Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args([
-            "agent",
-            "--nats-url",
-            &nats.url(),
-            "--agent-id",
-            "first",
-            "--tools",
-            "fs.write",
-            "--confirm",
-            "fs.write",
-        ])
+    let mut first = HermesAgent::builder(hermes_bin(), &nats, "first")
+        .args(["--tools", "fs.write", "--confirm", "fs.write"])
         .args(["--heartbeat-ms", "200", "--workspace"])
         .arg(workspace.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .start();
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let agents =
@@ -92,13 +67,12 @@ async fn a_pending_approval_survives_an_agent_kill() {
     .expect("approval requested");
 
     // Kill the agent that asked, and give the node somewhere else to go.
-    first.kill().unwrap();
-    let _ = first.wait();
+    first.kill9();
     let mut second = AgentConfig::new("second", workspace.path());
     second.tools = vec!["fs.write".into()];
     second.confirm_tools = vec!["fs.write".into()];
     second.heartbeat_interval = Duration::from_millis(200);
-    stack.add_agent(second).await.unwrap();
+    sandbox.stack().add_agent(second).await.unwrap();
 
     // The task is reassigned after the TTL; the new agent waits on the same approval.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -126,5 +100,5 @@ async fn a_pending_approval_survives_an_agent_kill() {
     );
     assert!(!rest.iter().any(|e| matches!(e.kind, Some(Kind::ApprovalRequired(_)))), "asked a second time");
     assert_eq!(std::fs::read_to_string(workspace.path().join("out.txt")).unwrap(), "once");
-    stack.stop().await;
+    sandbox.stop().await;
 }

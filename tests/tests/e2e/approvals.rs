@@ -6,17 +6,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use hermes_proto::event::Kind;
 use hermes_proto::{ApproveToolCallRequest, TaskPlan, WatchGoalRequest};
-use hermes_tests::{StackOptions, TestStack, kind_name, node};
+use hermes_tests::{Sandbox, kind_name, node};
 use serde_json::json;
 
-async fn stack(workspace: &tempfile::TempDir, timeout: Duration) -> TestStack {
-    TestStack::start_with(StackOptions {
-        workspace: Some(workspace.path().to_path_buf()),
-        confirm_tools: vec!["fs.write".into()],
-        approval_timeout: timeout,
-        ..Default::default()
-    })
-    .await
+async fn stack(workspace: &tempfile::TempDir, timeout: Duration) -> Sandbox {
+    Sandbox::builder().workspace(workspace.path()).confirm(&["fs.write"], timeout).start().await
 }
 
 fn write_plan() -> TaskPlan {
@@ -40,12 +34,12 @@ fn secret_plan() -> TaskPlan {
 }
 
 /// Follows the goal's events until `ApprovalRequired`; returns its call id.
-async fn wait_for_approval(t: &mut TestStack, goal_id: &str) -> String {
+async fn wait_for_approval(t: &mut Sandbox, goal_id: &str) -> String {
     wait_for_approval_args(t, goal_id).await.0
 }
 
 /// The call id and the arguments the approval request shows.
-async fn wait_for_approval_args(t: &mut TestStack, goal_id: &str) -> (String, String) {
+async fn wait_for_approval_args(t: &mut Sandbox, goal_id: &str) -> (String, String) {
     let mut events = t
         .client
         .watch_goal(WatchGoalRequest { goal_id: goal_id.into(), after_seq: 0 })
@@ -66,7 +60,7 @@ async fn wait_for_approval_args(t: &mut TestStack, goal_id: &str) -> (String, St
     .expect("ApprovalRequired within 10 s")
 }
 
-async fn decide(t: &mut TestStack, goal_id: &str, call_id: &str, approve: bool) {
+async fn decide(t: &mut Sandbox, goal_id: &str, call_id: &str, approve: bool) {
     let request = ApproveToolCallRequest {
         goal_id: goal_id.into(),
         call_id: call_id.into(),

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use hermes_core::artifacts::DEFAULT_INLINE_LIMIT;
 use hermes_proto::event::Kind;
 use hermes_proto::{GetGoalRequest, TaskPlan};
-use hermes_tests::{StackOptions, TestStack, node};
+use hermes_tests::{Sandbox, node};
 use serde_json::json;
 
 /// `size` bytes of text with lines, unicode and characters JSON must escape.
@@ -29,11 +29,7 @@ async fn passes_through_a_goal(size: usize) {
     let workspace = tempfile::tempdir().unwrap();
     let original = content(size);
     std::fs::write(workspace.path().join("big.txt"), &original).unwrap();
-    let mut t = TestStack::start_with(StackOptions {
-        workspace: Some(workspace.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
+    let mut t = Sandbox::builder().workspace(workspace.path()).start().await;
 
     // Watch every message on the server.
     let watcher = async_nats::connect(t.nats.url()).await.unwrap();

@@ -6,20 +6,20 @@ use std::time::Duration;
 use futures::StreamExt;
 use hermes_proto::event::Kind;
 use hermes_proto::{GoalSpec, TaskPlan};
-use hermes_tests::{StackOptions, TestStack, node};
+use hermes_tests::{Sandbox, node};
 use serde_json::json;
 
 fn plan(nodes: Vec<hermes_proto::TaskNode>) -> TaskPlan {
     TaskPlan { nodes, ..Default::default() }
 }
 
-async fn rejected(t: &mut TestStack, plan: TaskPlan) -> tonic::Status {
+async fn rejected(t: &mut Sandbox, plan: TaskPlan) -> tonic::Status {
     t.submit(plan).await.expect_err("plan must be rejected")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn invalid_plans_are_rejected_with_the_reason() {
-    let mut t = TestStack::start_with(StackOptions { max_nodes: 20, ..Default::default() }).await;
+    let mut t = Sandbox::builder().max_nodes(20).start().await;
     let calc = |expr: &str| json!({"expression": expr});
 
     let cyclic = plan(vec![
@@ -81,7 +81,7 @@ async fn invalid_plans_are_rejected_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_malformed_task_lands_in_the_dlq_and_the_agent_keeps_serving() {
-    let mut t = TestStack::start().await;
+    let mut t = Sandbox::start().await;
     let topology = t.bus.topology().clone();
     let garbage = bytes::Bytes::from_static(b"\xff\xff\xff this is not a TaskMessage");
     t.bus
@@ -137,7 +137,7 @@ async fn a_malformed_task_lands_in_the_dlq_and_the_agent_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn arguments_that_fail_the_schema_after_ref_resolution_fail_the_node() {
-    let mut t = TestStack::start().await;
+    let mut t = Sandbox::start().await;
     // `text.template`'s output is {text: string}; math.evaluate wants numbers for variables.
     let goal_id = t
         .submit(plan(vec![
@@ -164,7 +164,7 @@ async fn arguments_that_fail_the_schema_after_ref_resolution_fail_the_node() {
 /// codec's OUT_OF_RANGE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_request_is_an_invalid_argument_naming_the_limit() {
-    let mut t = TestStack::start_with(StackOptions { agents: 1, ..Default::default() }).await;
+    let mut t = Sandbox::builder().agents(1).start().await;
     let limit = hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES;
     let spec = hermes_proto::GoalSpec { text: "x".repeat(5 * 1024 * 1024), ..Default::default() };
     let status = t

@@ -11,13 +11,13 @@ use hermes_proto::{
     DeadLetterRequest, GoalSpec, GoalState, GoalStatus, ListDeadLettersRequest, NodeState, NodeStatus,
     TaskMessage, TaskPlan,
 };
-use hermes_tests::{TestStack, node};
+use hermes_tests::{Sandbox, node};
 use prost::Message as _;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_poison_task_goes_to_the_dlq_fails_its_node_and_can_be_replayed() {
-    let mut t = TestStack::start().await;
+    let mut t = Sandbox::start().await;
     // Let the dispatcher's start-up scan pass first: it would publish the hand-made goal's
     // in-flight attempt again, to a real agent.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use hermes_proto::event::Kind;
 use hermes_proto::{CancelGoalRequest, Event, GetGoalRequest, NodeStatus, TaskPlan, WatchGoalRequest};
-use hermes_tests::{StackOptions, TestStack, node};
+use hermes_tests::{Sandbox, node};
 use serde_json::json;
 
 /// `width` independent nodes feeding one that sums them.
@@ -22,7 +22,7 @@ fn fan_out(width: usize) -> TaskPlan {
 }
 
 /// Every stored event of a goal, in stream order, read straight from JetStream.
-async fn stored(t: &TestStack, goal_id: &str) -> Vec<Event> {
+async fn stored(t: &Sandbox, goal_id: &str) -> Vec<Event> {
     use async_nats::jetstream::consumer::{DeliverPolicy, pull};
     use prost::Message as _;
     let stream = t.bus.jetstream().get_stream(t.bus.topology().events_stream()).await.unwrap();
@@ -81,8 +81,7 @@ fn check_order(goal_id: &str, events: &[Event]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_wide_fan_outs_store_their_events_in_seq_order() {
-    let mut t =
-        TestStack::start_with(StackOptions { agents: 2, max_concurrency: 64, ..Default::default() }).await;
+    let mut t = Sandbox::builder().agents(2).max_concurrency(64).start().await;
     let mut goals = Vec::new();
     let submits = (0..20).map(|_| {
         let mut client = t.client.clone();
@@ -142,7 +141,7 @@ async fn concurrent_wide_fan_outs_store_their_events_in_seq_order() {
 /// finish time and the reason, pending ones skipped; no node stays DISPATCHED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancel_leaves_every_node_in_a_final_state() {
-    let mut t = TestStack::start().await;
+    let mut t = Sandbox::start().await;
     let plan = TaskPlan {
         nodes: vec![
             node("quick", "math.evaluate", json!({"expression": "1 + 1"}), &[]),

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use hermes_proto::event::Kind;
 use hermes_proto::{GetGoalRequest, GoalSpec, GoalState, GoalStatus, ListGoalsRequest, NodeStatus};
-use hermes_tests::{TestStack, kind_name, node, repo_root};
+use hermes_tests::{Sandbox, kind_name, node, repo_root};
 use prost::Message as _;
 use serde_json::{Value, json};
 
@@ -33,7 +33,7 @@ fn expected_sales() -> (f64, f64, Vec<(String, f64)>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sales_report_plan_runs_end_to_end() {
-    let mut t = TestStack::start().await;
+    let mut t = Sandbox::start().await;
     let plan =
         hermes_cli::plan_file::load_plan(&repo_root().join("examples/plans/sales-report.yaml")).unwrap();
     let goal_id = t.submit(plan).await.expect("plan accepted");
@@ -86,7 +86,7 @@ async fn sales_report_plan_runs_end_to_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn same_idempotency_key_gives_one_goal() {
-    let mut t = TestStack::start().await;
+    let mut t = Sandbox::start().await;
     let plan = hermes_proto::TaskPlan {
         nodes: vec![node("n", "math.evaluate", json!({"expression": "6 * 7"}), &[])],
         ..Default::default()
@@ -108,7 +108,7 @@ async fn same_idempotency_key_gives_one_goal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failing_tool_fails_the_goal_with_its_typed_error() {
-    let mut t = TestStack::start().await;
+    let mut t = Sandbox::start().await;
     let plan = hermes_proto::TaskPlan {
         nodes: vec![
             node("read", "table.aggregate", json!({"path": "examples/data/missing.csv", "op": "count"}), &[]),
@@ -138,7 +138,7 @@ async fn a_failing_tool_fails_the_goal_with_its_typed_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancel_stops_a_goal_and_watch_replays_finished_goals() {
-    let mut t = TestStack::start().await;
+    let mut t = Sandbox::start().await;
     let plan =
         hermes_proto::TaskPlan { nodes: vec![node("n", "time.now", json!({}), &[])], ..Default::default() };
     let goal_id = t.submit(plan).await.unwrap();

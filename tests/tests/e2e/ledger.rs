@@ -7,17 +7,13 @@ use std::time::{Duration, Instant};
 
 use hermes_proto::event::Kind;
 use hermes_proto::{TaskMessage, TaskPlan};
-use hermes_tests::{StackOptions, TestStack, node};
+use hermes_tests::{Sandbox, node};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redelivered_side_effect_is_not_repeated() {
     let workspace = tempfile::tempdir().unwrap();
-    let mut t = TestStack::start_with(StackOptions {
-        workspace: Some(workspace.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
+    let mut t = Sandbox::builder().workspace(workspace.path()).start().await;
     let inputs = json!({"path": "log.txt", "content": "x", "append": true});
     let plan = TaskPlan { nodes: vec![node("w", "fs.write", inputs.clone(), &[])], ..Default::default() };
     let goal_id = t.submit(plan).await.unwrap();

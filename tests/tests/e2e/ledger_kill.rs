@@ -3,29 +3,24 @@
 //! the task is acked. The node goes to another agent as a new attempt; the model asks for the
 //! same append again, and the ledger answers it without running the tool. The file has one line.
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hermes_cli::stack::{Stack, StackConfig};
-use hermes_dispatcher::DispatcherConfig;
 use hermes_executor::AgentConfig;
 use hermes_executor::agent_loop::AgentModel;
 use hermes_llm::{OpenAiChat, OpenAiConfig};
-use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::event::Kind;
 use hermes_proto::{GoalSpec, SubmitGoalRequest, TaskNode, TaskPlan, WatchGoalRequest};
-use hermes_registry::RegistryConfig;
+use hermes_test_util::process::HermesAgent;
 use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
-use tokio_util::sync::CancellationToken;
+use hermes_tests::{Sandbox, hermes_bin};
 
 const MODEL: &str = "agent-model";
 const APPEND: &str = r#"{"path": "log.txt", "content": "effect\n", "append": true}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_side_effect_runs_once_when_its_agent_is_killed_before_the_ack() {
-    let nats = hermes_test_util::NatsServer::start();
     let llm = ScriptedLlm::start().await;
     // The first agent appends, then sleeps (and is killed meanwhile); the second is asked for
     // the same append by the model, then answers.
@@ -34,28 +29,18 @@ async fn a_side_effect_runs_once_when_its_agent_is_killed_before_the_ack() {
     llm.push(MODEL, ScriptedResponse::tool_call("fs__write", APPEND));
     llm.push(MODEL, ScriptedResponse::content("done"));
     let workspace = tempfile::tempdir().unwrap();
-    let config = StackConfig {
-        nats_url: nats.url(),
-        registry: RegistryConfig { heartbeat_ttl: Duration::from_secs(1) },
-        agents: Vec::new(),
-        dispatcher: DispatcherConfig { grpc_listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() },
-        planner: None,
-        memory: None,
-    };
-    let mut stack = Stack::start(config, CancellationToken::new()).await.unwrap();
-    let mut client = DispatcherClient::connect(stack.grpc_url()).await.unwrap();
+    let mut sandbox = Sandbox::builder().agents(0).heartbeat_ttl(Duration::from_secs(1)).start().await;
+    let nats = sandbox.nats.url();
+    let mut client = sandbox.client.clone();
 
-    let mut first = Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args(["agent", "--nats-url", &nats.url(), "--agent-id", "first", "--tools", "fs.write,time.sleep"])
+    let mut first = HermesAgent::builder(hermes_bin(), &nats, "first")
+        .args(["--tools", "fs.write,time.sleep"])
         .args(["--heartbeat-ms", "200", "--llm-base-url", &llm.base_url(), "--agent-model", MODEL])
         .arg("--workspace")
         .arg(workspace.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .start();
     wait_for(Duration::from_secs(15), "the first agent to serve agent.run", || {
-        stack.registry().capable_agents("agent.run").contains(&"first".to_owned())
+        sandbox.stack().registry().capable_agents("agent.run").contains(&"first".to_owned())
     })
     .await;
 
@@ -79,7 +64,7 @@ async fn a_side_effect_runs_once_when_its_agent_is_killed_before_the_ack() {
 
     // Kill -9 once the append ran and its outcome is in the ledger: the task is not acked yet.
     let log = workspace.path().join("log.txt");
-    let ledger = stack.bus().ledger();
+    let ledger = sandbox.bus.ledger();
     wait_for(Duration::from_secs(15), "the append and its ledger entry", || {
         std::fs::read_to_string(&log).is_ok_and(|s| s == "effect\n")
     })
@@ -107,8 +92,7 @@ async fn a_side_effect_runs_once_when_its_agent_is_killed_before_the_ack() {
         llm.requests_for(MODEL).len() >= 2
     })
     .await;
-    first.kill().unwrap();
-    let _ = first.wait();
+    first.kill9();
 
     let mut second = AgentConfig::new("second", workspace.path());
     second.tools = vec!["fs.write".into(), "time.sleep".into()];
@@ -116,7 +100,7 @@ async fn a_side_effect_runs_once_when_its_agent_is_killed_before_the_ack() {
     let mut model = OpenAiConfig::new(llm.base_url(), MODEL);
     model.backoff = Duration::from_millis(10);
     second.llm = Some(AgentModel(Arc::new(OpenAiChat::new(model).unwrap())));
-    stack.add_agent(second).await.unwrap();
+    sandbox.stack().add_agent(second).await.unwrap();
 
     let events: Vec<_> =
         tokio::time::timeout(Duration::from_secs(30), events.map(|e| e.unwrap()).collect::<Vec<_>>())
@@ -131,7 +115,7 @@ async fn a_side_effect_runs_once_when_its_agent_is_killed_before_the_ack() {
     assert_eq!(llm.remaining(MODEL), 0, "the second agent's model asked for the append again");
     let side_effects = std::fs::read_to_string(&log).unwrap().lines().count();
     assert_eq!(side_effects, 1, "the append ran {side_effects} times");
-    stack.stop().await;
+    sandbox.stop().await;
 }
 
 async fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {

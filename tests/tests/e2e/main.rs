@@ -1,8 +1,10 @@
-//! End to end: every service in-process against a real nats-server, through real gRPC.
+//! End to end: every service in-process (a [`hermes_tests::Sandbox`]) against a real
+//! nats-server, through real gRPC, with `hermes agent` processes where a test kills one.
 //!
 //! One test binary, not one per file: each links the whole stack, and CI machines have two cores
 //! and a bounded disk.
 
+mod approval_restart;
 mod approvals;
 mod artifacts;
 mod bad_input;
@@ -11,6 +13,8 @@ mod dlq;
 mod events;
 mod goal_flow;
 mod ledger;
+mod ledger_kill;
 mod memory;
 mod planning;
 mod reconnect;
+mod routing;

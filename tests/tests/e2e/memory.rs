@@ -8,7 +8,7 @@ use hermes_proto::event::Kind;
 use hermes_proto::memory_client::MemoryClient;
 use hermes_proto::{AppendTurnRequest, GoalSpec, SessionRequest, SessionTurn};
 use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
-use hermes_tests::{StackOptions, TestStack};
+use hermes_tests::Sandbox;
 use serde_json::json;
 
 const PLANNER: &str = "planner-model";
@@ -25,12 +25,7 @@ fn turn_text(i: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follow_up_goal_is_planned_with_the_session_window_and_summary() {
     let llm = ScriptedLlm::start().await;
-    let mut t = TestStack::start_with(StackOptions {
-        llm_base_url: Some(llm.base_url()),
-        memory: Some(Default::default()),
-        ..Default::default()
-    })
-    .await;
+    let mut t = Sandbox::builder().llm(llm.base_url()).memory(Default::default()).start().await;
     let grpc = t.stack.as_ref().unwrap().grpc_url();
     let mut memory = MemoryClient::connect(grpc).await.unwrap();
     for i in 0..25 {
@@ -119,12 +114,7 @@ async fn a_related_earlier_goal_is_recalled_into_the_planner_prompt() {
     let memory =
         hermes_memory::MemoryConfig { embedder: embedding.embedder().unwrap(), ..Default::default() };
     let llm = ScriptedLlm::start().await;
-    let mut t = TestStack::start_with(StackOptions {
-        llm_base_url: Some(llm.base_url()),
-        memory: Some(memory),
-        ..Default::default()
-    })
-    .await;
+    let mut t = Sandbox::builder().llm(llm.base_url()).memory(memory).start().await;
     let plan =
         json!({"nodes": [{"id": "sum", "task_type": "math.evaluate", "inputs": {"expression": "17 + 5"}}]});
     for answer in ["April revenue: toys 17, books 5, total 22.", "Total: 22."] {
@@ -193,8 +183,7 @@ fn local_memory() -> hermes_memory::MemoryConfig {
 async fn memory_tools_put_search_and_get_through_the_memory_service() {
     use hermes_proto::TaskPlan;
     use hermes_tests::node;
-    let mut t =
-        TestStack::start_with(StackOptions { memory: Some(local_memory()), ..Default::default() }).await;
+    let mut t = Sandbox::builder().memory(local_memory()).start().await;
     let plan = TaskPlan {
         nodes: vec![
             node(

@@ -4,18 +4,18 @@
 use hermes_proto::event::Kind;
 use hermes_proto::{GoalSpec, GoalState, GoalStatus};
 use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
-use hermes_tests::{StackOptions, TestStack, kind_name};
+use hermes_tests::{Sandbox, kind_name};
 use prost::Message as _;
 use serde_json::{Value, json};
 
 const PLANNER: &str = "planner-model";
 const SUMMARIZER: &str = "summarizer-model";
 
-async fn stack(llm: &ScriptedLlm) -> TestStack {
-    TestStack::start_with(StackOptions { llm_base_url: Some(llm.base_url()), ..Default::default() }).await
+async fn stack(llm: &ScriptedLlm) -> Sandbox {
+    Sandbox::builder().llm(llm.base_url()).start().await
 }
 
-async fn submit_text(t: &mut TestStack, text: &str) -> String {
+async fn submit_text(t: &mut Sandbox, text: &str) -> String {
     let spec = GoalSpec { text: text.into(), ..Default::default() };
     t.submit_spec(spec).await.expect("text goal accepted").0
 }
@@ -33,7 +33,7 @@ fn last_user_message(request: &Value) -> String {
         .to_owned()
 }
 
-async fn stored(t: &TestStack, goal_id: &str) -> GoalState {
+async fn stored(t: &Sandbox, goal_id: &str) -> GoalState {
     GoalState::decode(t.bus.goals().get(goal_id).await.unwrap().unwrap()).unwrap()
 }
 
@@ -320,12 +320,7 @@ async fn a_goal_over_its_token_budget_fails_and_records_what_it_spent() {
     );
     llm.push("agent-model", ScriptedResponse::content("The result is 57.").with_usage(700, 20));
     let prices = hermes_dispatcher::engine::Prices { input_per_mtok: 3.0, output_per_mtok: 15.0 };
-    let mut t = TestStack::start_with(StackOptions {
-        llm_base_url: Some(llm.base_url()),
-        prices,
-        ..Default::default()
-    })
-    .await;
+    let mut t = Sandbox::builder().llm(llm.base_url()).prices(prices).start().await;
     let plan = hermes_proto::TaskPlan {
         nodes: vec![
             hermes_tests::node("think", "agent.run", json!({"instruction": "Multiply 19 by 3"}), &[]),

@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use hermes_proto::event::Kind;
 use hermes_proto::{GetGoalRequest, GoalSpec, SubmitGoalRequest, TaskPlan};
-use hermes_tests::{TestStack, node};
+use hermes_tests::{Sandbox, node};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn services_ride_out_a_nats_server_crash() {
-    let mut t = TestStack::start().await;
+    let mut t = Sandbox::start().await;
     let plan = |ms: u64| TaskPlan {
         nodes: vec![
             node("nap", "time.sleep", json!({"ms": ms}), &[]),

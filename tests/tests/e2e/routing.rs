@@ -2,13 +2,10 @@
 //! moves on, a draining agent finishes its work, a restarted registry routes at once, and a task
 //! type nobody serves fails with NO_CAPABLE_AGENT.
 
-use crate::repo_root;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hermes_cli::stack::{Stack, StackConfig};
-use hermes_dispatcher::DispatcherConfig;
 use hermes_executor::AgentConfig;
 use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::event::Kind;
@@ -16,10 +13,8 @@ use hermes_proto::registry_client::RegistryClient;
 use hermes_proto::{
     AgentChange, Event, GetGoalRequest, GoalSpec, SubmitGoalRequest, TaskNode, TaskPlan, WatchGoalRequest,
 };
-use hermes_registry::RegistryConfig;
-use hermes_test_util::NatsServer;
 use hermes_test_util::process::HermesAgent;
-use tokio_util::sync::CancellationToken;
+use hermes_tests::{Sandbox, hermes_bin, repo_root};
 use tonic::transport::Channel;
 
 fn agent(id: &str, max_concurrency: u32, tools: &[&str]) -> AgentConfig {
@@ -31,31 +26,21 @@ fn agent(id: &str, max_concurrency: u32, tools: &[&str]) -> AgentConfig {
 }
 
 struct Harness {
-    _nats: NatsServer,
+    sandbox: Sandbox,
     nats_url: String,
-    stack: Stack,
     client: DispatcherClient<Channel>,
     registry: RegistryClient<Channel>,
 }
 
+/// A sandbox with exactly `agents`, the registry's heartbeat TTL and the no-capable-agent wait.
 async fn start(agents: Vec<AgentConfig>, ttl: Duration, no_agent_wait: Duration) -> Harness {
-    let nats = NatsServer::start();
-    let config = StackConfig {
-        nats_url: nats.url(),
-        registry: RegistryConfig { heartbeat_ttl: ttl },
-        agents,
-        dispatcher: DispatcherConfig {
-            grpc_listen: "127.0.0.1:0".parse().unwrap(),
-            no_agent_wait,
-            ..Default::default()
-        },
-        planner: None,
-        memory: None,
-    };
-    let stack = Stack::start(config, CancellationToken::new()).await.unwrap();
-    let client = DispatcherClient::connect(stack.grpc_url()).await.unwrap();
-    let registry = RegistryClient::connect(stack.grpc_url()).await.unwrap();
-    Harness { nats_url: nats.url(), _nats: nats, stack, client, registry }
+    let mut builder = Sandbox::builder().agents(0).heartbeat_ttl(ttl).no_agent_wait(no_agent_wait);
+    for agent in agents {
+        builder = builder.agent(agent);
+    }
+    let sandbox = builder.start().await;
+    let registry = sandbox.registry_client().await;
+    Harness { nats_url: sandbox.nats.url(), client: sandbox.client.clone(), registry, sandbox }
 }
 
 fn node(id: &str, task_type: &str, inputs: serde_json::Value, deps: &[&str]) -> TaskNode {
@@ -135,7 +120,7 @@ async fn equal_agents_share_300_tasks_evenly() {
         .collect::<Vec<_>>();
     assert!(!directed.is_empty());
     assert!(directed.iter().all(|d| d.score > 0.0 && d.reason.contains("availability")), "{:?}", directed[0]);
-    h.stack.stop().await;
+    h.sandbox.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -152,7 +137,7 @@ async fn share_follows_capacity() {
     let share = |id: &str| counts.get(id).copied().unwrap_or(0) as f64 / 170.0;
     assert!(share("small") < 0.15, "{counts:?}");
     assert!(share("big-1") > 0.35 && share("big-2") > 0.35, "{counts:?}");
-    h.stack.stop().await;
+    h.sandbox.stop().await;
 }
 
 /// `hermes agent` as a child process serving `time.sleep`, once it serves.
@@ -161,7 +146,7 @@ fn spawn_agent_process(nats_url: &str, id: &str, max_concurrency: u32) -> Hermes
 }
 
 fn spawn_agent_process_with(nats_url: &str, id: &str, max_concurrency: u32, extra: &[&str]) -> HermesAgent {
-    HermesAgent::builder(env!("CARGO_BIN_EXE_hermes"), nats_url, id)
+    HermesAgent::builder(hermes_bin(), nats_url, id)
         .args([
             "--tools",
             "time.sleep",
@@ -260,11 +245,11 @@ async fn a_killed_agent_goes_offline_and_its_tasks_finish_elsewhere() {
     let per_agent = h.nodes_per_agent(&goal).await;
     assert_eq!(per_agent.get("survivor"), Some(&8), "{per_agent:?}");
     // The dead agent's consumer, and the one used to drain it, are gone.
-    let tasks = h.stack.bus().jetstream().get_stream("HERMES_TASKS").await.unwrap();
-    let topology = h.stack.bus().topology().clone();
+    let tasks = h.sandbox.bus.jetstream().get_stream("HERMES_TASKS").await.unwrap();
+    let topology = h.sandbox.bus.topology().clone();
     assert!(tasks.consumer_info(topology.agent_consumer("doomed")).await.is_err());
     assert!(tasks.consumer_info(topology.reassign_consumer("doomed")).await.is_err());
-    h.stack.stop().await;
+    h.sandbox.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -319,7 +304,7 @@ async fn a_graceful_shutdown_drains_then_deregisters() {
     let agents =
         h.registry.list_agents(hermes_proto::ListAgentsRequest {}).await.unwrap().into_inner().agents;
     assert!(!agents.iter().any(|a| a.heartbeat.as_ref().is_some_and(|hb| hb.agent_id == "leaver")));
-    h.stack.stop().await;
+    h.sandbox.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -328,7 +313,7 @@ async fn a_restarted_registry_routes_at_once_from_kv() {
     let mut slow = agent("steady", 8, &["math.evaluate"]);
     slow.heartbeat_interval = Duration::from_secs(10);
     let mut h = start(vec![slow], Duration::from_secs(30), Duration::from_secs(5)).await;
-    h.stack.restart_registry().await;
+    h.sandbox.stack().restart_registry().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let plan = TaskPlan {
         nodes: vec![node("a", "math.evaluate", serde_json::json!({"expression": "1+1"}), &[])],
@@ -339,7 +324,7 @@ async fn a_restarted_registry_routes_at_once_from_kv() {
     assert!(completed(&events));
     let dispatches = dispatched_to(&events);
     assert_eq!(dispatches[0].2, "steady", "routed to the pool instead: {dispatches:?}");
-    h.stack.stop().await;
+    h.sandbox.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -379,7 +364,7 @@ async fn malformed_and_spoofed_heartbeats_do_not_register() {
         4,
         "the spoof overwrote the real agent"
     );
-    h.stack.stop().await;
+    h.sandbox.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -394,12 +379,12 @@ async fn a_task_type_nobody_serves_any_more_fails_with_no_capable_agent() {
         ..Default::default()
     };
     let goal = h.submit(plan).await;
-    h.stack.stop_agent("clock").await;
+    h.sandbox.stack().stop_agent("clock").await;
     let events = h.events(&goal, Duration::from_secs(15)).await;
     let Some(Kind::GoalFailed(failed)) = &events.last().unwrap().1.kind else { panic!("goal should fail") };
     let error = failed.error.clone().unwrap();
     assert_eq!(error.code, "NO_CAPABLE_AGENT");
     assert_eq!(error.node_id, "now");
     assert!(error.message.contains("`time.now`"), "{}", error.message);
-    h.stack.stop().await;
+    h.sandbox.stop().await;
 }
