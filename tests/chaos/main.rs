@@ -178,7 +178,12 @@ impl Cluster {
                     if ended {
                         if status != GoalStatus::Completed as i32 {
                             // What a lost goal died of, for the report.
-                            println!("goal {goal_id} ended {status}: {:?}", goal.error);
+                            let nodes: Vec<String> = goal
+                                .nodes
+                                .iter()
+                                .map(|n| format!("{}:{}#{}@{}", n.node_id, n.status, n.attempt, n.agent_id))
+                                .collect();
+                            println!("goal {goal_id} ended {status} (nodes {nodes:?}): {:?}", goal.error);
                         }
                         done.insert(goal_id.clone(), status);
                     }

@@ -759,6 +759,11 @@ async fn heartbeat_loop(
         }
     };
     let mut ticker = tokio::time::interval(config.heartbeat_interval);
+    // The KV mirror is written beside the heartbeat, never in its way: a put waits for
+    // JetStream's ack (seconds while a restarted server recovers its store), and heartbeats held
+    // up behind it made the registry declare a live agent offline, again and again. One mirror
+    // write at a time; a beat whose mirror is still being written is not mirrored.
+    let mut mirror: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         tokio::select! {
             biased;
@@ -768,11 +773,22 @@ async fn heartbeat_loop(
                 if let Err(e) = shared.bus.client().publish(subject.clone(), hb.clone().into()).await {
                     warn!(error = %e, "heartbeat publish failed");
                 }
-                if let Err(e) = shared.bus.agents().put(&config.agent_id, hb.into()).await {
-                    warn!(error = %e, "heartbeat mirror to kv failed");
+                if mirror.as_ref().is_none_or(|m| m.is_finished()) {
+                    let (bus, agent_id) = (shared.bus.clone(), config.agent_id.clone());
+                    mirror = Some(tokio::spawn(async move {
+                        if let Err(e) = bus.agents().put(&agent_id, hb.into()).await {
+                            warn!(error = %e, "heartbeat mirror to kv failed");
+                        }
+                    }));
                 }
             }
         }
+    }
+    // The last mirror write goes first, so it cannot land after the draining entry.
+    if let Some(mut mirror) = mirror
+        && tokio::time::timeout(Duration::from_secs(5), &mut mirror).await.is_err()
+    {
+        mirror.abort();
     }
     // Stop receiving new work at once, finish what is in flight, then leave.
     let draining = beat(true, false).encode_to_vec();
