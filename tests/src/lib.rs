@@ -227,6 +227,17 @@ impl Sandbox {
         hermes_proto::registry_client::RegistryClient::connect(url).await.expect("grpc connects")
     }
 
+    /// Kills the nats-server (`kill -9`, its store kept) and waits until the stack's connection
+    /// has noticed, which can take the client a moment.
+    pub async fn crash_nats(&mut self) {
+        self.nats.kill();
+        let noticed = std::time::Instant::now();
+        while self.bus.client().connection_state() == async_nats::connection::State::Connected {
+            assert!(noticed.elapsed() < Duration::from_secs(30), "the client never noticed the crash");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Stops every service (the nats-server and its store stay) and starts them afresh with the
     /// same settings, as a redeploy or a crash and restart of every pod would.
     pub async fn restart_services(mut self) -> Sandbox {

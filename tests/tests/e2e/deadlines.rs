@@ -29,38 +29,39 @@ async fn a_goal_past_its_deadline_fails_with_timeout() {
     t.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_lost_task_is_published_again_by_a_restarted_dispatcher() {
-    let t = Sandbox::start().await;
-    // What a dispatcher leaves behind when it dies after the CAS and before publishing: a node
-    // DISPATCHED with no task anywhere.
-    let plan = TaskPlan {
-        nodes: vec![node("add", "math.evaluate", json!({"expression": "40 + 2"}), &[])],
-        ..Default::default()
-    };
+/// A goal whose one node (`add`: 40 + 2) waits on attempt 1, a task nobody published: what a
+/// dispatcher leaves behind when it dies after the CAS and before publishing, or a server that
+/// lost the task.
+fn dispatched_but_never_published(goal_id: &str, node_timeout_ms: u64, goal_timeout_ms: u64) -> GoalState {
     let now = hermes_core::now_unix_ms();
-    let mut plan_node = plan.nodes[0].clone();
-    // Far enough that only a republish (not the deadline's retry, attempt 2) can finish the goal
-    // within the bound below, even on a loaded machine.
-    plan_node.timeout_ms = 30_000;
-    let state = GoalState {
-        goal_id: "goal-lost-task".into(),
+    let mut plan_node = node("add", "math.evaluate", json!({"expression": "40 + 2"}), &[]);
+    plan_node.timeout_ms = node_timeout_ms;
+    GoalState {
+        goal_id: goal_id.into(),
         status: GoalStatus::Running as i32,
-        plan: Some(TaskPlan { nodes: vec![plan_node], ..plan }),
+        plan: Some(TaskPlan { nodes: vec![plan_node], ..Default::default() }),
         nodes: vec![NodeState {
             node_id: "add".into(),
             status: NodeStatus::Dispatched as i32,
             attempt: 1,
-            task_id: "goal-lost-task.add.1".into(),
+            task_id: format!("{goal_id}.add.1"),
             dispatched_unix_ms: now,
             ..Default::default()
         }],
         created_unix_ms: now,
         updated_unix_ms: now,
-        deadline_unix_ms: now + 60_000,
+        deadline_unix_ms: now + goal_timeout_ms,
         spec: Some(GoalSpec::default()),
         ..Default::default()
-    };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_task_is_published_again_by_a_restarted_dispatcher() {
+    let t = Sandbox::start().await;
+    // The node timeout is far enough that only a republish (not the deadline's retry, attempt 2)
+    // can finish the goal within the bound below, even on a loaded machine.
+    let state = dispatched_but_never_published("goal-lost-task", 30_000, 60_000);
     t.bus.goals().put("goal-lost-task", state.encode_to_vec().into()).await.unwrap();
 
     // Every service restarts; the new dispatcher finds the goal in KV and publishes the attempt
@@ -118,38 +119,13 @@ async fn a_task_lost_by_a_crashed_server_is_published_again_after_the_reconnect(
     let mut t = Sandbox::start().await;
     // Let the start-up scan pass: it would publish the hand-made attempt below by itself.
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let now = hermes_core::now_unix_ms();
-    let mut plan_node = node("add", "math.evaluate", json!({"expression": "40 + 2"}), &[]);
-    // Far beyond the bound below: only a republish can finish the goal in time.
-    plan_node.timeout_ms = 60_000;
-    let state = GoalState {
-        goal_id: "goal-lost-at-the-server".into(),
-        status: GoalStatus::Running as i32,
-        plan: Some(TaskPlan { nodes: vec![plan_node], ..Default::default() }),
-        nodes: vec![NodeState {
-            node_id: "add".into(),
-            status: NodeStatus::Dispatched as i32,
-            attempt: 1,
-            task_id: "goal-lost-at-the-server.add.1".into(),
-            dispatched_unix_ms: now,
-            ..Default::default()
-        }],
-        created_unix_ms: now,
-        updated_unix_ms: now,
-        deadline_unix_ms: now + 120_000,
-        spec: Some(GoalSpec::default()),
-        ..Default::default()
-    };
+    // A node timeout far beyond the bound below: only a republish can finish the goal in time.
+    let state = dispatched_but_never_published("goal-lost-at-the-server", 60_000, 120_000);
     t.bus.goals().put("goal-lost-at-the-server", state.encode_to_vec().into()).await.unwrap();
     // Give the server time to write the goal to its store: it is the task that is lost here.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    t.nats.kill();
-    let noticed = Instant::now();
-    while t.bus.client().connection_state() == async_nats::connection::State::Connected {
-        assert!(noticed.elapsed() < Duration::from_secs(30), "the client never noticed the crash");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    t.crash_nats().await;
     t.nats.restart();
     let restarted = Instant::now();
     let events = loop {

@@ -11,10 +11,10 @@ use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::event::Kind;
 use hermes_proto::registry_client::RegistryClient;
 use hermes_proto::{
-    AgentChange, Event, GetGoalRequest, GoalSpec, SubmitGoalRequest, TaskNode, TaskPlan, WatchGoalRequest,
+    AgentChange, Event, GetGoalRequest, GoalSpec, SubmitGoalRequest, TaskPlan, WatchGoalRequest,
 };
 use hermes_test_util::process::HermesAgent;
-use hermes_tests::{Sandbox, hermes_bin, repo_root};
+use hermes_tests::{Sandbox, hermes_bin, node, repo_root};
 use tonic::transport::Channel;
 
 fn agent(id: &str, max_concurrency: u32, tools: &[&str]) -> AgentConfig {
@@ -41,16 +41,6 @@ async fn start(agents: Vec<AgentConfig>, ttl: Duration, no_agent_wait: Duration)
     let sandbox = builder.start().await;
     let registry = sandbox.registry_client().await;
     Harness { nats_url: sandbox.nats.url(), client: sandbox.client.clone(), registry, sandbox }
-}
-
-fn node(id: &str, task_type: &str, inputs: serde_json::Value, deps: &[&str]) -> TaskNode {
-    TaskNode {
-        id: id.into(),
-        task_type: task_type.into(),
-        inputs_json: inputs.to_string(),
-        depends_on: deps.iter().map(|d| d.to_string()).collect(),
-        ..Default::default()
-    }
 }
 
 fn sleeps(n: usize, ms: u64) -> TaskPlan {
