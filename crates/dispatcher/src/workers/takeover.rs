@@ -4,7 +4,8 @@
 //! work: it deletes the agent's consumer, drains the agent's subject with a consumer of its own
 //! and gives every task that is still the current attempt of its node a new attempt routed
 //! elsewhere ([`GoalService::reassign`]). The old attempt's result, should it ever arrive, is then
-//! stale and ignored. Safe on several dispatchers at once: the drain consumer is a work queue and
+//! stale and ignored. Only tasks sent before the takeover began are taken: an agent that comes
+//! back at once keeps what it was routed since. Safe on several dispatchers at once: the drain consumer is a work queue and
 //! every change is a CAS.
 //!
 //! A task whose type no live agent served when it was dispatched went to its pool, and the
@@ -73,11 +74,20 @@ pub(crate) async fn run(
 async fn take_over(service: &GoalService, agent_id: &str, reason: &str) -> Result<usize> {
     let bus = service.bus();
     let topology = bus.topology().clone();
-    let stream = bus
+    let mut stream = bus
         .jetstream()
         .get_stream(topology.tasks_stream())
         .await
         .map_err(|e| Error::JetStream { operation: "get stream", reason: e.to_string() })?;
+    // Only what was sent to the agent before now is taken over. An agent that flapped may be
+    // back already and be routed new work; draining that too gave each such task a new attempt
+    // routed back to the same agent, drained again, hundreds of times over.
+    let last_before = stream
+        .info()
+        .await
+        .map_err(|e| Error::JetStream { operation: "stream info", reason: e.to_string() })?
+        .state
+        .last_sequence;
     // The agent's own consumer must go first: work-queue consumers may not overlap.
     let _ = stream.delete_consumer(&topology.agent_consumer(agent_id)).await;
     let consumer = bus
@@ -101,7 +111,14 @@ async fn take_over(service: &GoalService, agent_id: &str, reason: &str) -> Resul
             .await
             .map_err(|e| Error::JetStream { operation: "fetch", reason: e.to_string() })?;
         let mut seen = 0;
+        let mut caught_up = false;
         while let Some(Ok(msg)) = batch.next().await {
+            if msg.info().is_ok_and(|info| info.stream_sequence > last_before) {
+                // Sent after the takeover began: left unacked, it goes back to the stream when the
+                // drain consumer is deleted, for the agent's own consumer.
+                caught_up = true;
+                break;
+            }
             seen += 1;
             let Some(delivery) = bus.decode_or_dead_letter::<TaskMessage>("task", msg).await else {
                 continue;
@@ -112,7 +129,7 @@ async fn take_over(service: &GoalService, agent_id: &str, reason: &str) -> Resul
             }
             delivery.settle(bus, "task", Handled::Done).await;
         }
-        if seen == 0 {
+        if seen == 0 || caught_up {
             break;
         }
     }
