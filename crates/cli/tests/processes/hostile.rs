@@ -570,14 +570,30 @@ async fn a_task_that_crashes_its_agent_lands_in_the_dlq_after_two_deaths() {
     let agents = agents_config(dir.path(), &ws, 1);
     let data = dir.path().join("data");
     let mut up = start_up(Some(&nats.url()), &data, &agents);
-    let spec = GoalSpec { plan: Some(one_node("test.abort", json!({}))), ..Default::default() };
-    let goal_id = client(&up.grpc)
-        .await
-        .submit_goal(SubmitGoalRequest { spec: Some(spec) })
-        .await
-        .unwrap()
-        .into_inner()
-        .goal_id;
+    let spec = GoalSpec {
+        plan: Some(one_node("test.abort", json!({}))),
+        idempotency_key: "crashes-its-agent".into(),
+        ..Default::default()
+    };
+    // `hermes up` serves gRPC from the process the task aborts, so the abort can cut the submit's
+    // answer off. A careful client retries with its idempotency key and gets the same goal.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let goal_id = loop {
+        let submitted = match DispatcherClient::connect(format!("http://{}", up.grpc)).await {
+            Ok(mut c) => c.submit_goal(SubmitGoalRequest { spec: Some(spec.clone()) }).await,
+            Err(e) => Err(tonic::Status::unavailable(e.to_string())),
+        };
+        match submitted {
+            Ok(response) => break response.into_inner().goal_id,
+            Err(e)
+                if Instant::now() < deadline
+                    && matches!(e.code(), tonic::Code::Unknown | tonic::Code::Unavailable) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the submit failed: {e}"),
+        }
+    };
     // The worker process aborts; its supervisor starts a new one, which counts the crash.
     let deadline = Instant::now() + Duration::from_secs(120);
     let failed = loop {
