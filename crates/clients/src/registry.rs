@@ -41,6 +41,27 @@ impl CatalogSnapshot {
         &self.entries
     }
 
+    /// A snapshot of `entries` as a registry would send them, for checking plans offline
+    /// (tests, the planning benchmark).
+    pub fn from_entries(entries: Vec<CatalogEntry>) -> Self {
+        Self::build(entries, &Self::default())
+    }
+
+    /// Compiles the schemas of `entries`, reusing those of `previous` that did not change:
+    /// compiling is the costly part.
+    fn build(entries: Vec<CatalogEntry>, previous: &CatalogSnapshot) -> Self {
+        let mut next = CatalogSnapshot { entries: Arc::new(entries.clone()), ..Default::default() };
+        for entry in entries {
+            let raw = entry.tool.map(|t| t.params_schema_json).unwrap_or_default();
+            let compiled = match previous.schemas.get(&entry.task_type) {
+                Some((old_raw, old)) if *old_raw == raw => old.clone(),
+                _ => compile(&raw),
+            };
+            next.schemas.insert(entry.task_type, (raw, compiled));
+        }
+        next
+    }
+
     /// The JSON Schema of a task type's inputs, as JSON.
     pub fn schema_json(&self, task_type: &str) -> Option<serde_json::Value> {
         self.schemas.get(task_type).and_then(|(raw, _)| serde_json::from_str(raw).ok())
@@ -84,16 +105,7 @@ impl Catalog {
             return Ok(cached.1.clone());
         }
         let reply = self.fetch().await?;
-        let mut next = CatalogSnapshot { entries: Arc::new(reply.entries.clone()), ..Default::default() };
-        for entry in reply.entries {
-            let raw = entry.tool.map(|t| t.params_schema_json).unwrap_or_default();
-            // Reuse the compiled schema when it did not change; compiling is the costly part.
-            let compiled = match cached.1.schemas.get(&entry.task_type) {
-                Some((old_raw, old)) if *old_raw == raw => old.clone(),
-                _ => compile(&raw),
-            };
-            next.schemas.insert(entry.task_type, (raw, compiled));
-        }
+        let next = CatalogSnapshot::build(reply.entries, &cached.1);
         *cached = (Some(Instant::now()), next.clone());
         Ok(next)
     }

@@ -223,6 +223,7 @@ impl GoalService {
                             .into_iter()
                             .map(|node_ids| ParallelGroup { node_ids })
                             .collect(),
+                        repairs: Vec::new(),
                     })),
                     seq: 0,
                     session_id: String::new(),
@@ -439,6 +440,7 @@ impl GoalService {
                             request_id,
                             valid.plan.clone(),
                             valid.groups.clone(),
+                            result.repairs.clone(),
                             limits,
                             now,
                             effects,
@@ -451,6 +453,7 @@ impl GoalService {
                             request_id,
                             valid.plan.clone(),
                             reasoning,
+                            result.repairs.clone(),
                             limits,
                             now,
                             effects,

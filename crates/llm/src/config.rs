@@ -13,11 +13,15 @@ use crate::{ChatModel, LlmError, OpenAiChat, OpenAiConfig};
 #[serde(default, deny_unknown_fields)]
 pub struct LlmSettings {
     /// `openai` (any OpenAI-compatible endpoint, needs `base_url`) or `local` (the embedded
-    /// SmolLM2 model; needs a build with the `local` feature and `make models`). Unset: `openai`
-    /// when a base URL is given, else no LLM.
+    /// model: SmolLM2 from `make models`, or a Qwen2.5 Instruct GGUF; needs a build with the
+    /// `local` feature). Unset: `openai` when a base URL is given, else no LLM.
     pub provider: Option<String>,
     /// The local model's GGUF file.
     pub local_model: PathBuf,
+    /// The local model's family: `auto` (from the GGUF's architecture), `llama` (SmolLM2) or
+    /// `qwen2` (Qwen2.5 Instruct, e.g. Qwen2.5-Coder-0.5B/1.5B-Instruct). A family other than
+    /// `auto` must match the file.
+    pub local_family: String,
     /// OpenAI-compatible base URL, e.g. http://localhost:11434/v1 for Ollama. Unset: no LLM.
     pub base_url: Option<String>,
     /// Default model name.
@@ -52,6 +56,7 @@ impl Default for LlmSettings {
         LlmSettings {
             provider: None,
             local_model: ".tools/models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+            local_family: "auto".to_owned(),
             base_url: None,
             model: None,
             planner_model: None,
@@ -82,6 +87,7 @@ pub fn describe(key: &str) -> Option<&'static str> {
     Some(match key.strip_prefix("llm.")? {
         "provider" => "`openai` (an OpenAI-compatible endpoint) or `local` (the embedded model).",
         "local_model" => "The local model's GGUF file.",
+        "local_family" => "Local model family: auto (from the GGUF), llama (SmolLM2) or qwen2 (Qwen2.5).",
         "base_url" => "OpenAI-compatible base URL; unset: no LLM.",
         "model" => "Default model name.",
         "planner_model" => "Model for planning; defaults to llm.model.",
@@ -140,8 +146,9 @@ impl LlmSettings {
         if let Some(model) = LOADED.get() {
             return Ok(model.clone());
         }
-        let model: Arc<dyn ChatModel> =
-            Arc::new(crate::local::LocalChat::load(&crate::local::LocalConfig::new(&self.local_model))?);
+        let mut config = crate::local::LocalConfig::new(&self.local_model);
+        config.family = self.local_family.parse()?;
+        let model: Arc<dyn ChatModel> = Arc::new(crate::local::LocalChat::load(&config)?);
         Ok(LOADED.get_or_init(|| model).clone())
     }
 

@@ -1,26 +1,59 @@
-//! JSON repair for model output. It fixes, outside string literals only: a code fence or prose
-//! around one JSON value, full-width punctuation (`，：“”｛｝［］`), `//` and `/* */` comments,
-//! single-quoted strings, unquoted keys, trailing commas, thousands separators in object values
-//! (`"total": 1,234.5`), and missing closing brackets after a complete value.
+//! JSON repair for model output. One rule: syntax may be fixed, content is never invented or
+//! dropped. It fixes, outside string literals only: a code fence or prose around the JSON,
+//! reasoning blocks (`<think>…</think>`, `<reasoning>…</reasoning>`), full-width punctuation
+//! (`，：“”｛｝［］`), `//` and `/* */` comments, single-quoted strings, unquoted keys, trailing
+//! commas, thousands separators in object values (`"total": 1,234.5`), identical duplicate keys
+//! (folded into one), and, where the caller looks for a shape a bare string cannot have, a value
+//! sent as one JSON-encoded string.
 //!
-//! A repair must never change meaning, so anything ambiguous is rejected rather than guessed:
-//! two JSON values in one answer, text truncated inside a string or a number, separators in an
-//! array (`[1,234]` is two numbers), Python literals, and anything else that still does not parse.
+//! Anything that could change meaning is refused rather than guessed, with a [`RepairError`] the
+//! caller can send back to the model:
+//! - an answer cut off ([`RepairError::Truncated`]): structures left open at the end, text ending
+//!   inside a string or a number. Closing them would drop whatever the model had still to say;
+//! - a key given twice with different values ([`RepairError::DuplicateKey`]);
+//! - two different wanted values in one answer ([`RepairError::Ambiguous`]);
+//! - separators in an array (`[1,234]` is two numbers), Python literals, anything else that still
+//!   does not parse ([`RepairError::Unrepairable`]).
 
-use serde_json::Value;
+use std::cell::Cell;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
 
 /// One kind of fix applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fix {
     CodeFence,
     SurroundingProse,
+    ReasoningBlock,
     FullWidthPunctuation,
     Comments,
     SingleQuotes,
     UnquotedKeys,
     TrailingCommas,
     ThousandsSeparators,
-    ClosedBrackets,
+    DuplicateKeysFolded,
+    DoubleEncoded,
+}
+
+impl Fix {
+    /// A short name for events and logs: `code_fence`, `trailing_commas`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            Fix::CodeFence => "code_fence",
+            Fix::SurroundingProse => "surrounding_prose",
+            Fix::ReasoningBlock => "reasoning_block",
+            Fix::FullWidthPunctuation => "full_width_punctuation",
+            Fix::Comments => "comments",
+            Fix::SingleQuotes => "single_quotes",
+            Fix::UnquotedKeys => "unquoted_keys",
+            Fix::TrailingCommas => "trailing_commas",
+            Fix::ThousandsSeparators => "thousands_separators",
+            Fix::DuplicateKeysFolded => "duplicate_keys_folded",
+            Fix::DoubleEncoded => "double_encoded",
+        }
+    }
 }
 
 /// A value recovered from model output, with what had to be fixed.
@@ -35,59 +68,253 @@ pub struct Repaired {
 pub enum RepairError {
     #[error("the answer contains no JSON")]
     NoJson,
+    #[error("the answer was cut off before the JSON was complete ({0})")]
+    Truncated(String),
+    #[error("duplicate key `{0}` with different values")]
+    DuplicateKey(String),
     #[error("the answer is ambiguous: {0}")]
     Ambiguous(String),
     #[error("the answer is not valid JSON and cannot be repaired safely: {0}")]
     Unrepairable(String),
 }
 
-/// Parses `text` as JSON, repairing it when that is safe.
+/// Parses `text` as JSON, repairing it when that is safe. Two different JSON values in one text
+/// are ambiguous.
 pub fn repair_json(text: &str) -> Result<Repaired, RepairError> {
-    let trimmed = text.trim().trim_start_matches('\u{feff}');
-    if let Ok(value) = serde_json::from_str::<Value>(trimmed) {
-        return Ok(Repaired { value, fixes: Vec::new() });
-    }
+    repair_json_where(text, |_| true)
+}
+
+/// Finds the one value in `text` that `wanted` accepts, repairing syntax when that is safe.
+///
+/// Prose may hold other JSON-looking text (`{name}`, a small example object): values `wanted`
+/// refuses, and candidates that do not parse, are ignored beside a wanted one. Copies of one
+/// value count once; two different wanted values are [`RepairError::Ambiguous`]. An answer whose
+/// end leaves a structure open is [`RepairError::Truncated`] even beside a complete value: what
+/// was cut off may have been the real answer. When the whole text is one JSON string that
+/// `wanted` refuses and whose content is JSON, that content is read instead
+/// ([`Fix::DoubleEncoded`]). [`RepairError::NoJson`] when nothing wanted is found.
+pub fn repair_json_where(text: &str, wanted: impl Fn(&Value) -> bool) -> Result<Repaired, RepairError> {
     let mut fixes = Vec::new();
-    let candidate = extract(trimmed, &mut fixes)?;
-    let normalized = normalize(&candidate, &mut fixes)?;
-    match serde_json::from_str::<Value>(&normalized) {
-        Ok(value) => {
+    let text = strip_reasoning(text.trim_start_matches('\u{feff}'), &mut fixes);
+    let trimmed = text.trim().trim_start_matches('\u{feff}');
+    if let Ok((value, folded)) = parse_checked(trimmed) {
+        if folded {
+            fixes.push(Fix::DuplicateKeysFolded);
+        }
+        if let Value::String(inner) = &value
+            && !wanted(&value)
+            && inner.trim_start().starts_with(is_open)
+        {
+            let mut repaired = repair_json_where(inner, wanted)?;
+            fixes.push(Fix::DoubleEncoded);
+            fixes.append(&mut repaired.fixes);
             fixes.dedup();
+            return Ok(Repaired { value: repaired.value, fixes });
+        }
+        return Ok(Repaired { value, fixes });
+    }
+    let (candidates, from_fence) = candidates(trimmed)?;
+    let mut found: Vec<(Value, Vec<Fix>)> = Vec::new();
+    let mut failed: Option<(usize, RepairError)> = None;
+    for candidate in &candidates {
+        let mut own = Vec::new();
+        let parsed = normalize(&candidate.text, &mut own).and_then(|n| {
+            parse_checked(&n).map_err(|e| match e {
+                e @ RepairError::DuplicateKey(_) => e,
+                e => RepairError::Unrepairable(e.to_string()),
+            })
+        });
+        match parsed {
+            Ok((value, folded)) if wanted(&value) => {
+                if folded {
+                    own.push(Fix::DuplicateKeysFolded);
+                }
+                if !found.iter().any(|(v, _)| *v == value) {
+                    found.push((value, own));
+                }
+            }
+            Ok(_) => {}
+            // Braces in prose (`{name}`, `[1]`) are no attempt at JSON; a key or a string is.
+            Err(_) if !candidate.text.contains([':', '"', '：', '“']) && !candidate.open_at_end => {}
+            Err(e) => {
+                if candidate.open_at_end {
+                    return Err(match e {
+                        e @ RepairError::Truncated(_) => e,
+                        _ => RepairError::Truncated("the answer ends inside a JSON value".into()),
+                    });
+                }
+                if failed.as_ref().is_none_or(|(len, _)| candidate.text.len() > *len) {
+                    failed = Some((candidate.text.len(), e));
+                }
+            }
+        }
+    }
+    match found.len() {
+        1 => {
+            let (value, mut own) = found.pop().expect("one value");
+            fixes.push(if from_fence { Fix::CodeFence } else { Fix::SurroundingProse });
+            fixes.append(&mut own);
+            dedup_fixes(&mut fixes);
             Ok(Repaired { value, fixes })
         }
-        Err(e) => Err(RepairError::Unrepairable(e.to_string())),
+        0 => Err(failed.map(|(_, e)| e).unwrap_or(RepairError::NoJson)),
+        n => Err(RepairError::Ambiguous(format!("{n} different JSON values"))),
     }
 }
 
-/// Takes the one JSON-looking value out of fences or prose.
-fn extract(text: &str, fixes: &mut Vec<Fix>) -> Result<String, RepairError> {
-    let fences = fenced_blocks(text);
-    let fences: Vec<&str> = fences.into_iter().filter(|b| b.trim_start().starts_with(is_open)).collect();
-    match fences.as_slice() {
-        [one] => {
-            fixes.push(Fix::CodeFence);
-            return Ok(one.trim().to_owned());
+fn dedup_fixes(fixes: &mut Vec<Fix>) {
+    let mut seen = std::collections::HashSet::new();
+    fixes.retain(|f| seen.insert(*f));
+}
+
+/// Removes `<think>…</think>` and `<reasoning>…</reasoning>` blocks, a reasoning preamble that
+/// ends in a lone `</think>` (templates that open the block in the prompt), and everything after
+/// an unclosed opening tag (the model never finished thinking).
+fn strip_reasoning(text: &str, fixes: &mut Vec<Fix>) -> String {
+    let mut out = text.to_owned();
+    for (open, close) in [("<think>", "</think>"), ("<reasoning>", "</reasoning>")] {
+        if let Some(end) = out.find(close)
+            && out[..end].find(open).is_none()
+        {
+            out = out[end + close.len()..].to_owned();
+            fixes.push(Fix::ReasoningBlock);
         }
-        [] => {}
-        _ => return Err(RepairError::Ambiguous(format!("{} code blocks hold JSON", fences.len()))),
-    }
-    let Some(start) = text.find(is_open) else {
-        return Err(RepairError::NoJson);
-    };
-    let end = span_end(&text[start..]).map(|e| start + e);
-    let candidate = match end {
-        Some(end) => {
-            if text[end..].contains(is_open) && text[end..].contains(is_close) {
-                return Err(RepairError::Ambiguous("more than one JSON value".into()));
+        while let Some(start) = out.find(open) {
+            fixes.push(Fix::ReasoningBlock);
+            match out[start..].find(close) {
+                Some(len) => out.replace_range(start..start + len + close.len(), ""),
+                None => out.truncate(start),
             }
-            &text[start..end]
         }
-        None => &text[start..],
-    };
-    if start > 0 || end.is_some_and(|e| !text[e..].trim().is_empty()) {
-        fixes.push(Fix::SurroundingProse);
     }
-    Ok(candidate.to_owned())
+    out
+}
+
+/// One piece of the answer that may be the JSON value.
+struct Candidate {
+    text: String,
+    /// It runs to the end of the answer without closing.
+    open_at_end: bool,
+}
+
+/// The JSON-looking pieces of `text`: the bodies of ``` fences that hold JSON when there are
+/// any, else every bracketed span in the prose. Also says whether they came from fences.
+fn candidates(text: &str) -> Result<(Vec<Candidate>, bool), RepairError> {
+    let fences: Vec<Candidate> = fenced_blocks(text)
+        .into_iter()
+        .filter(|(b, _)| b.trim_start().starts_with(is_open))
+        .map(|(body, closed)| Candidate {
+            open_at_end: !closed && span_end(body.trim()).is_none(),
+            text: body.trim().to_owned(),
+        })
+        .collect();
+    if !fences.is_empty() {
+        return Ok((fences, true));
+    }
+    let mut spans = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(is_open) {
+        let tail = &rest[start..];
+        match span_end(tail) {
+            Some(end) => {
+                spans.push(Candidate { text: tail[..end].to_owned(), open_at_end: false });
+                rest = &tail[end..];
+            }
+            None => {
+                spans.push(Candidate { text: tail.to_owned(), open_at_end: true });
+                break;
+            }
+        }
+    }
+    if spans.is_empty() {
+        return Err(RepairError::NoJson);
+    }
+    Ok((spans, false))
+}
+
+/// Parses strict JSON like `serde_json::from_str::<Value>`, but refuses a key given twice with
+/// different values; identical repeats are folded, and the flag says so.
+fn parse_checked(text: &str) -> Result<(Value, bool), RepairError> {
+    let folded = Cell::new(false);
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = CheckedValue(&folded).deserialize(&mut de).map_err(|e| duplicate_or(e.to_string()))?;
+    de.end().map_err(|e| RepairError::Unrepairable(e.to_string()))?;
+    Ok((value, folded.get()))
+}
+
+const DUPLICATE_MARK: &str = "\u{0}duplicate key\u{0}";
+
+fn duplicate_or(message: String) -> RepairError {
+    match message.split(DUPLICATE_MARK).nth(1) {
+        Some(key) => RepairError::DuplicateKey(key.to_owned()),
+        None => RepairError::Unrepairable(message),
+    }
+}
+
+/// A `Value` seed that watches for duplicate keys.
+#[derive(Clone, Copy)]
+struct CheckedValue<'a>(&'a Cell<bool>);
+
+impl<'de> DeserializeSeed<'de> for CheckedValue<'_> {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for CheckedValue<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(self)?;
+            match out.get(&key) {
+                Some(old) if *old == value => self.0.set(true),
+                Some(_) => {
+                    return Err(serde::de::Error::custom(format!("{DUPLICATE_MARK}{key}{DUPLICATE_MARK}")));
+                }
+                None => {
+                    out.insert(key, value);
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 fn is_open(c: char) -> bool {
@@ -98,8 +325,8 @@ fn is_close(c: char) -> bool {
     matches!(c, '}' | ']' | '｝' | '］')
 }
 
-/// The contents of ``` fenced blocks.
-fn fenced_blocks(text: &str) -> Vec<&str> {
+/// The contents of ``` fenced blocks, each with whether its closing fence came.
+fn fenced_blocks(text: &str) -> Vec<(&str, bool)> {
     let mut blocks = Vec::new();
     let mut rest = text;
     while let Some(open) = rest.find("```") {
@@ -108,12 +335,12 @@ fn fenced_blocks(text: &str) -> Vec<&str> {
         let body = &after[body_start..];
         match body.find("```") {
             Some(close) => {
-                blocks.push(&body[..close]);
+                blocks.push((&body[..close], true));
                 rest = &body[close + 3..];
             }
             None => {
-                // An unclosed fence: the model was cut off; take what there is.
-                blocks.push(body);
+                // No closing fence: the JSON inside may still be complete.
+                blocks.push((body, false));
                 break;
             }
         }
@@ -186,7 +413,7 @@ fn normalize(text: &str, fixes: &mut Vec<Fix>) -> Result<String, RepairError> {
                     _ => &['”', '“'],
                 };
                 i = copy_string(&chars, i + 1, close, &mut out)
-                    .ok_or_else(|| unrepairable("truncated inside a string"))?;
+                    .ok_or_else(|| RepairError::Truncated("the text ends inside a string".into()))?;
                 last = 'v';
             }
             '/' if chars.get(i + 1) == Some(&'/') => {
@@ -276,16 +503,7 @@ fn normalize(text: &str, fixes: &mut Vec<Fix>) -> Result<String, RepairError> {
         }
     }
     if !stack.is_empty() {
-        // Closing brackets are added only after a complete value: a text cut off after `:` or
-        // `,`, or inside a number (which may have had more digits), is rejected.
-        let ends_complete = matches!(out.trim_end().chars().last(), Some('"' | '}' | ']' | 'e' | 'l'));
-        if last != 'v' || !ends_complete {
-            return Err(unrepairable("truncated before a value was complete"));
-        }
-        fixes.push(Fix::ClosedBrackets);
-        while let Some(frame) = stack.pop() {
-            out.push(if frame == Frame::Object { '}' } else { ']' });
-        }
+        return Err(RepairError::Truncated(format!("{} bracket(s) left open", stack.len())));
     }
     Ok(out)
 }
@@ -403,7 +621,6 @@ mod tests {
             json!({"名称": "销售", "数量": 3})
         );
         assert_eq!(ok(r#"{"total": 1,234,567.5, "n": 2}"#), json!({"total": 1234567.5, "n": 2}));
-        assert_eq!(ok(r#"{"a": {"b": "c"}"#), json!({"a": {"b": "c"}}));
     }
 
     #[test]
@@ -414,6 +631,7 @@ mod tests {
             r#"{"a": 12"#,
             r#"{"a": "unterminated"#,
             r#"{"a": 1,"#,
+            r#"{"a": {"b": "c"}"#,
             "{\"a\": True}",
             r#"[1,234]"#,
         ] {
@@ -431,5 +649,75 @@ mod tests {
     fn quotes_inside_strings_are_kept() {
         assert_eq!(ok(r#"{"text": "他说“你好”", }"#), json!({"text": "他说“你好”"}));
         assert_eq!(ok(r#"{'q': 'say "hi"'}"#), json!({"q": "say \"hi\""}));
+    }
+
+    #[test]
+    fn a_cut_off_answer_is_truncated_never_closed() {
+        for cut in
+            [r#"{"a": {"b": "c"}"#, r#"{"nodes": [{"id": "a"}, "#, r#"{"a": "x"#, "```json\n{\"a\": [1"]
+        {
+            assert!(
+                matches!(repair_json(cut), Err(RepairError::Truncated(_))),
+                "{cut:?}: {:?}",
+                repair_json(cut)
+            );
+        }
+        // A complete value inside a fence that never closed is not cut off.
+        assert_eq!(ok("```json\n{\"a\": 1}\n"), json!({"a": 1}));
+        // A complete value followed by a cut-off one: the cut part may have been the answer.
+        let two = r#"{"a": 1} Correction: {"a": 2, "b": "#;
+        assert!(matches!(repair_json(two), Err(RepairError::Truncated(_))), "{:?}", repair_json(two));
+    }
+
+    #[test]
+    fn duplicate_keys_fold_when_equal_and_are_refused_when_not() {
+        let same = repair_json(r#"{"op": "sum", "op": "sum", "n": 1}"#).unwrap();
+        assert_eq!(same.value, json!({"op": "sum", "n": 1}));
+        assert_eq!(same.fixes, vec![Fix::DuplicateKeysFolded]);
+        assert_eq!(
+            repair_json(r#"{"x": {"op": "sum", "op": "mean"}}"#),
+            Err(RepairError::DuplicateKey("op".into()))
+        );
+        assert_eq!(repair_json("{op: 'sum', op: 'max',}"), Err(RepairError::DuplicateKey("op".into())));
+    }
+
+    #[test]
+    fn the_one_wanted_value_is_found_amid_prose_and_reasoning() {
+        let plan = |v: &Value| v.get("nodes").is_some();
+        let text = "<think>I need {x} and maybe {\"nodes\": 0}?</think>Use {name} like {\"k\": 1}. Plan: {\"nodes\": []} (braces: {}).";
+        let r = repair_json_where(text, plan).unwrap();
+        assert_eq!(r.value, json!({"nodes": []}));
+        assert!(
+            r.fixes.contains(&Fix::ReasoningBlock) && r.fixes.contains(&Fix::SurroundingProse),
+            "{:?}",
+            r.fixes
+        );
+        let twice = r#"{"nodes": [1]} again: {"nodes": [1]}"#;
+        assert_eq!(repair_json_where(twice, plan).unwrap().value, json!({"nodes": [1]}));
+        let two = r#"{"nodes": [1]} or {"nodes": [2]}"#;
+        assert!(matches!(repair_json_where(two, plan), Err(RepairError::Ambiguous(_))));
+        assert_eq!(
+            repair_json_where(r#"{"k": 1}"#, plan).unwrap().value,
+            json!({"k": 1}),
+            "a whole-text value is the caller's to judge"
+        );
+        assert_eq!(
+            repair_json_where("just {words}", plan).unwrap_err(),
+            RepairError::Unrepairable("bare word `words`".into())
+        );
+        assert_eq!(
+            repair_json_where("<think>{\"nodes\": []}", plan).unwrap_err(),
+            RepairError::NoJson,
+            "unfinished thinking holds no answer"
+        );
+    }
+
+    #[test]
+    fn a_double_encoded_value_is_decoded_only_when_the_string_is_not_wanted() {
+        let encoded = serde_json::to_string(&json!({"nodes": []}).to_string()).unwrap();
+        let r = repair_json_where(&encoded, |v| v.is_object()).unwrap();
+        assert_eq!(r.value, json!({"nodes": []}));
+        assert_eq!(r.fixes, vec![Fix::DoubleEncoded]);
+        assert_eq!(repair_json(&encoded).unwrap().value, Value::String(json!({"nodes": []}).to_string()));
     }
 }

@@ -10,23 +10,21 @@
 //! the planner merges it into the current plan (completed and unaffected nodes are kept as they
 //! are) and validates the whole.
 
+pub mod answer;
 pub mod prompt;
 pub mod service;
 
-use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hermes_clients::registry::{Catalog, CatalogSnapshot};
+use answer::Answer;
+use hermes_clients::registry::Catalog;
 use hermes_core::bus::{ConsumerSpec, Handled};
 use hermes_core::error::wire_error;
-use hermes_core::plan::validate_plan;
 use hermes_core::{Bus, Delivery, ErrorCode};
-use hermes_llm::repair::repair_json;
 use hermes_llm::{ChatModel, ChatRequest, LlmError, Message, Usage};
 use hermes_proto::plan_result::Outcome;
-use hermes_proto::{PlanRequest, PlanResult, TaskNode, TaskPlan, TokenUsage};
-use serde_json::Value;
+use hermes_proto::{PlanRequest, PlanResult, TokenUsage};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, warn};
 
@@ -76,12 +74,6 @@ pub struct Planner {
     config: PlannerConfig,
     catalog: Catalog,
     memory: hermes_clients::memory::MemoryClient,
-}
-
-/// What one model answer turned out to be.
-enum Answer {
-    Plan(TaskPlan),
-    NeedsInput(String),
 }
 
 impl Planner {
@@ -148,27 +140,31 @@ impl Planner {
                 }
             };
             usage += response.usage;
-            let content = response
-                .content
-                .clone()
-                .or_else(|| response.tool_calls.first().map(|c| c.arguments.clone()))
-                .unwrap_or_default();
-            match self.check(request, &snapshot, &content) {
-                Ok(Answer::NeedsInput(why)) => {
-                    result.outcome = Some(Outcome::NeedsInput(why));
-                    break;
-                }
-                Ok(Answer::Plan(plan)) => {
-                    result.outcome = Some(Outcome::Plan(plan));
+            match answer::read_answer(&response, &snapshot, self.config.max_nodes, request.replan.as_ref()) {
+                Ok(reading) => {
+                    if !reading.repairs.is_empty() {
+                        info!(goal_id = %request.goal_id, repairs = ?reading.repairs, "plan answer repaired");
+                    }
+                    result.repairs = reading.repairs;
+                    result.outcome = Some(match reading.answer {
+                        Answer::NeedsInput(why) => Outcome::NeedsInput(why),
+                        Answer::Plan(plan) => Outcome::Plan(plan),
+                    });
                     break;
                 }
                 Err(found) => {
                     problems = found;
                     result.corrections = attempt;
                     warn!(goal_id = %request.goal_id, attempt, problems = ?problems, "plan rejected; asking for a correction");
-                    messages.push(Message::assistant(content));
+                    let said = response
+                        .content
+                        .clone()
+                        .filter(|c| !c.trim().is_empty())
+                        .or_else(|| response.tool_calls.first().map(|c| c.arguments.clone()))
+                        .unwrap_or_default();
+                    messages.push(Message::assistant(said));
                     messages.push(Message::user(format!(
-                        "Your plan was rejected:\n{}\nCorrect it and answer with the JSON object only.",
+                        "Your answer was rejected:\n{}\nCorrect it and answer with the JSON object only.",
                         problems.iter().map(|p| format!("- {p}")).collect::<Vec<_>>().join("\n")
                     )));
                 }
@@ -189,118 +185,6 @@ impl Planner {
             Some(TokenUsage { input_tokens: usage.input_tokens, output_tokens: usage.output_tokens });
         Ok(result)
     }
-
-    /// Reads and validates one answer; the problems go back to the model.
-    fn check(
-        &self,
-        request: &PlanRequest,
-        snapshot: &CatalogSnapshot,
-        content: &str,
-    ) -> Result<Answer, Vec<String>> {
-        let value =
-            repair_json(content).map_err(|e| vec![format!("the answer is not valid JSON ({e})")])?.value;
-        if let Some(why) = value.get("needs_input").and_then(Value::as_str).filter(|w| !w.trim().is_empty()) {
-            return Ok(Answer::NeedsInput(why.to_owned()));
-        }
-        let mut plan = parse_plan(&value, snapshot)?;
-        if let Some(replan) = &request.replan {
-            plan =
-                merge_replan(replan.current_plan.clone().unwrap_or_default(), &replan.failed_node_id, plan)?;
-        }
-        validate_plan(&plan, snapshot, self.config.max_nodes).map_err(|e| match e {
-            hermes_core::Error::PlanInvalid { problems } => problems,
-            other => vec![other.to_string()],
-        })?;
-        Ok(Answer::Plan(plan))
-    }
-}
-
-/// Reads the model's plan object into a `TaskPlan`, renaming near-miss parameter names.
-fn parse_plan(value: &Value, snapshot: &CatalogSnapshot) -> Result<TaskPlan, Vec<String>> {
-    let nodes = value
-        .get("nodes")
-        .and_then(Value::as_array)
-        .ok_or_else(|| vec!["`nodes` must be an array of nodes".to_owned()])?;
-    let mut problems = Vec::new();
-    let mut plan_nodes = Vec::with_capacity(nodes.len());
-    for (i, node) in nodes.iter().enumerate() {
-        let text = |field: &str| node.get(field).and_then(Value::as_str).map(str::to_owned);
-        let (Some(id), Some(task_type)) = (text("id"), text("task_type")) else {
-            problems.push(format!("node {i}: `id` and `task_type` must be strings"));
-            continue;
-        };
-        let mut inputs = match node.get("inputs") {
-            Some(Value::Object(map)) => map.clone(),
-            None | Some(Value::Null) => Default::default(),
-            Some(_) => {
-                problems.push(format!("node `{id}`: `inputs` must be an object"));
-                continue;
-            }
-        };
-        if let Some(schema) = snapshot.schema_json(&task_type) {
-            hermes_llm::params::apply_aliases(&mut inputs, &schema, &HashMap::new());
-        }
-        let depends_on = node
-            .get("depends_on")
-            .and_then(Value::as_array)
-            .map(|d| d.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-            .unwrap_or_default();
-        plan_nodes.push(TaskNode {
-            id,
-            task_type,
-            inputs_json: Value::Object(inputs).to_string(),
-            depends_on,
-            ..Default::default()
-        });
-    }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    Ok(TaskPlan {
-        nodes: plan_nodes,
-        reasoning: value.get("reasoning").and_then(Value::as_str).unwrap_or_default().to_owned(),
-        output_node: value.get("output_node").and_then(Value::as_str).unwrap_or_default().to_owned(),
-    })
-}
-
-/// The current plan without the failed node and everything that depends on it, plus the patch.
-/// The patch must replace the failed node under its id and may not touch any other kept node.
-fn merge_replan(current: TaskPlan, failed: &str, patch: TaskPlan) -> Result<TaskPlan, Vec<String>> {
-    let mut affected: BTreeSet<String> = BTreeSet::from([failed.to_owned()]);
-    loop {
-        let before = affected.len();
-        for node in &current.nodes {
-            if node.depends_on.iter().any(|d| affected.contains(d))
-                || hermes_core::json_ref::collect_refs(
-                    &serde_json::from_str(&node.inputs_json).unwrap_or(Value::Null),
-                )
-                .iter()
-                .any(|(_, r)| r.split('.').next().is_some_and(|n| affected.contains(n)))
-            {
-                affected.insert(node.id.clone());
-            }
-        }
-        if affected.len() == before {
-            break;
-        }
-    }
-    let mut problems = Vec::new();
-    if !patch.nodes.iter().any(|n| n.id == failed) {
-        problems.push(format!("the patch must contain a replacement node with the id `{failed}`"));
-    }
-    for node in &patch.nodes {
-        if !affected.contains(&node.id) && current.nodes.iter().any(|c| c.id == node.id) {
-            problems.push(format!("node `{}` is not affected by the failure and cannot be changed", node.id));
-        }
-    }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    let mut nodes: Vec<TaskNode> = current.nodes.into_iter().filter(|n| !affected.contains(&n.id)).collect();
-    nodes.extend(patch.nodes);
-    let output_node = if patch.output_node.is_empty() { current.output_node } else { patch.output_node };
-    let output_node = if nodes.iter().any(|n| n.id == output_node) { output_node } else { String::new() };
-    Ok(TaskPlan { nodes, reasoning: patch.reasoning, output_node })
 }
 
 /// Serves plan requests until `shutdown` is cancelled.
@@ -379,51 +263,5 @@ async fn handle_request(bus: &Bus, planner: &Planner, delivery: &Delivery<PlanRe
             warn!(error = %e, "cannot publish the plan result; will retry");
             Handled::Retry { after: Duration::from_secs(1) }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn node(id: &str, deps: &[&str], inputs: &str) -> TaskNode {
-        TaskNode {
-            id: id.into(),
-            task_type: "t".into(),
-            inputs_json: inputs.into(),
-            depends_on: deps.iter().map(|d| d.to_string()).collect(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_replan_replaces_the_failed_node_and_its_dependents_only() {
-        let current = TaskPlan {
-            nodes: vec![
-                node("a", &[], "{}"),
-                node("b", &["a"], "{}"),
-                node("c", &[], r#"{"x": {"$ref": "b.v"}}"#),
-                node("d", &[], "{}"),
-            ],
-            output_node: "c".into(),
-            ..Default::default()
-        };
-        let patch = TaskPlan {
-            nodes: vec![node("b", &["a"], r#"{"fixed": true}"#), node("c2", &["b"], "{}")],
-            ..Default::default()
-        };
-        let merged = merge_replan(current.clone(), "b", patch).unwrap();
-        let ids: Vec<&str> = merged.nodes.iter().map(|n| n.id.as_str()).collect();
-        assert_eq!(ids, vec!["a", "d", "b", "c2"]);
-        assert_eq!(merged.output_node, "", "the old output node is gone");
-
-        let touches_done = TaskPlan {
-            nodes: vec![node("b", &[], "{}"), node("a", &[], r#"{"changed": 1}"#)],
-            ..Default::default()
-        };
-        let err = merge_replan(current.clone(), "b", touches_done).unwrap_err();
-        assert!(err[0].contains("`a` is not affected"), "{err:?}");
-        let renamed = TaskPlan { nodes: vec![node("b-new", &[], "{}")], ..Default::default() };
-        assert!(merge_replan(current, "b", renamed).unwrap_err()[0].contains("`b`"));
     }
 }

@@ -410,12 +410,15 @@ fn event() -> BoxedStrategy<pb::Event> {
         (text(), any::<bool>(), text(), any::<bool>()).prop_map(|(call_id, approved, note, timed_out)| {
             Kind::ApprovalDecided(pb::ApprovalDecided { call_id, approved, note, timed_out })
         }),
-        (prop::option::of(task_plan()), prop::collection::vec(texts(), 0..3)).prop_map(|(plan, groups)| {
-            Kind::PlanCreated(pb::PlanCreated {
-                plan,
-                groups: groups.into_iter().map(|node_ids| pb::ParallelGroup { node_ids }).collect(),
-            })
-        }),
+        (prop::option::of(task_plan()), prop::collection::vec(texts(), 0..3), texts()).prop_map(
+            |(plan, groups, repairs)| {
+                Kind::PlanCreated(pb::PlanCreated {
+                    plan,
+                    groups: groups.into_iter().map(|node_ids| pb::ParallelGroup { node_ids }).collect(),
+                    repairs,
+                })
+            }
+        ),
     ];
     (text(), any::<u64>(), prop::option::of(kind), any::<u64>())
         .prop_map(|(goal_id, at_unix_ms, kind, seq)| pb::Event {
@@ -460,13 +463,14 @@ fn plan_result() -> BoxedStrategy<pb::PlanResult> {
         text().prop_map(Outcome::NeedsInput),
         wire_error().prop_map(Outcome::Error),
     ];
-    (text(), text(), prop::option::of(outcome), prop::option::of(token_usage()), any::<u32>())
-        .prop_map(|(goal_id, request_id, outcome, tokens, corrections)| pb::PlanResult {
+    (text(), text(), prop::option::of(outcome), prop::option::of(token_usage()), any::<u32>(), texts())
+        .prop_map(|(goal_id, request_id, outcome, tokens, corrections, repairs)| pb::PlanResult {
             goal_id,
             request_id,
             outcome,
             tokens,
             corrections,
+            repairs,
         })
         .boxed()
 }

@@ -41,6 +41,23 @@ impl ScriptedResponse {
         )
     }
 
+    /// An assistant message with `content` (text, `""`, or `None` for JSON null) and one tool call:
+    /// how vLLM and llama.cpp answer a structured-output request with a tool-calling template.
+    pub fn tool_call_with_content(content: Option<&str>, name: &str, arguments: &str) -> Self {
+        Self::ok(
+            json!({"role": "assistant", "content": content, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": name, "arguments": arguments}}
+            ]}),
+            "tool_calls",
+        )
+    }
+
+    /// Says the answer ended for `reason`: `length` for an answer cut at the token limit.
+    pub fn with_finish_reason(mut self, reason: &str) -> Self {
+        self.body["choices"][0]["finish_reason"] = json!(reason);
+        self
+    }
+
     /// An error status with a text body.
     pub fn status(status: u16, body: &str) -> Self {
         Self {

@@ -15,6 +15,7 @@ mod goal_flow;
 mod ledger;
 mod ledger_kill;
 mod memory;
+mod plan_answers;
 mod planning;
 mod reconnect;
 mod routing;

@@ -8,25 +8,25 @@ use hermes_tests::{Sandbox, kind_name};
 use prost::Message as _;
 use serde_json::{Value, json};
 
-const PLANNER: &str = "planner-model";
-const SUMMARIZER: &str = "summarizer-model";
+pub(crate) const PLANNER: &str = "planner-model";
+pub(crate) const SUMMARIZER: &str = "summarizer-model";
 
-async fn stack(llm: &ScriptedLlm) -> Sandbox {
+pub(crate) async fn stack(llm: &ScriptedLlm) -> Sandbox {
     Sandbox::builder().llm(llm.base_url()).start().await
 }
 
-async fn submit_text(t: &mut Sandbox, text: &str) -> String {
+pub(crate) async fn submit_text(t: &mut Sandbox, text: &str) -> String {
     let spec = GoalSpec { text: text.into(), ..Default::default() };
     t.submit_spec(spec).await.expect("text goal accepted").0
 }
 
-fn answer(text: &str, cited: &[&str]) -> ScriptedResponse {
+pub(crate) fn answer(text: &str, cited: &[&str]) -> ScriptedResponse {
     ScriptedResponse::content(json!({"answer": text, "cited_nodes": cited, "conflicts": []}).to_string())
         .with_usage(50, 20)
 }
 
 /// The last user message of a recorded request.
-fn last_user_message(request: &Value) -> String {
+pub(crate) fn last_user_message(request: &Value) -> String {
     request["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "user").unwrap()["content"]
         .as_str()
         .unwrap()
@@ -194,7 +194,7 @@ async fn an_impossible_goal_ends_in_needs_input() {
     t.stop().await;
 }
 
-fn failing_plan() -> Value {
+pub(crate) fn failing_plan() -> Value {
     json!({"nodes": [
         {"id": "base", "task_type": "math.evaluate", "inputs": {"expression": "10 * 10"}},
         {"id": "bad", "task_type": "math.evaluate", "inputs": {"expression": "missing_var + 1"}, "depends_on": ["base"]},

@@ -94,6 +94,7 @@ pub fn apply_plan(
     request_id: &str,
     plan: TaskPlan,
     groups: Vec<Vec<String>>,
+    repairs: Vec<String>,
     limits: Limits,
     now_ms: u64,
     effects: &mut Effects,
@@ -111,6 +112,7 @@ pub fn apply_plan(
         Kind::PlanCreated(PlanCreated {
             plan: Some(plan),
             groups: groups.into_iter().map(|node_ids| ParallelGroup { node_ids }).collect(),
+            repairs,
         }),
     );
     dispatch_ready(state, limits, now_ms, effects);
@@ -124,6 +126,7 @@ pub fn apply_replan(
     request_id: &str,
     plan: TaskPlan,
     reasoning: String,
+    repairs: Vec<String>,
     limits: Limits,
     now_ms: u64,
     effects: &mut Effects,
@@ -195,6 +198,7 @@ pub fn apply_replan(
             added,
             plan: Some(plan),
             reasoning,
+            repairs,
         }),
     );
     dispatch_ready(state, limits, now_ms, effects);
