@@ -270,17 +270,32 @@ pub async fn run_loop(
             // TOOL_RUNNING
             let started = std::time::Instant::now();
             let tool = by_function.get(&call.name).cloned().unwrap_or_else(|| call.name.replace("__", "."));
-            let outcome = match repair_json(&call.arguments) {
-                Err(e) => Err(ToolError::invalid_argument(format!("the arguments are not JSON: {e}"))),
+            let read = if response.finish_reason == "length" {
+                Err(ToolError::invalid_argument(format!(
+                    "the call of `{tool}` was cut off at the output token limit; call it again with complete arguments"
+                )))
+            } else {
+                repair_json(&call.arguments).map_err(|e| {
+                    ToolError::invalid_argument(format!(
+                        "the arguments of `{tool}` are not usable: {e}; call it again with one complete JSON object"
+                    ))
+                })
+            };
+            let outcome = match read {
+                Err(e) => Err(e),
                 Ok(repaired) => {
                     let mut args = repaired.value;
-                    if let (Some(map), Some(spec)) =
-                        (args.as_object_mut(), specs.iter().find(|s| s.name == tool))
-                    {
-                        let schema = serde_json::from_str(&spec.params_schema_json).unwrap_or(Value::Null);
-                        hermes_llm::params::apply_aliases(map, &schema, &HashMap::new());
+                    let schema = specs
+                        .iter()
+                        .find(|s| s.name == tool)
+                        .map(|spec| serde_json::from_str(&spec.params_schema_json).unwrap_or(Value::Null));
+                    if let (Some(map), Some(schema)) = (args.as_object_mut(), &schema) {
+                        hermes_llm::params::apply_aliases(map, schema, &HashMap::new());
                     }
-                    if by_function.contains_key(&call.name) || specs.iter().any(|s| s.name == tool) {
+                    let unknown = schema.as_ref().and_then(|schema| unknown_arguments(&tool, &args, schema));
+                    if let Some(problem) = unknown {
+                        Err(ToolError::invalid_argument(problem))
+                    } else if by_function.contains_key(&call.name) || specs.iter().any(|s| s.name == tool) {
                         info!(event = "tool_called", tool = %tool, step, "agent tool call");
                         registry.call(&tool, args.clone(), ctx).await.map(|out| (args, out))
                     } else {
@@ -566,4 +581,29 @@ fn finished(answer: String, steps: Vec<Value>, usage: Usage, context: &Context<'
         "tokens": {"input": usage.input_tokens, "output": usage.output_tokens},
         "context": {"summaries": context.folds, "compressions": context.compressions},
     })
+}
+
+/// Names the arguments a tool's schema does not declare, when it lists its parameters and does
+/// not say others are welcome (`additionalProperties` absent or `false`): they go back to the
+/// model, never dropped or passed on as guessed.
+fn unknown_arguments(tool: &str, args: &Value, schema: &Value) -> Option<String> {
+    let (Some(args), Some(properties)) =
+        (args.as_object(), schema.get("properties").and_then(Value::as_object))
+    else {
+        return None;
+    };
+    if schema.get("additionalProperties").is_some_and(|extra| *extra != Value::Bool(false)) {
+        return None;
+    }
+    let unknown: Vec<String> =
+        args.keys().filter(|k| !properties.contains_key(*k)).map(|k| format!("`{k}`")).collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    let known: Vec<String> = properties.keys().map(|k| format!("`{k}`")).collect();
+    Some(format!(
+        "unknown argument {} for `{tool}`; its parameters are {}",
+        unknown.join(", "),
+        known.join(", ")
+    ))
 }

@@ -224,3 +224,56 @@ async fn a_replan_that_repeats_the_unaffected_nodes_unchanged_is_accepted() {
         .expect("a PlanPatched event");
     assert!(patched.repairs.iter().any(|r| r.contains("`base` repeated unchanged")), "{:?}", patched.repairs);
 }
+
+/// The agent loop on the same rules: arguments cut short, or with a field the tool does not
+/// know, go back to the model naming the problem; the tool runs only on the complete call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_tool_call_cut_short_or_with_an_unknown_argument_goes_back_to_the_model() {
+    const AGENT: &str = "agent-model";
+    let llm = ScriptedLlm::start().await;
+    llm.push(AGENT, ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "19 * 3", "varia"#));
+    llm.push(
+        AGENT,
+        ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "19 * 3"}"#)
+            .with_finish_reason("length"),
+    );
+    llm.push(
+        AGENT,
+        ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "19 * 3", "precision": 2}"#),
+    );
+    llm.push(AGENT, ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "19 * 3"}"#));
+    llm.push(AGENT, ScriptedResponse::content("The result is 57."));
+    let mut t = stack(&llm).await;
+    let plan = hermes_proto::TaskPlan {
+        nodes: vec![hermes_tests::node(
+            "think",
+            "agent.run",
+            json!({"instruction": "Multiply 19 by 3", "tools": ["math.evaluate"]}),
+            &[],
+        )],
+        ..Default::default()
+    };
+    let goal_id = t.submit(plan).await.expect("agent.run is a known task type");
+    let events = t.events(&goal_id).await;
+    t.stop().await;
+    let Some(Kind::GoalCompleted(done)) = &events.last().unwrap().kind else {
+        panic!("{:?}", events.iter().map(kind_name).collect::<Vec<_>>())
+    };
+    let output: Value = serde_json::from_str(&done.output_json).unwrap();
+    assert_eq!(output["answer"], "The result is 57.");
+    let requests = llm.requests_for(AGENT);
+    assert_eq!(requests.len(), 5, "three refused calls, one run, one answer");
+    let tool_message = |i: usize| -> String {
+        requests[i]["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(tool_message(1).contains("cut off before the JSON was complete"), "{}", tool_message(1));
+    assert!(tool_message(2).contains("cut off at the output token limit"), "{}", tool_message(2));
+    assert!(tool_message(3).contains("unknown argument `precision`"), "{}", tool_message(3));
+    let steps = output["steps"].as_array().unwrap();
+    let ran: Vec<&Value> = steps.iter().filter(|s| s["ok"] == true).collect();
+    assert_eq!(ran.len(), 1, "the tool ran once: {steps:?}");
+    assert_eq!(ran[0]["output"]["value"], 57.0);
+}
