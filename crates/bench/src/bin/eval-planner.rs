@@ -1,0 +1,399 @@
+//! `make eval-planner`: how well a model plans real goals. For each model it plans every goal of
+//! a goal set (`examples/eval/planner-goals.json`) through the planner's own loop
+//! ([`hermes_planner::plan_with`]: the prompt, the answer reader, the corrections), runs each
+//! accepted plan with the built-in tools over a copy of `examples/data`, and checks the goal's
+//! expected properties: its task types, its dependencies, and the output node's value. It prints
+//! one row per model:
+//! - schema-valid: answers accepted (a valid plan, or needs-input) within the corrections;
+//! - right: plans that have the expected task types and dependencies and whose output holds the
+//!   expected value (or, for goals that cannot be done, a needs-input);
+//! - corrections: re-asks needed in all;
+//! - p50 plan: the median time to an accepted answer;
+//! - tok/s: output tokens per second of planning time, corrections included.
+//!
+//! Usage: `eval-planner [--goals FILE] [--data DIR] [--limit N] MODEL...`, where MODEL is
+//! `local:<gguf>` (a build with the `local` feature) or `openai:<base url>#<model name>`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use hermes_clients::registry::CatalogSnapshot;
+use hermes_executor::{ToolContext, ToolRegistry};
+use hermes_llm::ChatModel;
+use hermes_planner::{PlannerConfig, plan_with};
+use hermes_proto::plan_result::Outcome;
+use hermes_proto::{CatalogEntry, PlanRequest, TaskPlan};
+use serde_json::Value;
+
+/// One goal of the set, with what a right plan must show.
+struct Goal {
+    id: String,
+    text: String,
+    task_types: Vec<String>,
+    /// `[a, b]`: some node of type `b` depends, directly or not, on a node of type `a`.
+    depends: Vec<(String, String)>,
+    expect: Expect,
+}
+
+enum Expect {
+    Number {
+        value: f64,
+        tolerance: f64,
+    },
+    Contains(String),
+    NeedsInput,
+    /// Any output will do (the current time, a sleep).
+    Anything,
+}
+
+/// What happened to one goal.
+struct Outcome1 {
+    accepted: bool,
+    right: bool,
+    corrections: u32,
+    latency: Duration,
+    output_tokens: u64,
+    why: String,
+}
+
+fn parse_goals(text: &str) -> anyhow::Result<Vec<Goal>> {
+    let goals: Vec<Value> = serde_json::from_str(text).context("the goal set is a JSON array")?;
+    goals
+        .iter()
+        .map(|g| {
+            let strings = |v: &Value| -> Vec<String> {
+                v.as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
+            };
+            let expect = match &g["expect"] {
+                Value::Null => Expect::Anything,
+                e if e.get("number").is_some() => Expect::Number {
+                    value: e["number"].as_f64().context("`number` is a number")?,
+                    tolerance: e["tolerance"].as_f64().unwrap_or(0.01),
+                },
+                e if e.get("contains").is_some() => {
+                    Expect::Contains(e["contains"].as_str().context("`contains` is text")?.to_owned())
+                }
+                e if e.get("needs_input").is_some() => Expect::NeedsInput,
+                other => bail!("unknown expectation {other}"),
+            };
+            Ok(Goal {
+                id: g["id"].as_str().context("a goal has an id")?.to_owned(),
+                text: g["goal"].as_str().context("a goal has text")?.to_owned(),
+                task_types: strings(&g["task_types"]),
+                depends: g["depends"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|pair| Some((pair[0].as_str()?.to_owned(), pair[1].as_str()?.to_owned())))
+                    .collect(),
+                expect,
+            })
+        })
+        .collect()
+}
+
+fn registry() -> ToolRegistry {
+    let mut registry = ToolRegistry::default();
+    for tool in hermes_executor::tools::builtin_tools() {
+        registry.register(tool).expect("built-in tools have distinct names");
+    }
+    registry
+}
+
+fn catalogue(registry: &ToolRegistry) -> CatalogSnapshot {
+    CatalogSnapshot::from_entries(
+        registry
+            .specs()
+            .into_iter()
+            .map(|tool| CatalogEntry { task_type: tool.name.clone(), tool: Some(tool), live_agents: 1 })
+            .collect(),
+    )
+}
+
+fn model(spec: &str) -> anyhow::Result<Arc<dyn ChatModel>> {
+    if let Some(path) = spec.strip_prefix("local:") {
+        return local(Path::new(path));
+    }
+    if let Some(rest) = spec.strip_prefix("openai:") {
+        let (url, name) = rest.split_once('#').context("openai:<base url>#<model name>")?;
+        let config = hermes_llm::OpenAiConfig::new(url.to_owned(), name.to_owned());
+        return Ok(Arc::new(hermes_llm::OpenAiChat::new(config)?));
+    }
+    bail!("a model is local:<gguf> or openai:<base url>#<model>, not {spec}")
+}
+
+#[cfg(feature = "local")]
+fn local(path: &Path) -> anyhow::Result<Arc<dyn ChatModel>> {
+    let config = hermes_llm::local::LocalConfig::new(path);
+    Ok(Arc::new(hermes_llm::local::LocalChat::load(&config)?))
+}
+
+#[cfg(not(feature = "local"))]
+fn local(_: &Path) -> anyhow::Result<Arc<dyn ChatModel>> {
+    bail!("this build has no local model: build with --features hermes-bench/local")
+}
+
+/// Every number in `value`, including those written inside text.
+fn numbers(value: &Value, out: &mut Vec<f64>) {
+    match value {
+        Value::Number(n) => out.extend(n.as_f64()),
+        Value::String(s) => {
+            let cleaned: String = s.chars().filter(|c| *c != ',').collect();
+            for word in cleaned.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-')) {
+                if let Ok(n) = word.trim_matches('.').parse::<f64>() {
+                    out.push(n);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| numbers(v, out)),
+        Value::Object(map) => map.values().for_each(|v| numbers(v, out)),
+        _ => {}
+    }
+}
+
+/// Runs a validated plan's nodes in dependency order; returns the output node's output.
+async fn execute(
+    plan: &TaskPlan,
+    snapshot: &CatalogSnapshot,
+    registry: &ToolRegistry,
+    ctx: &ToolContext,
+) -> Result<Value, String> {
+    let valid = hermes_core::plan::validate_plan(plan, snapshot, 64).map_err(|e| e.to_string())?;
+    let mut outputs: HashMap<String, Value> = HashMap::new();
+    for group in &valid.groups {
+        for id in group {
+            let node = valid.plan.nodes.iter().find(|n| &n.id == id).expect("grouped nodes exist");
+            let inputs: Value = serde_json::from_str(&node.inputs_json).map_err(|e| e.to_string())?;
+            let inputs = hermes_core::json_ref::resolve(&inputs, &|n| outputs.get(n).cloned())
+                .map_err(|e| format!("node {id}: {e}"))?;
+            let output = registry
+                .call(&node.task_type, inputs, ctx)
+                .await
+                .map_err(|e| format!("node {id} ({}): {}: {}", node.task_type, e.code, e.message))?;
+            outputs.insert(id.clone(), output);
+        }
+    }
+    let last = valid.groups.last().and_then(|g| g.last()).cloned().unwrap_or_default();
+    let output_node = if plan.output_node.is_empty() { last } else { plan.output_node.clone() };
+    outputs.remove(&output_node).ok_or_else(|| format!("the output node `{output_node}` has no output"))
+}
+
+/// Whether some node of type `b` depends (transitively) on a node of type `a`.
+fn depends(plan: &TaskPlan, a: &str, b: &str) -> bool {
+    let deps: HashMap<&str, BTreeSet<String>> = plan
+        .nodes
+        .iter()
+        .map(|n| {
+            let inputs: Value = serde_json::from_str(&n.inputs_json).unwrap_or(Value::Null);
+            let refs = hermes_core::json_ref::collect_refs(&inputs);
+            let all = n
+                .depends_on
+                .iter()
+                .cloned()
+                .chain(refs.iter().filter_map(|(_, r)| r.split('.').next().map(str::to_owned)))
+                .collect();
+            (n.id.as_str(), all)
+        })
+        .collect();
+    let type_of = |id: &str| plan.nodes.iter().find(|n| n.id == id).map(|n| n.task_type.as_str());
+    plan.nodes.iter().filter(|n| n.task_type == b).any(|n| {
+        let mut seen = BTreeSet::new();
+        let mut stack: Vec<String> = deps[n.id.as_str()].iter().cloned().collect();
+        while let Some(id) = stack.pop() {
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            if type_of(&id) == Some(a) {
+                return true;
+            }
+            stack.extend(deps.get(id.as_str()).into_iter().flatten().cloned());
+        }
+        false
+    })
+}
+
+async fn evaluate(
+    goal: &Goal,
+    config: &PlannerConfig,
+    snapshot: &CatalogSnapshot,
+    registry: &ToolRegistry,
+    workspace: &Path,
+) -> Outcome1 {
+    let request = PlanRequest {
+        goal_id: format!("eval-{}", goal.id),
+        request_id: format!("eval-{}:plan", goal.id),
+        goal_text: goal.text.clone(),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let result = plan_with(config, snapshot, &request, None).await;
+    let latency = started.elapsed();
+    let mut outcome = Outcome1 {
+        accepted: false,
+        right: false,
+        corrections: 0,
+        latency,
+        output_tokens: 0,
+        why: String::new(),
+    };
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => {
+            outcome.why = format!("model error: {e}");
+            return outcome;
+        }
+    };
+    outcome.corrections = result.corrections;
+    outcome.output_tokens = result.tokens.map(|t| t.output_tokens).unwrap_or_default();
+    let plan = match (result.outcome, &goal.expect) {
+        (Some(Outcome::NeedsInput(why)), expect) => {
+            outcome.accepted = true;
+            outcome.right = matches!(expect, Expect::NeedsInput);
+            outcome.why = format!("needs input: {why}");
+            return outcome;
+        }
+        (Some(Outcome::Plan(plan)), _) => plan,
+        (Some(Outcome::Error(e)), _) => {
+            outcome.why = format!("{}: {}", e.code, e.message);
+            return outcome;
+        }
+        (None, _) => {
+            outcome.why = "no outcome".into();
+            return outcome;
+        }
+    };
+    outcome.accepted = true;
+    if matches!(goal.expect, Expect::NeedsInput) {
+        outcome.why = "planned a goal that cannot be done".into();
+        return outcome;
+    }
+    let types: BTreeSet<&str> = plan.nodes.iter().map(|n| n.task_type.as_str()).collect();
+    if let Some(missing) = goal.task_types.iter().find(|t| !types.contains(t.as_str())) {
+        outcome.why = format!("no {missing} node (plan: {types:?})");
+        return outcome;
+    }
+    if let Some((a, b)) = goal.depends.iter().find(|(a, b)| !depends(&plan, a, b)) {
+        outcome.why = format!("no {b} node depends on a {a} node");
+        return outcome;
+    }
+    let ctx = ToolContext { workspace: workspace.to_path_buf(), task: None };
+    let output = match execute(&plan, snapshot, registry, &ctx).await {
+        Ok(output) => output,
+        Err(e) => {
+            outcome.why = format!("execution failed: {e}");
+            return outcome;
+        }
+    };
+    outcome.right = match &goal.expect {
+        Expect::Number { value, tolerance } => {
+            let mut found = Vec::new();
+            numbers(&output, &mut found);
+            found.iter().any(|n| (n - value).abs() <= *tolerance)
+        }
+        Expect::Contains(text) => output.to_string().contains(text.as_str()),
+        Expect::Anything | Expect::NeedsInput => true,
+    };
+    if !outcome.right {
+        let text = output.to_string();
+        outcome.why = format!("wrong output: {}", text.chars().take(160).collect::<String>());
+    }
+    outcome
+}
+
+fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut goals_path = root.join("examples/eval/planner-goals.json");
+    let mut data = root.join("examples/data");
+    let mut limit = usize::MAX;
+    let mut models = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--goals" => goals_path = args.next().context("--goals FILE")?.into(),
+            "--data" => data = args.next().context("--data DIR")?.into(),
+            "--limit" => limit = args.next().context("--limit N")?.parse().context("--limit N")?,
+            "-h" | "--help" => {
+                println!(
+                    "eval-planner [--goals FILE] [--data DIR] [--limit N] local:<gguf>|openai:<url>#<model>..."
+                );
+                return Ok(());
+            }
+            spec => models.push(spec.to_owned()),
+        }
+    }
+    if models.is_empty() {
+        bail!("name at least one model: local:<gguf> or openai:<base url>#<model>");
+    }
+    let text = std::fs::read_to_string(&goals_path).with_context(|| format!("{}", goals_path.display()))?;
+    let goals: Vec<Goal> = parse_goals(&text)?.into_iter().take(limit).collect();
+    let registry = registry();
+    let snapshot = catalogue(&registry);
+    println!("eval-planner: {} goals from {}\n", goals.len(), goals_path.display());
+    let mut rows = Vec::new();
+    for spec in &models {
+        let loading = Instant::now();
+        let model = model(spec)?;
+        println!("{spec}: loaded in {:.1} s", loading.elapsed().as_secs_f64());
+        let name = format!("{}/{}", model.provider(), model.model());
+        let config = PlannerConfig::new(model);
+        let mut outcomes = Vec::new();
+        for goal in &goals {
+            // Each goal gets a fresh copy of the data: some goals write files.
+            let workspace = tempfile::tempdir()?;
+            copy_dir(&data, workspace.path())?;
+            let outcome = evaluate(goal, &config, &snapshot, &registry, workspace.path()).await;
+            println!(
+                "  {:<28} {:>6.1} s  {:<5} {}",
+                goal.id,
+                outcome.latency.as_secs_f64(),
+                if outcome.right {
+                    "right"
+                } else if outcome.accepted {
+                    "wrong"
+                } else {
+                    "FAIL"
+                },
+                outcome.why
+            );
+            outcomes.push(outcome);
+        }
+        rows.push((name, outcomes));
+    }
+    println!(
+        "\n| model | goals | schema-valid | right | corrections | p50 plan | tok/s |\n|---|---|---|---|---|---|---|"
+    );
+    for (name, outcomes) in &rows {
+        let n = outcomes.len().max(1) as f64;
+        let share =
+            |f: &dyn Fn(&Outcome1) -> bool| outcomes.iter().filter(|o| f(o)).count() as f64 / n * 100.0;
+        let mut accepted: Vec<Duration> = outcomes.iter().filter(|o| o.accepted).map(|o| o.latency).collect();
+        accepted.sort();
+        let p50 = accepted.get(accepted.len() / 2).map_or(f64::NAN, Duration::as_secs_f64);
+        let seconds: f64 = outcomes.iter().map(|o| o.latency.as_secs_f64()).sum();
+        let tokens: u64 = outcomes.iter().map(|o| o.output_tokens).sum();
+        println!(
+            "| {name} | {} | {:.0}% | {:.0}% | {} | {p50:.1} s | {:.1} |",
+            outcomes.len(),
+            share(&|o| o.accepted),
+            share(&|o| o.right),
+            outcomes.iter().map(|o| o.corrections).sum::<u32>(),
+            tokens as f64 / seconds.max(1e-9),
+        );
+    }
+    Ok(())
+}
