@@ -438,28 +438,23 @@ impl GoalService {
                         engine::apply_plan(
                             state,
                             request_id,
-                            valid.plan.clone(),
-                            valid.groups.clone(),
+                            valid.clone(),
                             result.repairs.clone(),
                             limits,
                             now,
                             effects,
                         )
                     }
-                    (Some(Outcome::Plan(_)), Some(Ok(valid))) => {
-                        let reasoning = valid.plan.reasoning.clone();
-                        engine::apply_replan(
-                            state,
-                            request_id,
-                            valid.plan.clone(),
-                            reasoning,
-                            result.repairs.clone(),
-                            limits,
-                            now,
-                            effects,
-                        )
-                        .unwrap_or_else(|e| engine::plan_failed(state, request_id, e.to_wire(), now, effects))
-                    }
+                    (Some(Outcome::Plan(_)), Some(Ok(valid))) => engine::apply_replan(
+                        state,
+                        request_id,
+                        valid.plan.clone(),
+                        result.repairs.clone(),
+                        limits,
+                        now,
+                        effects,
+                    )
+                    .unwrap_or_else(|e| engine::plan_failed(state, request_id, e.to_wire(), now, effects)),
                     _ => {
                         let error = hermes_core::error::wire_error(
                             hermes_core::ErrorCode::Internal,

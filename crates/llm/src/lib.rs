@@ -17,6 +17,8 @@ pub mod local_embed;
 mod observe;
 pub mod openai;
 pub mod params;
+#[cfg(feature = "local")]
+mod qwen2;
 pub mod react;
 pub mod repair;
 

@@ -29,9 +29,9 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use candle_core::quantized::gguf_file;
+use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::{quantized_llama, quantized_qwen2};
+use candle_transformers::models::quantized_llama;
 use futures::future::BoxFuture;
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
@@ -232,28 +232,38 @@ impl Family {
     }
 }
 
-/// The weights of either family.
+/// The weights of either family, with their KV cache. Cloning is cheap (the tensors are shared):
+/// each request decodes with a clone of the base weights or of the cached prefix state.
+#[derive(Clone)]
 enum Weights {
     Llama(quantized_llama::ModelWeights),
-    Qwen2(quantized_qwen2::ModelWeights),
+    Qwen2(crate::qwen2::ModelWeights),
 }
 
-/// The model state one request decodes with: a copy of SmolLM2's weights (with the cached
-/// prefix), or Qwen's weights themselves, whose KV cache restarts at position 0.
-enum Session<'a> {
-    Llama(quantized_llama::ModelWeights),
-    Qwen2(&'a mut quantized_qwen2::ModelWeights),
-}
-
-impl Session<'_> {
+impl Weights {
     /// Reads `ids` at positions `pos..`; returns the logits after the last one.
     fn forward(&mut self, ids: &[u32], pos: usize) -> Result<Tensor, LlmError> {
         let input = input(ids)?;
         match self {
-            Session::Llama(model) => model.forward(&input, pos),
-            Session::Qwen2(model) => model.forward(&input, pos),
+            Weights::Llama(model) => model.forward(&input, pos),
+            Weights::Qwen2(model) => model.forward(&input, pos),
         }
         .map_err(run_err)
+    }
+
+    /// Reads a prompt (part) at positions `pos..`. Qwen2 keeps every attention mask it builds,
+    /// one per (length, position) pair, so it reads in [`prefill_chunks`] to keep them few.
+    fn prefill(&mut self, ids: &[u32], pos: usize) -> Result<Tensor, LlmError> {
+        match self {
+            Weights::Llama(_) => self.forward(ids, pos),
+            Weights::Qwen2(_) => {
+                let mut logits = None;
+                for (start, len) in prefill_chunks(ids.len()) {
+                    logits = Some(self.forward(&ids[start..start + len], pos + start)?);
+                }
+                logits.ok_or_else(|| run_err("empty prompt"))
+            }
+        }
     }
 }
 
@@ -283,10 +293,15 @@ struct Inner {
     /// Tokens the model must never produce: the GGUF's unused (padding) entries.
     banned: Vec<u32>,
     context: usize,
-    /// SmolLM2's state after a prompt prefix (the system message), reused while the next
-    /// request starts with the same tokens: prompt processing is the slow part on a CPU.
-    prefix: Option<(Vec<u32>, quantized_llama::ModelWeights)>,
+    /// The model states after recent prompt prefixes (system messages: the planner's holds the
+    /// whole catalogue), most recent last, at most [`PREFIXES`]: a request starting with one of
+    /// them reads only the rest. Prompt processing is the slow part on a CPU, and the planner and
+    /// the summarizer take turns on one model.
+    prefixes: Vec<(Vec<u32>, Weights)>,
 }
+
+/// Prompt prefixes kept: the planner's and the summarizer's, and one more.
+const PREFIXES: usize = 3;
 
 /// Tokens generated and read per second by the last call, for `make bench`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -319,6 +334,59 @@ fn run_err(e: impl std::fmt::Display) -> LlmError {
     LlmError::Transport(format!("local model: {e}"))
 }
 
+/// Quantizations candle 0.11 has no vectorised CPU kernel for: a matrix product over them runs
+/// several times slower than over Q8_0. SmolLM2's GGUF is all Q4_1, Qwen2.5-Coder-0.5B's mostly
+/// Q5_0.
+const SLOW_ON_CPU: &[GgmlDType] = &[GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1];
+
+/// The GGUF again, in memory, with every tensor of a [`SLOW_ON_CPU`] type converted to Q8_0 (which
+/// is at least as precise, so the model computes the same within rounding), or `None` when it has
+/// none. Costs a few seconds at load and some memory; each request then runs several times faster.
+fn requantized(
+    content: &gguf_file::Content,
+    file: &mut std::fs::File,
+) -> Result<Option<std::io::Cursor<Vec<u8>>>, LlmError> {
+    if !content.tensor_infos.values().any(|t| SLOW_ON_CPU.contains(&t.ggml_dtype)) {
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let mut tensors = Vec::with_capacity(content.tensor_infos.len());
+    for (name, info) in &content.tensor_infos {
+        let tensor = content.tensor(file, name, &Device::Cpu).map_err(config_err)?;
+        let blocks_fit = info.shape.dims().last().is_some_and(|d| d % GgmlDType::Q8_0.block_size() == 0);
+        let tensor = if SLOW_ON_CPU.contains(&info.ggml_dtype) && blocks_fit {
+            let values = tensor.dequantize(&Device::Cpu).map_err(config_err)?;
+            QTensor::quantize(&values, GgmlDType::Q8_0).map_err(config_err)?
+        } else {
+            tensor
+        };
+        tensors.push((name.as_str(), tensor));
+    }
+    let metadata: Vec<(&str, &gguf_file::Value)> =
+        content.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+    let mut out = std::io::Cursor::new(Vec::new());
+    gguf_file::write(&mut out, &metadata, &tensors).map_err(config_err)?;
+    out.set_position(0);
+    debug!(elapsed_ms = started.elapsed().as_millis() as u64, "local model requantized to Q8_0");
+    Ok(Some(out))
+}
+
+fn load_weights<R: std::io::Read + std::io::Seek>(
+    family: Family,
+    content: gguf_file::Content,
+    reader: &mut R,
+) -> Result<Weights, LlmError> {
+    Ok(match family {
+        Family::Llama => Weights::Llama(
+            quantized_llama::ModelWeights::from_gguf(content, reader, &Device::Cpu).map_err(config_err)?,
+        ),
+        Family::Qwen2 => Weights::Qwen2(
+            crate::qwen2::ModelWeights::from_gguf(content, reader, &Device::Cpu).map_err(config_err)?,
+        ),
+    })
+}
+
 impl LocalChat {
     /// Loads the GGUF: weights, tokenizer and the constrained-decoding engine.
     pub fn load(config: &LocalConfig) -> Result<Self, LlmError> {
@@ -349,15 +417,12 @@ impl LocalChat {
         let env: TokEnv = Arc::new(Env { trie, tokenizer: tokenizer.clone() });
         let mut factory = ParserFactory::new_simple(&env).map_err(config_err)?;
         factory.set_stderr_log_level(0);
-        let weights = match family {
-            Family::Llama => Weights::Llama(
-                quantized_llama::ModelWeights::from_gguf(content, &mut file, &Device::Cpu)
-                    .map_err(config_err)?,
-            ),
-            Family::Qwen2 => Weights::Qwen2(
-                quantized_qwen2::ModelWeights::from_gguf(content, &mut file, &Device::Cpu)
-                    .map_err(config_err)?,
-            ),
+        let weights = match requantized(&content, &mut file)? {
+            Some(mut fast) => {
+                let content = gguf_file::Content::read(&mut fast).map_err(config_err)?;
+                load_weights(family, content, &mut fast)?
+            }
+            None => load_weights(family, content, &mut file)?,
         };
         let mut stop = vec![gguf.eos];
         for id in family.stop_tokens().iter().filter_map(|t| tokenizer.token_to_id(t)) {
@@ -379,7 +444,7 @@ impl LocalChat {
                 stop,
                 banned: gguf.unused,
                 context,
-                prefix: None,
+                prefixes: Vec::new(),
             })),
             name,
             max_tokens: config.max_tokens,
@@ -396,12 +461,7 @@ impl LocalChat {
     /// Runs one request synchronously; also returns the throughput it reached.
     pub fn generate(&self, request: &ChatRequest) -> Result<(ChatResponse, Throughput), LlmError> {
         let mut inner = self.inner.lock().map_err(|_| run_err("a previous request panicked"))?;
-        let result = inner.generate(request, self.max_tokens, &self.name);
-        if let Weights::Qwen2(model) = &mut inner.weights {
-            // The next request starts over at position 0; free the keys and values meanwhile.
-            model.clear_kv_cache();
-        }
-        result
+        inner.generate(request, self.max_tokens, &self.name)
     }
 }
 
@@ -418,7 +478,7 @@ fn context_length(family: Family, content: &gguf_file::Content) -> usize {
         Family::Llama => quantized_llama::MAX_SEQ_LEN,
         Family::Qwen2 => MAX_CONTEXT,
     };
-    declared.min(supported).min(MAX_CONTEXT).max(1)
+    declared.min(supported).clamp(1, MAX_CONTEXT)
 }
 
 /// How a Qwen model reads a prompt of `len` tokens: `(start, length)` chunks of
@@ -461,40 +521,34 @@ impl Inner {
                 self.context
             )));
         }
-        let prefix_ids = match self.weights {
-            Weights::Llama(_) => self.encode(&prefix_text)?,
-            Weights::Qwen2(_) => Vec::new(),
-        };
+        let prefix_ids = self.encode(&prefix_text)?;
         let started = Instant::now();
-        let (mut model, mut logits, fed) = match &mut self.weights {
-            Weights::Llama(base) => {
-                let cached = matches!(&self.prefix,
-                    Some((ids, _)) if prompt_ids.starts_with(ids) && *ids == prefix_ids);
-                if !cached && prompt_ids.starts_with(&prefix_ids) && !prefix_ids.is_empty() {
-                    let mut model = base.clone();
-                    model.forward(&input(&prefix_ids)?, 0).map_err(run_err)?;
-                    self.prefix = Some((prefix_ids, model));
-                }
-                let (model, start) = match &self.prefix {
-                    Some((ids, model)) if prompt_ids.starts_with(ids) => (model.clone(), ids.len()),
-                    _ => (base.clone(), 0),
-                };
-                let mut model = Session::Llama(model);
-                let logits = model.forward(&prompt_ids[start..], start)?;
-                (model, logits, prompt_ids.len() - start)
+        let cached = self.prefixes.iter().position(|(ids, _)| *ids == prefix_ids);
+        match cached {
+            Some(i) => {
+                // Most recently used last.
+                let entry = self.prefixes.remove(i);
+                self.prefixes.push(entry);
             }
-            Weights::Qwen2(weights) => {
-                let mut model = Session::Qwen2(weights);
-                let mut logits = None;
-                for (start, len) in prefill_chunks(prompt_ids.len()) {
-                    logits = Some(model.forward(&prompt_ids[start..start + len], start)?);
+            None if prompt_ids.starts_with(&prefix_ids) && !prefix_ids.is_empty() => {
+                let mut model = self.weights.clone();
+                model.prefill(&prefix_ids, 0)?;
+                if self.prefixes.len() >= PREFIXES {
+                    self.prefixes.remove(0);
                 }
-                let logits = logits.ok_or_else(|| run_err("empty prompt"))?;
-                (model, logits, prompt_ids.len())
+                self.prefixes.push((prefix_ids, model));
             }
+            None => {}
+        }
+        let (mut model, start) = match self.prefixes.last() {
+            Some((ids, model)) if prompt_ids.starts_with(ids) => (model.clone(), ids.len()),
+            _ => (self.weights.clone(), 0),
         };
+        let mut logits = model.prefill(&prompt_ids[start..], start)?;
+        let fed = prompt_ids.len() - start;
         let prompt_secs = started.elapsed().as_secs_f64();
 
+        let building = Instant::now();
         let mut matcher = match &request.response_schema {
             Some((_, schema)) => {
                 let mut bounded = bound_schema(schema, Bounds::default());
@@ -510,7 +564,9 @@ impl Inner {
             }
             None => None,
         };
+        let grammar_ms = building.elapsed().as_millis() as u64;
         let generating = Instant::now();
+        let mut masking = std::time::Duration::ZERO;
         let mut out: Vec<u32> = Vec::new();
         let mut finish = "length";
         for pos in prompt_ids.len()..(prompt_ids.len() + max_tokens).min(self.context) {
@@ -524,7 +580,9 @@ impl Inner {
                 .and_then(|l| l.to_vec1())
                 .map_err(run_err)?;
             if let Some(m) = matcher.as_mut() {
+                let at = Instant::now();
                 let mask = m.compute_mask().map_err(run_err)?;
+                masking += at.elapsed();
                 for (i, score) in scores.iter_mut().enumerate() {
                     if i >= self.vocab || !mask.is_allowed(i as u32) {
                         *score = f32::NEG_INFINITY;
@@ -565,7 +623,15 @@ impl Inner {
             prompt_tokens_per_s: fed as f64 / prompt_secs.max(1e-9),
             output_tokens_per_s: out.len() as f64 / output_secs.max(1e-9),
         };
-        debug!(prompt_tokens = prompt_ids.len(), output_tokens = out.len(), ?throughput, "local generation");
+        let mask_ms = masking.as_millis() as u64;
+        debug!(
+            prompt_tokens = prompt_ids.len(),
+            output_tokens = out.len(),
+            grammar_ms,
+            mask_ms,
+            ?throughput,
+            "local generation"
+        );
         let response = ChatResponse {
             content: Some(text),
             tool_calls: Vec::new(),

@@ -10,7 +10,9 @@ use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
 use hermes_tests::kind_name;
 use serde_json::{Value, json};
 
-use crate::planning::{PLANNER, SUMMARIZER, answer, failing_plan, last_user_message, stack, submit_text};
+use crate::planning::{
+    PLANNER, SUMMARIZER, answer, failing_plan, last_user_message, run_multiply_agent, stack, submit_text,
+};
 
 /// Two sums in parallel and their difference: the difference must wait for both.
 fn plan() -> Value {
@@ -244,17 +246,7 @@ async fn an_agent_tool_call_cut_short_or_with_an_unknown_argument_goes_back_to_t
     llm.push(AGENT, ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "19 * 3"}"#));
     llm.push(AGENT, ScriptedResponse::content("The result is 57."));
     let mut t = stack(&llm).await;
-    let plan = hermes_proto::TaskPlan {
-        nodes: vec![hermes_tests::node(
-            "think",
-            "agent.run",
-            json!({"instruction": "Multiply 19 by 3", "tools": ["math.evaluate"]}),
-            &[],
-        )],
-        ..Default::default()
-    };
-    let goal_id = t.submit(plan).await.expect("agent.run is a known task type");
-    let events = t.events(&goal_id).await;
+    let (_, events) = run_multiply_agent(&mut t).await;
     t.stop().await;
     let Some(Kind::GoalCompleted(done)) = &events.last().unwrap().kind else {
         panic!("{:?}", events.iter().map(kind_name).collect::<Vec<_>>())

@@ -270,12 +270,9 @@ async fn a_third_failure_of_the_same_node_ends_the_goal_with_the_chain_of_errors
     t.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_agent_node_runs_its_tool_loop_through_the_stack() {
-    let llm = ScriptedLlm::start().await;
-    llm.push("agent-model", ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "19 * 3"}"#));
-    llm.push("agent-model", ScriptedResponse::content("The result is 57."));
-    let mut t = stack(&llm).await;
+/// Submits one `agent.run` node told to multiply 19 by 3 with `math.evaluate`, and waits for
+/// its end; returns the goal id and its events.
+pub(crate) async fn run_multiply_agent(t: &mut Sandbox) -> (String, Vec<hermes_proto::Event>) {
     let plan = hermes_proto::TaskPlan {
         nodes: vec![hermes_tests::node(
             "think",
@@ -287,6 +284,16 @@ async fn an_agent_node_runs_its_tool_loop_through_the_stack() {
     };
     let goal_id = t.submit(plan).await.expect("agent.run is a known task type");
     let events = t.events(&goal_id).await;
+    (goal_id, events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_node_runs_its_tool_loop_through_the_stack() {
+    let llm = ScriptedLlm::start().await;
+    llm.push("agent-model", ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "19 * 3"}"#));
+    llm.push("agent-model", ScriptedResponse::content("The result is 57."));
+    let mut t = stack(&llm).await;
+    let (_, events) = run_multiply_agent(&mut t).await;
     let Some(Kind::GoalCompleted(done)) = &events.last().unwrap().kind else {
         panic!("{:?}", events.iter().map(kind_name).collect::<Vec<_>>())
     };

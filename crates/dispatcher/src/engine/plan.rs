@@ -92,8 +92,7 @@ pub fn awaits_plan(state: &GoalState, request_id: &str) -> bool {
 pub fn apply_plan(
     state: &mut GoalState,
     request_id: &str,
-    plan: TaskPlan,
-    groups: Vec<Vec<String>>,
+    valid: hermes_core::plan::ValidatedPlan,
     repairs: Vec<String>,
     limits: Limits,
     now_ms: u64,
@@ -102,6 +101,7 @@ pub fn apply_plan(
     if state.status != GoalStatus::Planning as i32 || state.plan_request_id != request_id {
         return Applied::Stale;
     }
+    let hermes_core::plan::ValidatedPlan { plan, groups } = valid;
     state.nodes = initial_nodes(&plan);
     state.plan = Some(plan.clone());
     state.status = GoalStatus::Running as i32;
@@ -125,7 +125,6 @@ pub fn apply_replan(
     state: &mut GoalState,
     request_id: &str,
     plan: TaskPlan,
-    reasoning: String,
     repairs: Vec<String>,
     limits: Limits,
     now_ms: u64,
@@ -196,8 +195,8 @@ pub fn apply_replan(
             failed_node_id: failed_id,
             removed,
             added,
+            reasoning: plan.reasoning.clone(),
             plan: Some(plan),
-            reasoning,
             repairs,
         }),
     );

@@ -366,7 +366,7 @@ fn planning_takes_only_the_answer_to_its_own_request() {
     let mut fx = Effects::default();
     let error = wire_error(ErrorCode::PlanInvalid, "no plan");
     let stale = [
-        apply_plan(&mut s, "g-1:other", plan.clone(), vec![], vec![], LIMITS, 2, &mut fx),
+        apply_plan(&mut s, "g-1:other", valid(&plan, vec![]), vec![], LIMITS, 2, &mut fx),
         needs_input(&mut s, "g-1:other", "which month?", 2, &mut fx),
         plan_failed(&mut s, "g-1:other", error, 2, &mut fx),
     ];
@@ -377,14 +377,14 @@ fn planning_takes_only_the_answer_to_its_own_request() {
     let mut fx = Effects::default();
     let groups = vec![vec!["a".to_owned(), "b".to_owned()], vec!["c".to_owned()]];
     assert_eq!(
-        apply_plan(&mut s, &request, plan.clone(), groups, vec![], LIMITS, 3, &mut fx),
+        apply_plan(&mut s, &request, valid(&plan, groups), vec![], LIMITS, 3, &mut fx),
         Applied::Changed
     );
     assert_eq!(s.status, GoalStatus::Running as i32);
     assert_eq!(kinds(&fx), ["plan_created", "dispatched", "dispatched"]);
     // A second answer to the same request comes too late.
     assert_eq!(
-        apply_plan(&mut s, &request, plan, vec![], vec![], LIMITS, 4, &mut Effects::default()),
+        apply_plan(&mut s, &request, valid(&plan, vec![]), vec![], LIMITS, 4, &mut Effects::default()),
         Applied::Stale
     );
 }
@@ -561,4 +561,8 @@ fn failing_an_attempt_fails_the_goal_only_for_the_current_attempt() {
             assert_eq!(node_statuses(&s), expected);
         }
     }
+}
+
+fn valid(plan: &TaskPlan, groups: Vec<Vec<String>>) -> hermes_core::plan::ValidatedPlan {
+    hermes_core::plan::ValidatedPlan { plan: plan.clone(), groups }
 }
