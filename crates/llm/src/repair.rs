@@ -703,8 +703,10 @@ mod tests {
         );
         assert_eq!(
             repair_json_where("just {words}", plan).unwrap_err(),
-            RepairError::Unrepairable("bare word `words`".into())
+            RepairError::NoJson,
+            "braces in prose are no attempt at JSON"
         );
+        assert!(matches!(repair_json_where("{nodes: [x]}", plan), Err(RepairError::Unrepairable(_))));
         assert_eq!(
             repair_json_where("<think>{\"nodes\": []}", plan).unwrap_err(),
             RepairError::NoJson,
