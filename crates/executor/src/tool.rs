@@ -322,6 +322,20 @@ impl ToolRegistry {
         })
     }
 
+    /// Every tool as a catalogue entry served by one live agent: what the registry would list
+    /// for an agent with these tools, for planning without a registry (the planning benchmark,
+    /// planner tests).
+    pub fn catalog_entries(&self) -> Vec<hermes_proto::CatalogEntry> {
+        self.specs()
+            .into_iter()
+            .map(|tool| hermes_proto::CatalogEntry {
+                task_type: tool.name.clone(),
+                tool: Some(tool),
+                live_agents: 1,
+            })
+            .collect()
+    }
+
     /// The wire description of every tool, for heartbeats and the catalogue.
     pub fn specs(&self) -> Vec<hermes_proto::ToolSpec> {
         self.tools

@@ -108,7 +108,7 @@ pub fn repair_json_where(text: &str, wanted: impl Fn(&Value) -> bool) -> Result<
             let mut repaired = repair_json_where(inner, wanted)?;
             fixes.push(Fix::DoubleEncoded);
             fixes.append(&mut repaired.fixes);
-            fixes.dedup();
+            dedup_fixes(&mut fixes);
             return Ok(Repaired { value: repaired.value, fixes });
         }
         return Ok(Repaired { value, fixes });

@@ -463,21 +463,7 @@ mod tests {
 
     /// The built-in tools as a live catalogue.
     fn builtin_catalogue() -> CatalogSnapshot {
-        let mut registry = hermes_executor::ToolRegistry::default();
-        for tool in hermes_executor::tools::builtin_tools() {
-            registry.register(tool).unwrap();
-        }
-        CatalogSnapshot::from_entries(
-            registry
-                .specs()
-                .into_iter()
-                .map(|tool| hermes_proto::CatalogEntry {
-                    task_type: tool.name.clone(),
-                    tool: Some(tool),
-                    live_agents: 1,
-                })
-                .collect(),
-        )
+        CatalogSnapshot::from_entries(hermes_executor::tools::builtin_registry().catalog_entries())
     }
 
     /// A node's dependencies, explicit and by `$ref`.

@@ -20,15 +20,7 @@ fn model_path() -> PathBuf {
 }
 
 fn catalogue() -> Vec<CatalogEntry> {
-    let mut registry = hermes_executor::ToolRegistry::default();
-    for tool in hermes_executor::tools::builtin_tools() {
-        registry.register(tool).unwrap();
-    }
-    registry
-        .specs()
-        .into_iter()
-        .map(|tool| CatalogEntry { task_type: tool.name.clone(), tool: Some(tool), live_agents: 1 })
-        .collect()
+    hermes_executor::tools::builtin_registry().catalog_entries()
 }
 
 #[test]

@@ -22,11 +22,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use hermes_clients::registry::CatalogSnapshot;
+use hermes_core::plan::ValidatedPlan;
 use hermes_executor::{ToolContext, ToolRegistry};
 use hermes_llm::ChatModel;
 use hermes_planner::{PlannerConfig, plan_with};
 use hermes_proto::plan_result::Outcome;
-use hermes_proto::{CatalogEntry, PlanRequest, TaskPlan};
+use hermes_proto::{PlanRequest, TaskPlan};
 use serde_json::Value;
 
 /// One goal of the set, with what a right plan must show.
@@ -97,24 +98,6 @@ fn parse_goals(text: &str) -> anyhow::Result<Vec<Goal>> {
         .collect()
 }
 
-fn registry() -> ToolRegistry {
-    let mut registry = ToolRegistry::default();
-    for tool in hermes_executor::tools::builtin_tools() {
-        registry.register(tool).expect("built-in tools have distinct names");
-    }
-    registry
-}
-
-fn catalogue(registry: &ToolRegistry) -> CatalogSnapshot {
-    CatalogSnapshot::from_entries(
-        registry
-            .specs()
-            .into_iter()
-            .map(|tool| CatalogEntry { task_type: tool.name.clone(), tool: Some(tool), live_agents: 1 })
-            .collect(),
-    )
-}
-
 fn model(spec: &str) -> anyhow::Result<Arc<dyn ChatModel>> {
     if let Some(path) = spec.strip_prefix("local:") {
         return local(Path::new(path));
@@ -157,13 +140,8 @@ fn numbers(value: &Value, out: &mut Vec<f64>) {
 }
 
 /// Runs a validated plan's nodes in dependency order; returns the output node's output.
-async fn execute(
-    plan: &TaskPlan,
-    snapshot: &CatalogSnapshot,
-    registry: &ToolRegistry,
-    ctx: &ToolContext,
-) -> Result<Value, String> {
-    let valid = hermes_core::plan::validate_plan(plan, snapshot, 64).map_err(|e| e.to_string())?;
+async fn execute(valid: &ValidatedPlan, registry: &ToolRegistry, ctx: &ToolContext) -> Result<Value, String> {
+    let plan = &valid.plan;
     let mut outputs: HashMap<String, Value> = HashMap::new();
     for group in &valid.groups {
         for id in group {
@@ -183,27 +161,15 @@ async fn execute(
     outputs.remove(&output_node).ok_or_else(|| format!("the output node `{output_node}` has no output"))
 }
 
-/// Whether some node of type `b` depends (transitively) on a node of type `a`.
+/// Whether some node of type `b` depends (transitively) on a node of type `a`. The validator has
+/// added every `$ref` to `depends_on`.
 fn depends(plan: &TaskPlan, a: &str, b: &str) -> bool {
-    let deps: HashMap<&str, BTreeSet<String>> = plan
-        .nodes
-        .iter()
-        .map(|n| {
-            let inputs: Value = serde_json::from_str(&n.inputs_json).unwrap_or(Value::Null);
-            let refs = hermes_core::json_ref::collect_refs(&inputs);
-            let all = n
-                .depends_on
-                .iter()
-                .cloned()
-                .chain(refs.iter().filter_map(|(_, r)| r.split('.').next().map(str::to_owned)))
-                .collect();
-            (n.id.as_str(), all)
-        })
-        .collect();
+    let deps: HashMap<&str, &[String]> =
+        plan.nodes.iter().map(|n| (n.id.as_str(), n.depends_on.as_slice())).collect();
     let type_of = |id: &str| plan.nodes.iter().find(|n| n.id == id).map(|n| n.task_type.as_str());
     plan.nodes.iter().filter(|n| n.task_type == b).any(|n| {
         let mut seen = BTreeSet::new();
-        let mut stack: Vec<String> = deps[n.id.as_str()].iter().cloned().collect();
+        let mut stack: Vec<String> = deps[n.id.as_str()].to_vec();
         while let Some(id) = stack.pop() {
             if !seen.insert(id.clone()) {
                 continue;
@@ -211,7 +177,7 @@ fn depends(plan: &TaskPlan, a: &str, b: &str) -> bool {
             if type_of(&id) == Some(a) {
                 return true;
             }
-            stack.extend(deps.get(id.as_str()).into_iter().flatten().cloned());
+            stack.extend(deps.get(id.as_str()).into_iter().flat_map(|d| d.iter().cloned()));
         }
         false
     })
@@ -274,12 +240,21 @@ async fn evaluate(
         outcome.why = "planned a goal that cannot be done".into();
         return outcome;
     }
+    // The planner validated it already; this adds the `$ref` dependencies and the groups.
+    let valid = match hermes_core::plan::validate_plan(&plan, snapshot, config.max_nodes) {
+        Ok(valid) => valid,
+        Err(e) => {
+            outcome.why = format!("invalid plan: {e}");
+            return outcome;
+        }
+    };
+    let plan = &valid.plan;
     let types: BTreeSet<&str> = plan.nodes.iter().map(|n| n.task_type.as_str()).collect();
     if let Some(missing) = goal.task_types.iter().find(|t| !types.contains(t.as_str())) {
         outcome.why = format!("no {missing} node (plan: {types:?})");
         return outcome;
     }
-    if let Some((a, b)) = goal.depends.iter().find(|(a, b)| !depends(&plan, a, b)) {
+    if let Some((a, b)) = goal.depends.iter().find(|(a, b)| !depends(plan, a, b)) {
         outcome.why = format!("no {b} node depends on a {a} node");
         return outcome;
     }
@@ -290,7 +265,7 @@ async fn evaluate(
         return outcome;
     }
     let ctx = ToolContext { workspace: workspace.to_path_buf(), task: None };
-    let output = match execute(&plan, snapshot, registry, &ctx).await {
+    let output = match execute(&valid, registry, &ctx).await {
         Ok(output) => output,
         Err(e) => {
             outcome.why = format!("execution failed: {e}");
@@ -359,8 +334,8 @@ async fn main() -> anyhow::Result<()> {
         let keep: BTreeSet<usize> = (0..sample).map(|i| (i as f64 * step) as usize).collect();
         goals = goals.into_iter().enumerate().filter(|(i, _)| keep.contains(i)).map(|(_, g)| g).collect();
     }
-    let registry = registry();
-    let snapshot = catalogue(&registry);
+    let registry = hermes_executor::tools::builtin_registry();
+    let snapshot = CatalogSnapshot::from_entries(registry.catalog_entries());
     println!("eval-planner: {} goals from {}\n", goals.len(), goals_path.display());
     let mut rows = Vec::new();
     for spec in &models {

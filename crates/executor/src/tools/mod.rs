@@ -34,6 +34,15 @@ pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
     builtin_tools_with(Vec::new())
 }
 
+/// A registry of [`builtin_tools`].
+pub fn builtin_registry() -> crate::ToolRegistry {
+    let mut registry = crate::ToolRegistry::default();
+    for tool in builtin_tools() {
+        registry.register(tool).expect("the built-in tools have distinct names");
+    }
+    registry
+}
+
 /// Every built-in tool, `http.fetch` limited to the `http_allow` hosts; the fault-injection
 /// tools too when [`test_tools_enabled`].
 pub fn builtin_tools_with(http_allow: Vec<String>) -> Vec<Arc<dyn Tool>> {
