@@ -6,7 +6,7 @@ NATS_SERVER_VERSION := 2.15.1
 TOOLS := $(CURDIR)/.tools
 NATS_SERVER := $(TOOLS)/bin/nats-server
 GRPCURL := $(TOOLS)/bin/grpcurl
-LOCAL_MODEL := $(TOOLS)/models/SmolLM2-135M-Instruct.Q4_1.gguf
+SMOLLM2_MODEL := $(TOOLS)/models/SmolLM2-135M-Instruct.Q4_1.gguf
 QWEN_MODEL := $(TOOLS)/models/Qwen2.5-Coder-0.5B-Instruct.gguf
 QWEN_1_5B_MODEL := $(TOOLS)/models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
 LOCAL_EMBEDDING_DIR := $(TOOLS)/models/all-MiniLM-L6-v2
@@ -15,7 +15,8 @@ FEATURES := --features hermes-planner/local,hermes-cli/local,hermes-bench/local,
 CARGO ?= cargo
 export HERMES_NATS_SERVER_BIN ?= $(NATS_SERVER)
 export HERMES_GRPCURL_BIN ?= $(GRPCURL)
-export HERMES_LOCAL_MODEL ?= $(LOCAL_MODEL)
+# The models' paths for the tests that load them (not settings: `hermes up` reads llm.local_model).
+export HERMES_SMOLLM2_MODEL ?= $(SMOLLM2_MODEL)
 export HERMES_QWEN_MODEL ?= $(QWEN_MODEL)
 export HERMES_LOCAL_EMBEDDING_DIR ?= $(LOCAL_EMBEDDING_DIR)
 export CARGO_TERM_COLOR ?= never
@@ -52,7 +53,7 @@ models-1.5b: models
 ## EVAL_ARGS="--sample 10" plans 10 goals spread over the set
 eval-planner: models
 	$(CARGO) build -p hermes-bench --features hermes-bench/local --bin eval-planner
-	target/debug/eval-planner $(EVAL_ARGS) local:$(LOCAL_MODEL) local:$(QWEN_MODEL) \
+	target/debug/eval-planner $(EVAL_ARGS) local:$(SMOLLM2_MODEL) local:$(QWEN_MODEL) \
 	  $$(test -s $(QWEN_1_5B_MODEL) && echo local:$(QWEN_1_5B_MODEL))
 
 build: tools models

@@ -10,7 +10,8 @@ log=.hermes/demo.log
 ./target/debug/hermes up --grpc-listen "$addr" >"$log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT
-for _ in $(seq 1 200); do
+# Loading the embedded planner model takes a few seconds before the ready line.
+for _ in $(seq 1 1200); do
   if grep -q "^hermes up: grpc" "$log"; then break; fi
   if ! kill -0 "$pid" 2>/dev/null; then
     echo "hermes up failed to start; its log:" >&2

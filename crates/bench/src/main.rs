@@ -143,8 +143,8 @@ async fn memory_rows(nats_url: &str) -> anyhow::Result<()> {
 #[cfg(feature = "local")]
 fn local_model_rows() {
     use hermes_llm::{ChatRequest, Message};
-    let path = std::env::var("HERMES_LOCAL_MODEL")
-        .unwrap_or_else(|_| hermes_llm::local::DEFAULT_MODEL_PATH.to_owned());
+    let path =
+        std::env::var("HERMES_SMOLLM2_MODEL").unwrap_or_else(|_| hermes_llm::local::SMOLLM2_PATH.to_owned());
     let model = match hermes_llm::local::LocalChat::load(&hermes_llm::local::LocalConfig::new(&path)) {
         Ok(m) => m,
         Err(e) => {

@@ -57,8 +57,9 @@ pub struct UpSettings {
     pub planner: hermes_planner::service::PlannerSettings,
     pub memory: MemorySettings,
     pub embedding: EmbeddingSettings,
-    /// The LLM for the planner, the agents and the summarizer; without one, goals must come as
-    /// plans.
+    /// The LLM for the planner, the agents and the summarizer. With none configured, the planner
+    /// runs on the embedded model when it is installed ([`LlmSettings::embedded_default`]), and
+    /// otherwise goals must come as plans.
     pub llm: LlmSettings,
 }
 
@@ -138,9 +139,17 @@ impl hermes_runtime::Service for UpService {
 
     async fn start(settings: UpSettings, cx: &mut Context) -> anyhow::Result<()> {
         let llm = &settings.llm;
+        // Nothing configured: the planner (only) runs on the embedded model when it is installed.
+        // Agents and the summarizer stay without a model: a 0.5B model's prose is not worth the
+        // wait, and `agent.run` on it would rarely finish.
+        let embedded = (llm.is_unset() && !settings.external_planner).then(|| llm.embedded_default());
+        let planner_llm = match &embedded {
+            Some(Ok(local)) => local,
+            _ => llm,
+        };
         let planner = match settings.external_planner {
             true => None,
-            false => llm.planner_model()?.map(|model| settings.planner.config(model)),
+            false => planner_llm.planner_model()?.map(|model| settings.planner.config(model)),
         };
         let agent_model = llm.agent_model()?.map(hermes_executor::agent_loop::AgentModel);
         let memory = match settings.no_memory {
@@ -192,6 +201,19 @@ impl hermes_runtime::Service for UpService {
             memory,
         };
         let parts = Stack::start_on(config, cx).await?;
+        match &embedded {
+            Some(Ok(local)) => println!(
+                "hermes up: no model configured; text goals are planned by the embedded model {} \
+                 (about 20 s a plan on 2 cores, the first one about 100 s). Set HERMES_LLM_BASE_URL \
+                 and HERMES_LLM_MODEL for a real model, or HERMES_LLM_PROVIDER=none for none.",
+                local.local_model.display()
+            ),
+            Some(Err(why)) => println!(
+                "hermes up: no model configured and {why}: goals must come as plans \
+                 (or set HERMES_LLM_BASE_URL and HERMES_LLM_MODEL)."
+            ),
+            None => {}
+        }
         println!("hermes up: grpc {} nats {}", parts.grpc_addr(), nats.url);
         Ok(())
     }

@@ -7,16 +7,22 @@ use std::time::Duration;
 
 use crate::{ChatModel, LlmError, OpenAiChat, OpenAiConfig};
 
+/// The embedded model's GGUF, relative to the working directory: Qwen2.5-Coder-0.5B-Instruct,
+/// which `make models` installs. `hermes up` plans text goals with it when no model is configured.
+pub const EMBEDDED_MODEL_PATH: &str = ".tools/models/Qwen2.5-Coder-0.5B-Instruct.gguf";
+
 /// The `[llm]` settings: which model, where, and at what price. Loaded by the service runtime
 /// (`hermes-runtime`): each key is also a `HERMES_LLM_*` variable and a `--llm-*` flag.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmSettings {
-    /// `openai` (any OpenAI-compatible endpoint, needs `base_url`) or `local` (the embedded
-    /// model: SmolLM2 from `make models`, or a Qwen2.5 Instruct GGUF; needs a build with the
-    /// `local` feature). Unset: `openai` when a base URL is given, else no LLM.
+    /// `openai` (any OpenAI-compatible endpoint, needs `base_url`), `local` (the embedded model:
+    /// Qwen2.5-Coder-0.5B from `make models`, or another Qwen2.5 Instruct or SmolLM2 GGUF; needs a
+    /// build with the `local` feature) or `none` (no LLM: goals must come as plans). Unset:
+    /// `openai` when a base URL is given, else no LLM (and `hermes up` plans with the embedded
+    /// model when it is installed, see [`LlmSettings::embedded_default`]).
     pub provider: Option<String>,
-    /// The local model's GGUF file.
+    /// The local model's GGUF file ([`EMBEDDED_MODEL_PATH`] by default).
     pub local_model: PathBuf,
     /// The local model's family: `auto` (from the GGUF's architecture), `llama` (SmolLM2) or
     /// `qwen2` (Qwen2.5 Instruct, e.g. Qwen2.5-Coder-0.5B/1.5B-Instruct). A family other than
@@ -55,7 +61,7 @@ impl Default for LlmSettings {
     fn default() -> Self {
         LlmSettings {
             provider: None,
-            local_model: ".tools/models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+            local_model: EMBEDDED_MODEL_PATH.into(),
             local_family: "auto".to_owned(),
             base_url: None,
             model: None,
@@ -85,7 +91,9 @@ pub const ALIASES: &[(&str, &str)] = &[
 /// One line of help for each `[llm]` key (`llm.base_url`, ...).
 pub fn describe(key: &str) -> Option<&'static str> {
     Some(match key.strip_prefix("llm.")? {
-        "provider" => "`openai` (an OpenAI-compatible endpoint) or `local` (the embedded model).",
+        "provider" => {
+            "`openai` (an OpenAI-compatible endpoint), `local` (the embedded model) or `none` (no LLM)."
+        }
         "local_model" => "The local model's GGUF file.",
         "local_family" => "Local model family: auto (from the GGUF), llama (SmolLM2) or qwen2 (Qwen2.5).",
         "base_url" => "OpenAI-compatible base URL; unset: no LLM.",
@@ -108,10 +116,11 @@ impl LlmSettings {
     fn model_named(&self, name: Option<&String>) -> Result<Option<Arc<dyn ChatModel>>, LlmError> {
         match self.provider.as_deref() {
             Some("local") => return self.local().map(Some),
+            Some("none") => return Ok(None),
             Some("openai") | None => {}
             Some(other) => {
                 return Err(LlmError::Config(format!(
-                    "unknown LLM provider `{other}`; use `openai` or `local`"
+                    "unknown LLM provider `{other}`; use `openai`, `local` or `none`"
                 )));
             }
         }
@@ -159,6 +168,29 @@ impl LlmSettings {
         ))
     }
 
+    /// Whether these settings name no model at all: no provider and no base URL.
+    pub fn is_unset(&self) -> bool {
+        self.provider.is_none() && self.base_url.as_deref().unwrap_or("").is_empty()
+    }
+
+    /// The settings that plan with the embedded model, for `hermes up` when nothing is configured
+    /// ([`LlmSettings::is_unset`]): the `local` provider over `llm.local_model`. An error says why
+    /// there is none: this build lacks the `local` feature, or the file is not installed.
+    pub fn embedded_default(&self) -> Result<LlmSettings, String> {
+        if !cfg!(feature = "local") {
+            return Err(
+                "this build has no embedded model (build with `--features local`; make build does)".into()
+            );
+        }
+        if !self.local_model.is_file() {
+            return Err(format!(
+                "the embedded model {} is not installed (run `make models`)",
+                self.local_model.display()
+            ));
+        }
+        Ok(LlmSettings { provider: Some("local".into()), ..self.clone() })
+    }
+
     /// The planner's model, or `None` when no LLM is configured.
     pub fn planner_model(&self) -> Result<Option<Arc<dyn ChatModel>>, LlmError> {
         self.model_named(self.planner_model.as_ref())
@@ -181,5 +213,55 @@ impl LlmSettings {
     /// The summarizer's model, or `None` when no LLM is configured.
     pub fn summarizer_model(&self) -> Result<Option<Arc<dyn ChatModel>>, LlmError> {
         self.model_named(self.summarizer_model.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_none_is_no_model_and_an_unknown_one_is_named() {
+        let none = LlmSettings {
+            provider: Some("none".into()),
+            base_url: Some("http://127.0.0.1:1/v1".into()),
+            model: Some("m".into()),
+            ..Default::default()
+        };
+        assert!(none.planner_model().unwrap().is_none());
+        assert!(!none.is_unset());
+        let other = LlmSettings { provider: Some("ollama".into()), ..Default::default() };
+        let err = other.planner_model().err().unwrap().to_string();
+        assert!(err.contains("unknown LLM provider `ollama`") && err.contains("`none`"), "{err}");
+    }
+
+    #[test]
+    fn only_settings_naming_nothing_are_unset() {
+        assert!(LlmSettings::default().is_unset());
+        assert!(LlmSettings { base_url: Some(String::new()), ..Default::default() }.is_unset());
+        assert!(!LlmSettings { base_url: Some("http://h/v1".into()), ..Default::default() }.is_unset());
+        assert!(!LlmSettings { provider: Some("local".into()), ..Default::default() }.is_unset());
+    }
+
+    #[test]
+    fn the_embedded_default_names_what_is_missing() {
+        let missing = LlmSettings { local_model: "/nonexistent/model.gguf".into(), ..Default::default() };
+        let why = missing.embedded_default().unwrap_err();
+        if cfg!(feature = "local") {
+            assert!(why.contains("/nonexistent/model.gguf is not installed (run `make models`)"), "{why}");
+        } else {
+            assert!(why.contains("--features local"), "{why}");
+        }
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let present = LlmSettings { local_model: file.path().into(), ..Default::default() };
+        let embedded = present.embedded_default();
+        if cfg!(feature = "local") {
+            let local = embedded.unwrap();
+            assert_eq!(local.provider.as_deref(), Some("local"));
+            assert_eq!(local.local_model, file.path());
+        } else {
+            assert!(embedded.is_err());
+        }
+        assert_eq!(LlmSettings::default().local_model, PathBuf::from(EMBEDDED_MODEL_PATH));
     }
 }

@@ -172,4 +172,11 @@ pub trait ChatModel: Send + Sync {
         estimate_tokens(text)
     }
     fn chat<'a>(&'a self, request: ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
+    /// Reads `system`, a system message later requests will start with, ahead of them, so that
+    /// the first of them does not pay for it. Only a model that caches prompt prefixes itself
+    /// (the local one) does anything; the default returns at once.
+    fn warm<'a>(&'a self, system: &'a str) -> BoxFuture<'a, Result<(), LlmError>> {
+        let _ = system;
+        Box::pin(async { Ok(()) })
+    }
 }

@@ -42,8 +42,9 @@ use tracing::{debug, warn};
 use crate::bounds::{Bounds, bound_schema};
 use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Message, Role, Usage};
 
-/// Where `make models` puts the GGUF.
-pub const DEFAULT_MODEL_PATH: &str = ".tools/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+/// Where `make models` puts SmolLM2-135M-Instruct: small and fast, the model of quick tests.
+/// The embedded default is [`crate::config::EMBEDDED_MODEL_PATH`] (Qwen2.5-Coder-0.5B).
+pub const SMOLLM2_PATH: &str = ".tools/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// The largest context [`ChatModel::context_window`] reports, whatever the GGUF declares.
 const MAX_CONTEXT: usize = 32768;
@@ -458,6 +459,21 @@ impl LocalChat {
         self.family
     }
 
+    /// Reads the system message `system` into the prefix cache now (see [`ChatModel::warm`]).
+    pub fn warm_blocking(&self, system: &str) -> Result<(), LlmError> {
+        let mut inner = self.inner.lock().map_err(|_| run_err("a previous request panicked"))?;
+        let (prefix_text, _) = chatml(&[Message::system(system)], inner.family.default_system());
+        let prefix_ids = inner.encode(&prefix_text)?;
+        if prefix_ids.len() >= inner.context {
+            return Err(LlmError::Config(format!(
+                "local model: the system message has {} tokens but the model's context holds {}",
+                prefix_ids.len(),
+                inner.context
+            )));
+        }
+        inner.cache_prefix(prefix_ids)
+    }
+
     /// Runs one request synchronously; also returns the throughput it reached.
     pub fn generate(&self, request: &ChatRequest) -> Result<(ChatResponse, Throughput), LlmError> {
         let mut inner = self.inner.lock().map_err(|_| run_err("a previous request panicked"))?;
@@ -502,6 +518,30 @@ fn prefill_chunks(len: usize) -> Vec<(usize, usize)> {
 }
 
 impl Inner {
+    /// Makes the model state after `prefix_ids` the most recently used cache entry, reading the
+    /// prefix when it is not cached (and dropping the least recently used entry).
+    fn cache_prefix(&mut self, prefix_ids: Vec<u32>) -> Result<(), LlmError> {
+        if prefix_ids.is_empty() {
+            return Ok(());
+        }
+        match self.prefixes.iter().position(|(ids, _)| *ids == prefix_ids) {
+            Some(i) => {
+                // Most recently used last.
+                let entry = self.prefixes.remove(i);
+                self.prefixes.push(entry);
+            }
+            None => {
+                let mut model = self.weights.clone();
+                model.prefill(&prefix_ids, 0)?;
+                if self.prefixes.len() >= PREFIXES {
+                    self.prefixes.remove(0);
+                }
+                self.prefixes.push((prefix_ids, model));
+            }
+        }
+        Ok(())
+    }
+
     fn encode(&self, text: &str) -> Result<Vec<u32>, LlmError> {
         Ok(self.tokenizer.encode(text, false).map_err(run_err)?.get_ids().to_vec())
     }
@@ -523,22 +563,8 @@ impl Inner {
         }
         let prefix_ids = self.encode(&prefix_text)?;
         let started = Instant::now();
-        let cached = self.prefixes.iter().position(|(ids, _)| *ids == prefix_ids);
-        match cached {
-            Some(i) => {
-                // Most recently used last.
-                let entry = self.prefixes.remove(i);
-                self.prefixes.push(entry);
-            }
-            None if prompt_ids.starts_with(&prefix_ids) && !prefix_ids.is_empty() => {
-                let mut model = self.weights.clone();
-                model.prefill(&prefix_ids, 0)?;
-                if self.prefixes.len() >= PREFIXES {
-                    self.prefixes.remove(0);
-                }
-                self.prefixes.push((prefix_ids, model));
-            }
-            None => {}
+        if prompt_ids.starts_with(&prefix_ids) {
+            self.cache_prefix(prefix_ids)?;
         }
         let (mut model, start) = match self.prefixes.last() {
             Some((ids, model)) if prompt_ids.starts_with(ids) => (model.clone(), ids.len()),
@@ -671,6 +697,16 @@ impl ChatModel for LocalChat {
         };
         Box::pin(crate::observe::observed(self.provider(), self.model(), call))
     }
+
+    fn warm<'a>(&'a self, system: &'a str) -> BoxFuture<'a, Result<(), LlmError>> {
+        let this = self.clone();
+        let system = system.to_owned();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || this.warm_blocking(&system))
+                .await
+                .map_err(|e| run_err(format!("warm-up task failed: {e}")))?
+        })
+    }
 }
 
 /// The ChatML prompt both families were tuned on, split into the system prefix (cached across
@@ -771,12 +807,6 @@ fn gguf_tokenizer(family: Family, content: &gguf_file::Content) -> Result<GgufTo
             "vocab": Value::Object(vocab), "merges": merges}
     });
     Ok(GgufTokenizer { json, eos, bos, unused })
-}
-
-/// The default model path, relative to the current dir, if the file exists there.
-pub fn default_model_path() -> Option<PathBuf> {
-    let path = Path::new(DEFAULT_MODEL_PATH);
-    path.exists().then(|| path.to_path_buf())
 }
 
 #[cfg(test)]
@@ -922,7 +952,7 @@ mod tests {
     /// The SmolLM2 path (prefix cache included) still works, when `make models` has installed it.
     #[test]
     fn smollm2_still_answers_to_a_schema() {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(DEFAULT_MODEL_PATH);
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(SMOLLM2_PATH);
         if !path.exists() {
             println!("skipped: {} is not installed (make models)", path.display());
             return;

@@ -109,6 +109,36 @@ impl Planner {
         let context = self.memory_context(request).await;
         plan_with(&self.config, &snapshot, request, context.as_ref()).await
     }
+
+    /// Once agents have published task types, has the model read the system message every plan
+    /// will start with, so the first goal does not wait for it (the local model reads a
+    /// catalogue of the built-in tools in about 100 s on 2 cores; other models skip this). Only
+    /// when the whole catalogue is shown (`top_k` covers it): otherwise each goal's system
+    /// message differs.
+    async fn warm(&self, shutdown: &CancellationToken) {
+        let started = std::time::Instant::now();
+        let snapshot = loop {
+            match self.catalog.current().await {
+                Ok(snapshot) if !snapshot.entries().is_empty() => break snapshot,
+                _ if started.elapsed() > Duration::from_secs(120) => return,
+                _ => {}
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        };
+        if snapshot.entries().len() > self.config.top_k {
+            return;
+        }
+        let entries: Vec<_> = snapshot.entries().iter().collect();
+        let system = prompt::system_message(&entries);
+        let reading = std::time::Instant::now();
+        match self.config.model.warm(&system).await {
+            Ok(()) => info!(secs = reading.elapsed().as_secs_f64(), "planner model has read the catalogue"),
+            Err(e) => warn!(error = %e, "planner model warm-up failed"),
+        }
+    }
 }
 
 /// Plans one request against `snapshot` with the session `context`, without a bus: the model
@@ -210,6 +240,9 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
         .await?;
     let concurrency = config.concurrency.max(1);
     let planner = Arc::new(Planner::new(bus.clone(), config));
+    let warming = planner.clone();
+    let warm_shutdown = shutdown.clone();
+    tokio::spawn(async move { warming.warm(&warm_shutdown).await });
     let mut messages = consumer.stream().max_messages_per_batch(concurrency).messages().await?;
     info!(model = %planner.config.model.model(), "planner serving");
     hermes_core::bus::consume_concurrently(

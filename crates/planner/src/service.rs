@@ -83,7 +83,7 @@ impl hermes_runtime::Settings for PlannerServiceSettings {
     }
 
     fn validate(&self) -> Result<(), hermes_runtime::ConfigError> {
-        if self.llm.base_url.as_deref().unwrap_or("").is_empty() && self.llm.provider.is_none() {
+        if self.llm.is_unset() || self.llm.provider.as_deref() == Some("none") {
             return Err(hermes_runtime::ConfigError::rule(
                 "llm.base_url",
                 "the planner needs a model: set llm.base_url and llm.model (HERMES_LLM_BASE_URL, HERMES_LLM_MODEL) or llm.provider = \"local\"",

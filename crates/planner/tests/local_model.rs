@@ -14,7 +14,7 @@ use hermes_planner::prompt;
 use hermes_proto::{CatalogEntry, PlanRequest};
 
 fn model_path() -> PathBuf {
-    std::env::var_os("HERMES_LOCAL_MODEL").map(PathBuf::from).unwrap_or_else(|| {
+    std::env::var_os("HERMES_SMOLLM2_MODEL").map(PathBuf::from).unwrap_or_else(|| {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.tools/models/SmolLM2-135M-Instruct.Q4_1.gguf")
     })
 }
@@ -31,17 +31,14 @@ fn short_goals_always_get_a_schema_valid_plan() {
     let offered: Vec<&CatalogEntry> = entries.iter().collect();
     let schema = prompt::answer_schema(&offered);
     let validator = InputSchema::compile(schema.clone()).unwrap();
+    // Five kinds of goal, one in Chinese; kept short because every goal is minutes of CPU in
+    // `make test` (the embedded default, Qwen, is tested end to end in hermes-cli's processes).
     let goals = [
         "What time is it?",
         "Add 2 and 3",
-        "Multiply 12 by 7",
-        "What is the time in 3 hours?",
         "Wait one second",
-        "Compute 100 divided by 4",
         "Sum the amounts in sales.csv",
-        "现在几点？",
         "计算 6 乘以 7",
-        "Write a greeting for Ada",
     ];
     let mut valid = 0;
     let mut tokens = 0;
@@ -68,6 +65,10 @@ fn short_goals_always_get_a_schema_valid_plan() {
         valid += 1;
         println!("{goal} -> {text} ({:.0} tok/s out)", throughput.output_tokens_per_s);
     }
-    println!("{valid}/10 schema-valid plans, {tokens} tokens in {:.1} s", started.elapsed().as_secs_f64());
-    assert_eq!(valid, 10);
+    println!(
+        "{valid}/{} schema-valid plans, {tokens} tokens in {:.1} s",
+        goals.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(valid, goals.len());
 }

@@ -245,6 +245,12 @@ impl HermesUpBuilder {
         self
     }
 
+    /// How long to wait for the ready line (60 s by default; loading a model takes longer).
+    pub fn ready_within(mut self, within: Duration) -> Self {
+        self.recipe.ready_within = within;
+        self
+    }
+
     /// Starts it and waits for `hermes up: grpc ...` on its stdout.
     pub fn start(self) -> HermesUp {
         let child = self.recipe.spawn();

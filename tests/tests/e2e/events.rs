@@ -105,34 +105,42 @@ async fn concurrent_wide_fan_outs_store_their_events_in_seq_order() {
         );
     }
     for goal_id in &goals {
-        check_order(goal_id, &stored(&t, goal_id).await);
+        let events = tokio::time::timeout(Duration::from_secs(60), stored(&t, goal_id))
+            .await
+            .unwrap_or_else(|_| panic!("{goal_id}: reading its stored events did not finish"));
+        check_order(goal_id, &events);
     }
 
     // A watcher that resumes after seq k gets exactly the events after k.
     let all = stored(&t, &goals[0]).await;
     for k in [1u64, 7, 150, all.iter().map(|e| e.seq).max().unwrap() - 1] {
         let cut = all.iter().position(|e| e.seq == k).unwrap();
-        let resumed: Vec<Event> = t
+        let watch = t
             .client
             .watch_goal(WatchGoalRequest { goal_id: goals[0].clone(), after_seq: k })
             .await
             .unwrap()
             .into_inner()
             .map(|e| e.unwrap())
-            .collect()
-            .await;
+            .collect::<Vec<Event>>();
+        // Bounded, so a stream that never ends fails here, naming the step.
+        let resumed = tokio::time::timeout(Duration::from_secs(60), watch)
+            .await
+            .unwrap_or_else(|_| panic!("the watch resumed after seq {k} did not end"));
         assert_eq!(resumed, all[cut + 1..].to_vec(), "resuming after seq {k}");
     }
     // After the last one there is nothing more.
     let last = all.iter().map(|e| e.seq).max().unwrap();
-    let rest: Vec<_> = t
+    let watch = t
         .client
         .watch_goal(WatchGoalRequest { goal_id: goals[0].clone(), after_seq: last })
         .await
         .unwrap()
         .into_inner()
-        .collect()
-        .await;
+        .collect::<Vec<_>>();
+    let rest = tokio::time::timeout(Duration::from_secs(60), watch)
+        .await
+        .unwrap_or_else(|_| panic!("the watch resumed after the last seq {last} did not end"));
     assert!(rest.is_empty(), "{rest:?}");
     t.stop().await;
 }

@@ -306,6 +306,7 @@ async fn main() -> anyhow::Result<()> {
     let mut data = root.join("examples/data");
     let mut limit = usize::MAX;
     let mut sample = 0usize;
+    let mut only: Option<BTreeSet<String>> = None;
     let mut models = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -314,9 +315,12 @@ async fn main() -> anyhow::Result<()> {
             "--data" => data = args.next().context("--data DIR")?.into(),
             "--limit" => limit = args.next().context("--limit N")?.parse().context("--limit N")?,
             "--sample" => sample = args.next().context("--sample N")?.parse().context("--sample N")?,
+            "--only" => {
+                only = Some(args.next().context("--only ID,ID")?.split(',').map(str::to_owned).collect())
+            }
             "-h" | "--help" => {
                 println!(
-                    "eval-planner [--goals FILE] [--data DIR] [--limit N] local:<gguf>|openai:<url>#<model>..."
+                    "eval-planner [--goals FILE] [--data DIR] [--limit N] [--sample N] [--only ID,ID] local:<gguf>|openai:<url>#<model>..."
                 );
                 return Ok(());
             }
@@ -328,6 +332,13 @@ async fn main() -> anyhow::Result<()> {
     }
     let text = std::fs::read_to_string(&goals_path).with_context(|| format!("{}", goals_path.display()))?;
     let mut goals: Vec<Goal> = parse_goals(&text)?.into_iter().take(limit).collect();
+    if let Some(only) = &only {
+        let unknown: Vec<&String> = only.iter().filter(|id| !goals.iter().any(|g| &g.id == *id)).collect();
+        if !unknown.is_empty() {
+            bail!("--only names goals not in {}: {unknown:?}", goals_path.display());
+        }
+        goals.retain(|g| only.contains(&g.id));
+    }
     if sample > 0 && sample < goals.len() {
         // Evenly spaced, so every kind of goal in the set is represented.
         let step = goals.len() as f64 / sample as f64;

@@ -28,6 +28,8 @@ fn hermes_up_with(nats_url: &str, data_dir: &Path, extra: &[&str]) -> (Up, Strin
         .arg(data_dir)
         .args(extra)
         .current_dir(repo_root())
+        // No embedded planner from the repo's .tools/models: these tests submit plans.
+        .env("HERMES_LLM_PROVIDER", "none")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

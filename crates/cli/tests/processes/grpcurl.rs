@@ -28,6 +28,7 @@ fn grpcurl_lists_and_describes_the_api_by_reflection() {
     let up = HermesUp::builder(env!("CARGO_BIN_EXE_hermes"), data.path())
         .nats_url(&nats.url())
         .current_dir(repo_root_from(env!("CARGO_MANIFEST_DIR")))
+        .env("HERMES_LLM_PROVIDER", "none")
         .start();
     let (ok, listed) = run(&["-plaintext", &up.grpc, "list"]);
     assert!(ok, "{listed}");

@@ -30,6 +30,7 @@ fn start_up(nats_url: Option<&str>, data_dir: &Path, agents: &Path) -> HermesUp 
         .arg("--agents-config")
         .arg(agents)
         .env("HERMES_TEST_TOOLS", "1")
+        .env("HERMES_LLM_PROVIDER", "none")
         .current_dir(repo_root())
         .stderr_file(&stderr_log(data_dir));
     if let Some(url) = nats_url {
@@ -688,6 +689,7 @@ async fn kill_9_of_hermes_up_leaves_no_nats_server_behind() {
         .arg("--agents-config")
         .arg(&agents)
         .env_remove("HERMES_NATS_URL")
+        .env("HERMES_LLM_PROVIDER", "none")
         .current_dir(repo_root())
         .output()
         .unwrap();

@@ -6,6 +6,7 @@
 //! and a bounded disk.
 
 mod cli;
+mod embedded;
 mod grpcurl;
 mod hostile;
 mod observability;
