@@ -7,7 +7,8 @@ cargo build --bins -p hermes-cli --features hermes-cli/local
 mkdir -p .hermes
 addr="${HERMES_DEMO_LISTEN:-127.0.0.1:50551}"
 log=.hermes/demo.log
-./target/debug/hermes up --grpc-listen "$addr" >"$log" 2>&1 &
+http="${HERMES_DEMO_HTTP_LISTEN:-127.0.0.1:8551}"
+./target/debug/hermes up --grpc-listen "$addr" --http-listen "$http" >"$log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT
 # Loading the embedded planner model takes a few seconds before the ready line.

@@ -1,5 +1,6 @@
 //! Compiles `proto/hermes/v1/*.proto` once for the whole workspace, with the vendored protoc so no
-//! system protoc is needed, and writes the descriptor set that gRPC reflection serves.
+//! system protoc is needed, writes the descriptor set that gRPC reflection serves, and derives the
+//! canonical JSON mapping (pbjson) that the HTTP API speaks.
 
 use std::path::PathBuf;
 
@@ -26,8 +27,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
-    tonic_prost_build::configure()
-        .file_descriptor_set_path(out_dir.join("hermes_descriptor.bin"))
-        .compile_with_config(config, &paths, &[root])?;
+    let descriptor_path = out_dir.join("hermes_descriptor.bin");
+    tonic_prost_build::configure().file_descriptor_set_path(&descriptor_path).compile_with_config(
+        config,
+        &paths,
+        &[root],
+    )?;
+    // serde impls in protobuf's canonical JSON mapping, for the HTTP API.
+    let descriptors = std::fs::read(&descriptor_path)?;
+    pbjson_build::Builder::new().register_descriptors(&descriptors)?.build(&[".hermes.v1"])?;
     Ok(())
 }

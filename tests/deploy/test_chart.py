@@ -218,6 +218,38 @@ class Invariants(unittest.TestCase):
         self.assertEqual(settings.get("HERMES_NODE_TIMEOUT_SECS"), "56")
         self.assertEqual(settings.get("HERMES_GRPC_MAX_MESSAGE_BYTES"), "8388608")
 
+    def test_the_http_api_gets_a_port_a_service_port_and_an_optional_ingress(self):
+        values = load_values("minimal-values.yaml")
+        docs, _ = render(values)
+        dispatcher = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "hermes-dispatcher")
+        container = dispatcher["spec"]["template"]["spec"]["containers"][0]
+        self.assertIn({"name": "http", "containerPort": 8080}, container["ports"])
+        settings = dict(env_of(container))
+        for config in config_maps(docs).values():
+            settings.update(config)
+        self.assertEqual(settings.get("HERMES_HTTP_LISTEN"), "0.0.0.0:8080")
+        service = next(d for d in by_kind(docs, "Service") if d["metadata"]["name"] == "hermes-dispatcher")
+        self.assertIn("http", [p["name"] for p in service["spec"]["ports"]])
+        self.assertEqual(by_kind(docs, "Ingress"), [], "no Ingress unless asked for")
+
+        values["dispatcher"] = dict(values.get("dispatcher", {}), ingress={"enabled": True, "className": "nginx", "host": "hermes.agents.internal", "tls": [{"secretName": "hermes-tls", "hosts": ["hermes.agents.internal"]}]})
+        docs, _ = render(values)
+        (ingress,) = by_kind(docs, "Ingress")
+        kubernetes_validate.validate(ingress, KUBE_VERSION, strict=True)
+        rule = ingress["spec"]["rules"][0]
+        self.assertEqual(rule["host"], "hermes.agents.internal")
+        backend = rule["http"]["paths"][0]["backend"]["service"]
+        self.assertEqual(backend, {"name": "hermes-dispatcher", "port": {"name": "http"}})
+        self.assertEqual(ingress["spec"]["ingressClassName"], "nginx")
+
+        values["dispatcher"]["httpPort"] = 0
+        docs, _ = render(values)
+        settings = {}
+        for config in config_maps(docs).values():
+            settings.update(config)
+        self.assertEqual(settings.get("HERMES_HTTP_LISTEN"), "off")
+        self.assertEqual(by_kind(docs, "Ingress"), [])
+
     def test_a_pool_s_own_api_key_secret_wins(self):
         docs, _ = render(load_values("autoscaled-pools-values.yaml"))
         dep = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "hermes-pool-llm")

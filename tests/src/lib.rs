@@ -164,6 +164,12 @@ impl SandboxBuilder {
             max_nodes: self.max_nodes,
             summarizer: self.llm_base_url.as_deref().map(|url| Summarizer(model(url, "summarizer-model"))),
             prices: self.prices,
+            // The HTTP API on a free port, as `hermes up` serves it.
+            http: Some(hermes_dispatcher::http::HttpConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                max_body_bytes: hermes_dispatcher::http::DEFAULT_MAX_BODY_BYTES,
+                cors_allow_origins: Vec::new(),
+            }),
             ..Default::default()
         };
         if let Some(wait) = self.no_agent_wait {
@@ -219,6 +225,11 @@ impl Sandbox {
     /// The running stack, for what only it can do (stop one agent, restart the registry, ...).
     pub fn stack(&mut self) -> &mut Stack {
         self.stack.as_mut().expect("the stack runs")
+    }
+
+    /// The HTTP API's base URL, `http://127.0.0.1:PORT`.
+    pub fn http_url(&self) -> String {
+        self.stack.as_ref().expect("the stack runs").http_url().expect("the sandbox serves HTTP")
     }
 
     /// A Registry API client.

@@ -437,23 +437,67 @@ fn status_error(status: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{}", status.message())
 }
 
-/// Prints the goal's events until it ends. With `ask`, each approval request is put to the
-/// user as a y/n question (oldest first), answered from stdin; a decision made elsewhere (another
-/// terminal, a timeout) withdraws the question.
+/// How long `watch_goal` keeps trying to resume a dropped stream.
+const RESUME_FOR: Duration = Duration::from_secs(120);
+
+/// Whether a watch that failed with `status` is worth resuming: the connection or the server
+/// went away, not the request.
+fn resumable(status: &tonic::Status) -> bool {
+    matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled)
+}
+
+/// Opens the goal's event stream after `after_seq`; while the dispatcher is unreachable (a
+/// restart), tries again for [`RESUME_FOR`].
+async fn open_watch(
+    client: &mut DispatcherClient<Channel>,
+    goal_id: &str,
+    after_seq: u64,
+) -> anyhow::Result<tonic::Streaming<hermes_proto::Event>> {
+    let deadline = tokio::time::Instant::now() + RESUME_FOR;
+    loop {
+        let request = WatchGoalRequest { goal_id: goal_id.to_owned(), after_seq };
+        match client.watch_goal(request).await {
+            Ok(stream) => return Ok(stream.into_inner()),
+            Err(status) if resumable(&status) && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(status) => return Err(status_error(status)),
+        }
+    }
+}
+
+/// Prints the goal's events until it ends. A stream that drops (the connection, or the
+/// dispatcher restarting) is resumed after the last numbered event seen, so no step is missed
+/// or printed twice. With `ask`, each approval request is put to the user as a y/n question (oldest
+/// first), answered from stdin; a decision made elsewhere (another terminal, a timeout) withdraws
+/// the question.
 async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str, ask: bool) -> anyhow::Result<i32> {
-    let mut events = client
-        .watch_goal(WatchGoalRequest { goal_id: goal_id.to_owned(), after_seq: 0 })
-        .await
-        .map_err(status_error)?
-        .into_inner();
+    let mut events = open_watch(client, goal_id, 0).await?;
+    let mut last_seq = 0u64;
+    let mut dropped_at: Option<tokio::time::Instant> = None;
     let mut answers = if ask { Some(stdin_lines()) } else { None };
     let mut pending: std::collections::VecDeque<(String, String)> = Default::default();
     let mut start = None;
     loop {
         let event = tokio::select! {
             event = events.next() => match event {
-                Some(event) => event.map_err(status_error)?,
-                None => break,
+                Some(Ok(event)) => event,
+                // The stream ended or failed before the goal did: resume after the last event.
+                dropped @ (None | Some(Err(_))) => {
+                    if let Some(Err(status)) = &dropped
+                        && !resumable(status)
+                    {
+                        return Err(status_error(status.clone()));
+                    }
+                    let since = *dropped_at.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() > RESUME_FOR {
+                        break;
+                    }
+                    eprintln!("the event stream dropped; resuming after event {last_seq}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    events = open_watch(client, goal_id, last_seq).await?;
+                    continue;
+                }
             },
             Some(line) = async { answers.as_mut()?.recv().await }, if !pending.is_empty() => {
                 let verdict = match line.trim().to_ascii_lowercase().as_str() {
@@ -482,6 +526,10 @@ async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str, ask: 
                 continue;
             }
         };
+        dropped_at = None;
+        if event.seq > 0 {
+            last_seq = event.seq;
+        }
         let t0 = *start.get_or_insert(event.at_unix_ms);
         let at = format!("[+{:>7.3}s]", event.at_unix_ms.saturating_sub(t0) as f64 / 1000.0);
         match event.kind {

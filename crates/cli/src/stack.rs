@@ -43,6 +43,7 @@ pub struct Stack {
 /// What [`Stack::start_on`] started on a context: handles on the pieces tests stop and restart.
 pub struct StackParts {
     grpc_addr: SocketAddr,
+    http_addr: Option<SocketAddr>,
     registry: Registry,
     registry_config: RegistryConfig,
     registry_run: Stoppable,
@@ -53,6 +54,11 @@ impl StackParts {
     /// The gRPC address (the dispatcher's, which also carries the registry's and memory's APIs).
     pub fn grpc_addr(&self) -> SocketAddr {
         self.grpc_addr
+    }
+
+    /// The HTTP API's address, when it is on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 }
 
@@ -143,9 +149,17 @@ impl Stack {
         if let Some(memory) = config.memory {
             hermes_memory::service::MemoryService::start_config(memory, cx).await?;
         }
-        hermes_dispatcher::start(dispatcher, cx).await?;
-        info!(%grpc_addr, nats = %config.nats_url, "hermes stack ready");
-        Ok(StackParts { grpc_addr, registry, registry_config: config.registry, registry_run, agents })
+        let started = hermes_dispatcher::start(dispatcher, cx).await?;
+        let http_addr = started.http_addr;
+        info!(%grpc_addr, http = ?http_addr, nats = %config.nats_url, "hermes stack ready");
+        Ok(StackParts {
+            grpc_addr,
+            http_addr,
+            registry,
+            registry_config: config.registry,
+            registry_run,
+            agents,
+        })
     }
 
     /// Starts one more agent in this process.
@@ -180,6 +194,11 @@ impl Stack {
     /// The dispatcher's gRPC address.
     pub fn grpc_addr(&self) -> SocketAddr {
         self.parts.grpc_addr
+    }
+
+    /// The HTTP API's base URL (`http://127.0.0.1:PORT`), when it is on.
+    pub fn http_url(&self) -> Option<String> {
+        self.parts.http_addr.map(|a| format!("http://{a}"))
     }
 
     pub fn grpc_url(&self) -> String {

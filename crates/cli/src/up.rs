@@ -214,7 +214,10 @@ impl hermes_runtime::Service for UpService {
             ),
             None => {}
         }
-        println!("hermes up: grpc {} nats {}", parts.grpc_addr(), nats.url);
+        match parts.http_addr() {
+            Some(http) => println!("hermes up: grpc {} nats {} http {http}", parts.grpc_addr(), nats.url),
+            None => println!("hermes up: grpc {} nats {}", parts.grpc_addr(), nats.url),
+        }
         Ok(())
     }
 }

@@ -94,6 +94,22 @@ impl ApprovalStore {
         Err(Error::Unavailable(format!("approval {call_id}: too many concurrent updates")))
     }
 
+    /// Every approval nobody decided yet, across goals, the soonest to expire first.
+    pub async fn pending(&self) -> Result<Vec<Approval>> {
+        use futures::StreamExt;
+        let mut out = Vec::new();
+        let mut keys = self.kv.keys().await.map_err(|e| kv_error("list approvals", e))?;
+        while let Some(Ok(key)) = keys.next().await {
+            if let Some((approval, _)) = self.load(&key).await?
+                && approval.decision.is_none()
+            {
+                out.push(approval);
+            }
+        }
+        out.sort_by(|a, b| a.expires_unix_ms.cmp(&b.expires_unix_ms).then_with(|| a.call_id.cmp(&b.call_id)));
+        Ok(out)
+    }
+
     /// Nodes of `goal_id` with an approval nobody decided yet.
     pub async fn pending_nodes(&self, goal_id: &str) -> Result<HashSet<String>> {
         use futures::StreamExt;

@@ -96,6 +96,27 @@ impl ErrorCode {
     }
 }
 
+impl ErrorCode {
+    /// The HTTP status the HTTP API answers with for this error (docs/http.md).
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidArgument => 400,
+            ErrorCode::PlanInvalid => 422,
+            ErrorCode::NotFound => 404,
+            ErrorCode::FailedPrecondition | ErrorCode::NoCapableAgent | ErrorCode::Cancelled => 409,
+            ErrorCode::Denied => 403,
+            ErrorCode::BudgetExceeded | ErrorCode::LimitExceeded => 429,
+            ErrorCode::Timeout => 504,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::ToolError
+            | ErrorCode::LlmParseError
+            | ErrorCode::NoProgress
+            | ErrorCode::PoisonMessage
+            | ErrorCode::Internal => 500,
+        }
+    }
+}
+
 impl fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -203,6 +224,29 @@ mod tests {
         assert!(ErrorCode::LlmParseError.retryable());
         assert!(!ErrorCode::ToolError.retryable());
         assert!(!ErrorCode::InvalidArgument.retryable());
+    }
+
+    #[test]
+    fn every_code_has_an_http_status_of_its_class() {
+        for code in ErrorCode::ALL {
+            let status = code.http_status();
+            let client = matches!(
+                code,
+                ErrorCode::InvalidArgument
+                    | ErrorCode::PlanInvalid
+                    | ErrorCode::NotFound
+                    | ErrorCode::FailedPrecondition
+                    | ErrorCode::NoCapableAgent
+                    | ErrorCode::Cancelled
+                    | ErrorCode::Denied
+                    | ErrorCode::BudgetExceeded
+                    | ErrorCode::LimitExceeded
+            );
+            assert_eq!((400..500).contains(&status), client, "{code}: {status}");
+            assert!((400..600).contains(&status), "{code}: {status}");
+        }
+        assert_eq!(ErrorCode::PlanInvalid.http_status(), 422);
+        assert_eq!(ErrorCode::Unavailable.http_status(), 503);
     }
 
     #[test]

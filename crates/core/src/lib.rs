@@ -10,6 +10,7 @@ pub mod ids;
 pub mod json_ref;
 pub mod metrics;
 pub mod plan;
+pub mod plan_file;
 pub mod redact;
 pub mod schema;
 pub mod shutdown;

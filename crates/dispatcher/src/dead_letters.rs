@@ -12,7 +12,8 @@ pub(crate) fn js_error(operation: &'static str, e: impl std::fmt::Display) -> Er
     Error::JetStream { operation, reason: e.to_string() }
 }
 
-/// The `HERMES_DLQ` stream, read and replayed.
+/// The `HERMES_DLQ` stream, read and replayed. Cheap to clone.
+#[derive(Clone)]
 pub struct DeadLetters {
     bus: Bus,
 }

@@ -273,7 +273,7 @@ impl GoalService {
         &self,
         goal_id: &str,
         after_seq: u64,
-    ) -> Result<impl Stream<Item = Result<Event>> + Send + 'static> {
+    ) -> Result<impl Stream<Item = Result<Event>> + Send + use<>> {
         use async_nats::jetstream::consumer::{DeliverPolicy, pull};
         self.get(goal_id).await?;
         let unavailable = |what: &str, e: &dyn std::fmt::Display| Error::Unavailable(format!("{what}: {e}"));

@@ -23,6 +23,7 @@ mod effects;
 pub mod engine;
 mod goals;
 mod grpc;
+pub mod http;
 mod metrics;
 mod routing;
 pub mod service;
@@ -70,6 +71,8 @@ pub struct DispatcherConfig {
     pub prices: engine::Prices,
     /// Largest gRPC request decoded; a larger one is refused with `INVALID_ARGUMENT` naming it.
     pub grpc_max_message_bytes: usize,
+    /// The HTTP API, or `None` for none (the default of the config; the settings turn it on).
+    pub http: Option<http::HttpConfig>,
 }
 
 impl Default for DispatcherConfig {
@@ -86,22 +89,31 @@ impl Default for DispatcherConfig {
             summarizer: None,
             prices: engine::Prices::default(),
             grpc_max_message_bytes: hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES,
+            http: None,
         }
     }
+}
+
+/// What [`start`] started.
+pub struct Started {
+    pub service: Arc<GoalService>,
+    /// Where the HTTP API listens, when it is on.
+    pub http_addr: Option<SocketAddr>,
 }
 
 /// Starts the dispatcher on `cx`, which must be connected: binds the gRPC port (unless a service
 /// composed before it did), the results and plan-result consumers, spawns the workers as named
 /// tasks and adds the `hermes.v1.Dispatcher` API to the context's gRPC server. Fails fast with a
 /// clear error.
-pub async fn start(
-    config: DispatcherConfig,
-    cx: &mut hermes_runtime::Context,
-) -> anyhow::Result<Arc<GoalService>> {
+pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -> anyhow::Result<Started> {
     use anyhow::Context as _;
     let bus = cx.bus().cloned().context("connect before starting the dispatcher")?;
     let listen = config.grpc_listen;
     cx.grpc_listen(listen, config.grpc_max_message_bytes, hermes_runtime::GRPC_LIMIT_SETTING).await?;
+    let http_listener = match &config.http {
+        Some(http) => Some((http::bind(http).await?, http.clone())),
+        None => None,
+    };
     let topology = bus.topology().clone();
     let results = bus
         .durable_consumer(ConsumerSpec {
@@ -144,9 +156,27 @@ pub async fn start(
     cx.spawn_loop("timers", move |stop| workers::timers::run(s, deadlines, stop));
     let b = bus.clone();
     cx.spawn_loop("queue-depth", move |stop| workers::queue_depth::run(b, stop));
-    let api =
-        grpc::server(service.clone(), DeadLetters::new(bus), cx.shutdown(), cx.grpc_max_message_bytes());
+    let api = grpc::server(
+        service.clone(),
+        DeadLetters::new(bus.clone()),
+        cx.shutdown(),
+        cx.grpc_max_message_bytes(),
+    );
     cx.grpc("hermes.v1.Dispatcher")?.add_service(api);
-    info!(grpc = ?cx.grpc_addr(), "dispatcher started");
-    Ok(service)
+    let http_addr = match http_listener {
+        Some((listener, http)) => {
+            let addr = listener.local_addr()?;
+            let router = http::router(service.clone(), DeadLetters::new(bus), cx.shutdown(), &http);
+            // Open event streams end when the drain starts (the shutdown token), so the server
+            // can finish.
+            cx.spawn("http", move |stop| async move {
+                axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await?;
+                Ok(())
+            });
+            Some(addr)
+        }
+        None => None,
+    };
+    info!(grpc = ?cx.grpc_addr(), http = ?http_addr, "dispatcher started");
+    Ok(Started { service, http_addr })
 }

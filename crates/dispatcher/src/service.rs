@@ -27,6 +27,48 @@ pub struct DispatchSettings {
     pub no_agent_wait_secs: u64,
     /// Milliseconds a catalogue snapshot is reused for plan validation.
     pub catalog_ttl_ms: u64,
+    /// The HTTP API (docs/http.md).
+    pub http: HttpSettings,
+}
+
+/// The `[dispatcher.http]` section: the HTTP API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpSettings {
+    /// The address it listens on; `off` (or empty): no HTTP server.
+    pub listen: String,
+    /// Largest request body in bytes; a larger one is 413.
+    pub max_body_bytes: usize,
+    /// Origins a browser may call the API from (`*` for any); empty: no CORS headers.
+    pub cors_allow_origins: Vec<String>,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            listen: "127.0.0.1:8080".to_owned(),
+            max_body_bytes: crate::http::DEFAULT_MAX_BODY_BYTES,
+            cors_allow_origins: Vec::new(),
+        }
+    }
+}
+
+impl HttpSettings {
+    /// The server's config, or `None` when it is off.
+    pub fn config(&self) -> anyhow::Result<Option<crate::http::HttpConfig>> {
+        let listen = self.listen.trim();
+        if listen.is_empty() || listen.eq_ignore_ascii_case("off") {
+            return Ok(None);
+        }
+        let listen = listen.parse().map_err(|_| {
+            anyhow::anyhow!("dispatcher.http.listen `{listen}` is not an address (host:port, or `off`)")
+        })?;
+        Ok(Some(crate::http::HttpConfig {
+            listen,
+            max_body_bytes: self.max_body_bytes.max(1024),
+            cors_allow_origins: self.cors_allow_origins.clone(),
+        }))
+    }
 }
 
 impl Default for DispatchSettings {
@@ -40,6 +82,7 @@ impl Default for DispatchSettings {
             result_concurrency: config.result_concurrency,
             no_agent_wait_secs: config.no_agent_wait.as_secs(),
             catalog_ttl_ms: config.catalog_ttl.as_millis() as u64,
+            http: HttpSettings::default(),
         }
     }
 }
@@ -50,6 +93,9 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("node_timeout_secs", "dispatcher.node_timeout_secs"),
     ("max_nodes", "dispatcher.max_nodes"),
     ("planner_service", "dispatcher.planner_service"),
+    ("http_listen", "dispatcher.http.listen"),
+    ("http_max_body_bytes", "dispatcher.http.max_body_bytes"),
+    ("http_cors_allow_origins", "dispatcher.http.cors_allow_origins"),
 ];
 
 /// Help for the `[dispatcher]` keys.
@@ -66,6 +112,9 @@ pub fn describe(key: &str) -> Option<&'static str> {
             "Seconds a node waits for a capable agent before NO_CAPABLE_AGENT."
         }
         "dispatcher.catalog_ttl_ms" => "Milliseconds a catalogue snapshot is reused for plan validation.",
+        "dispatcher.http.listen" => "The HTTP API's address (docs/http.md); `off`: none.",
+        "dispatcher.http.max_body_bytes" => "Largest HTTP request body in bytes; larger is 413.",
+        "dispatcher.http.cors_allow_origins" => "Origins a browser may call the HTTP API from (`*`: any).",
         _ => return None,
     })
 }
@@ -83,6 +132,7 @@ impl DispatchSettings {
             result_concurrency: self.result_concurrency.max(1),
             no_agent_wait: Duration::from_secs(self.no_agent_wait_secs),
             planner: self.planner_service,
+            http: self.http.config()?,
             summarizer: llm.summarizer_model()?.map(crate::Summarizer),
             prices: crate::engine::Prices {
                 input_per_mtok: llm.price_input_per_mtok,
@@ -143,7 +193,11 @@ impl hermes_runtime::Service for DispatcherService {
     async fn start(settings: DispatcherSettings, cx: &mut Context) -> anyhow::Result<()> {
         let config = settings.dispatcher.config(&settings.llm, &settings.grpc)?;
         cx.connect(&settings.nats).await?;
-        crate::start(config, cx).await?;
+        let started = crate::start(config, cx).await?;
+        match started.http_addr {
+            Some(http) => println!("hermes dispatcher: grpc {} http {http}", settings.grpc.listen),
+            None => println!("hermes dispatcher: grpc {}", settings.grpc.listen),
+        }
         Ok(())
     }
 }

@@ -6,6 +6,8 @@
 /// Version 1 of the contract.
 pub mod v1 {
     tonic::include_proto!("hermes.v1");
+    // serde in protobuf's canonical JSON mapping (pbjson).
+    include!(concat!(env!("OUT_DIR"), "/hermes.v1.serde.rs"));
 }
 
 /// The encoded `FileDescriptorSet` of every Hermes proto, for gRPC server reflection.

@@ -186,8 +186,11 @@ impl HermesUp {
     /// [`HermesUpBuilder::nats_url`] it starts its own nats-server.
     pub fn builder(binary: impl AsRef<Path>, data_dir: &Path) -> HermesUpBuilder {
         let grpc = format!("127.0.0.1:{}", crate::free_port());
-        let mut recipe =
-            Recipe::new(binary.as_ref(), "hermes up", &["up", "--grpc-listen", &grpc, "--data-dir"]);
+        let mut recipe = Recipe::new(
+            binary.as_ref(),
+            "hermes up",
+            &["up", "--grpc-listen", &grpc, "--http-listen", "127.0.0.1:0", "--data-dir"],
+        );
         recipe.args.push(data_dir.into());
         recipe.ready = Some("hermes up: grpc".into());
         HermesUpBuilder { recipe, grpc }

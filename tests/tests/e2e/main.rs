@@ -12,6 +12,7 @@ mod deadlines;
 mod dlq;
 mod events;
 mod goal_flow;
+mod http;
 mod ledger;
 mod ledger_kill;
 mod memory;

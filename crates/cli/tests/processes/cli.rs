@@ -22,9 +22,24 @@ fn hermes_up(nats_url: &str, data_dir: &Path) -> (Up, String) {
 }
 
 fn hermes_up_with(nats_url: &str, data_dir: &Path, extra: &[&str]) -> (Up, String) {
+    let (up, grpc, _) = hermes_up_ready(nats_url, data_dir, extra);
+    (up, grpc)
+}
+
+/// Starts `hermes up`; returns it, its gRPC address and its ready line.
+fn hermes_up_ready(nats_url: &str, data_dir: &Path, extra: &[&str]) -> (Up, String, String) {
     let listen = format!("127.0.0.1:{}", hermes_test_util::free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args(["up", "--grpc-listen", &listen, "--nats-url", nats_url, "--data-dir"])
+        .args([
+            "up",
+            "--grpc-listen",
+            &listen,
+            "--http-listen",
+            "127.0.0.1:0",
+            "--nats-url",
+            nats_url,
+            "--data-dir",
+        ])
         .arg(data_dir)
         .args(extra)
         .current_dir(repo_root())
@@ -46,7 +61,7 @@ fn hermes_up_with(nats_url: &str, data_dir: &Path, extra: &[&str]) -> (Up, Strin
         if let Ok(line) = rx.recv_timeout(Duration::from_millis(100))
             && line.starts_with("hermes up: grpc")
         {
-            return (Up(child), listen);
+            return (Up(child), listen, line);
         }
     }
     let _ = child.kill();
@@ -60,6 +75,104 @@ fn hermes(args: &[&str]) -> Output {
 
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// `hermes up` serves the HTTP API and says where in its ready line; curl submits a plan file
+/// and `curl -N .../events` follows the goal to its end.
+#[test]
+fn hermes_up_serves_http_and_curl_follows_a_goal() {
+    let nats = hermes_test_util::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let (_up, _grpc, ready) = hermes_up_ready(&nats.url(), data.path(), &[]);
+    let http = ready
+        .split_whitespace()
+        .skip_while(|w| *w != "http")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the ready line names the HTTP address: {ready}"))
+        .to_owned();
+    let curl = |args: &[&str]| {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "60"])
+            .args(args)
+            .current_dir(repo_root())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "curl {args:?}: {}", text(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let submitted = curl(&[
+        "-H",
+        "Content-Type: application/yaml",
+        "--data-binary",
+        "@examples/plans/sales-report.yaml",
+        &format!("http://{http}/v1/goals"),
+    ]);
+    let goal: serde_json::Value = serde_json::from_str(&submitted).unwrap();
+    let id = goal["goalId"].as_str().unwrap_or_else(|| panic!("{submitted}"));
+    // The stream ends after the terminal event, so curl returns.
+    let events = curl(&["-N", &format!("http://{http}/v1/goals/{id}/events")]);
+    assert!(events.contains("id: 1\n") || events.contains("id:1\n"), "{events}");
+    assert!(events.contains("\"goalAccepted\""), "{events}");
+    assert!(events.contains("\"taskSucceeded\""), "{events}");
+    let last_data = events.lines().rfind(|l| l.starts_with("data:")).unwrap();
+    assert!(last_data.contains("\"goalCompleted\""), "{events}");
+}
+
+/// `hermes submit --watch` rides out a dispatcher restart: the stream drops when `hermes up`
+/// drains, the CLI resumes after the last event it printed once the new one is up, and the
+/// goal's steps are printed once each, to the end.
+#[test]
+fn submit_watch_resumes_after_a_dispatcher_restart() {
+    use hermes_test_util::process::HermesUp;
+    let nats = hermes_test_util::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let mut up = HermesUp::builder(env!("CARGO_BIN_EXE_hermes"), data.path())
+        .nats_url(&nats.url())
+        .env("HERMES_LLM_PROVIDER", "none")
+        .start();
+    let plan = data.path().join("nap.yaml");
+    std::fs::write(
+        &plan,
+        "nodes:\n  - {id: nap, task_type: time.sleep, inputs: {ms: 3000}}\n  - {id: sum, task_type: math.evaluate, inputs: {expression: '20 + 22'}, depends_on: [nap]}\noutput_node: sum\n",
+    )
+    .unwrap();
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .args(["submit", "--plan"])
+        .arg(&plan)
+        .args(["--watch", "--server", &up.grpc])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.contains("dispatched nap")) {
+        lines.push(rx.recv_timeout(Duration::from_secs(30)).expect("the watch prints the dispatch"));
+    }
+    // A graceful restart while `nap` runs: the API stops first, the agent finishes its task.
+    up.sigterm();
+    assert!(up.wait_exit(Duration::from_secs(60)).is_some(), "hermes up drains");
+    up.restart();
+    let status = watch.wait().unwrap();
+    lines.extend(rx.try_iter());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut watch.stderr.take().unwrap(), &mut stderr).unwrap();
+    let shown = lines.join("\n");
+    assert!(status.success(), "{shown}\n{stderr}");
+    assert!(stderr.contains("resuming after event"), "{stderr}");
+    assert!(shown.contains("completed"), "{shown}");
+    assert!(shown.contains("\"value\": 42"), "{shown}");
+    for step in
+        ["accepted", "dispatched nap", "succeeded  nap", "dispatched sum", "succeeded  sum", "] completed"]
+    {
+        assert_eq!(lines.iter().filter(|l| l.contains(step)).count(), 1, "`{step}` once:\n{shown}");
+    }
 }
 
 #[test]
@@ -131,7 +244,7 @@ fn a_nats_server_older_than_2_10_is_refused() {
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&fake, perms).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args(["up", "--grpc-listen", "127.0.0.1:0", "--data-dir"])
+        .args(["up", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path().join("data"))
         .env("HERMES_NATS_SERVER_BIN", &fake)
         .env_remove("HERMES_NATS_URL")

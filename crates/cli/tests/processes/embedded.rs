@@ -78,7 +78,7 @@ fn hermes_up_without_the_embedded_model_says_so_and_refuses_text_goals() {
     let cwd = tempfile::tempdir().unwrap();
     let grpc = format!("127.0.0.1:{}", hermes_test_util::free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args(["up", "--grpc-listen", &grpc, "--data-dir", ".hermes"])
+        .args(["up", "--grpc-listen", &grpc, "--http-listen", "127.0.0.1:0", "--data-dir", ".hermes"])
         .current_dir(cwd.path())
         .env_remove("HERMES_NATS_URL")
         .stdout(Stdio::piped())

@@ -684,7 +684,8 @@ async fn kill_9_of_hermes_up_leaves_no_nats_server_behind() {
 
     // A second `hermes up` on the same dir is refused, naming the pid that holds it.
     let out = Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args(["up", "--grpc-listen", &format!("127.0.0.1:{}", hermes_test_util::free_port()), "--data-dir"])
+        .args(["up", "--grpc-listen", &format!("127.0.0.1:{}", hermes_test_util::free_port())])
+        .args(["--http-listen", "127.0.0.1:0", "--data-dir"])
         .arg(&data)
         .arg("--agents-config")
         .arg(&agents)

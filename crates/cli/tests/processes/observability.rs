@@ -251,6 +251,8 @@ fn run_goal() -> Run {
             "up",
             "--grpc-listen",
             &server,
+            "--http-listen",
+            "127.0.0.1:0",
             "--nats-url",
             &nats_url,
             "--agents",

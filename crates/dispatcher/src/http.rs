@@ -1,0 +1,634 @@
+//! The HTTP/JSON adapter, beside the gRPC one and just as thin: requests map onto the same
+//! [`GoalService`] and [`DeadLetters`] calls, so no rule has a second implementation. Bodies and
+//! answers are protobuf's canonical JSON mapping of the `hermes.v1` messages (derived by pbjson),
+//! so a goal looks the same over both doors; errors are RFC 9457 problem details whose status
+//! comes from [`ErrorCode::http_status`]; a goal's events stream as Server-Sent Events that
+//! resume from `Last-Event-ID`. The routes are listed in docs/http.md.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::{Stream, StreamExt};
+use hermes_core::Error;
+use hermes_core::error::ErrorCode;
+use hermes_core::ids::{IdShape, check_id};
+use hermes_core::plan_file::PlanFile;
+use hermes_proto::{GoalSpec, GoalState, GoalStatus};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use crate::grpc::to_goal;
+use crate::{DeadLetters, GoalService};
+
+/// Where and how the HTTP API listens (`[dispatcher.http]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpConfig {
+    pub listen: SocketAddr,
+    /// Largest request body; a larger one is `413` with a problem naming the limit.
+    pub max_body_bytes: usize,
+    /// Origins allowed to call the API from a browser (`*` for any); empty: no CORS headers.
+    pub cors_allow_origins: Vec<String>,
+}
+
+/// Default request body limit: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// How often an idle event stream sends a comment, so proxies keep it open.
+const HEARTBEAT: Duration = Duration::from_secs(15);
+
+#[derive(Clone)]
+struct Api {
+    service: Arc<GoalService>,
+    dead_letters: DeadLetters,
+    shutdown: CancellationToken,
+    max_body_bytes: usize,
+}
+
+/// Binds `config.listen` (failing fast with the address) and returns the listener.
+pub(crate) async fn bind(config: &HttpConfig) -> anyhow::Result<tokio::net::TcpListener> {
+    use anyhow::Context as _;
+    tokio::net::TcpListener::bind(config.listen).await.with_context(|| {
+        format!(
+            "cannot listen for HTTP on {} (set dispatcher.http.listen, HERMES_HTTP_LISTEN, to another address, or `off`)",
+            config.listen
+        )
+    })
+}
+
+/// The router of the whole API.
+pub(crate) fn router(
+    service: Arc<GoalService>,
+    dead_letters: DeadLetters,
+    shutdown: CancellationToken,
+    config: &HttpConfig,
+) -> Router {
+    let api = Api { service, dead_letters, shutdown, max_body_bytes: config.max_body_bytes };
+    let router = Router::new()
+        .route("/v1/goals", post(submit).get(list))
+        .route("/v1/goals/{id}", get(get_goal).post(goal_action))
+        .route("/v1/goals/{id}/events", get(events))
+        .route("/v1/goals/{id}/ws", get(events_ws))
+        .route("/v1/approvals", get(approvals))
+        .route("/v1/approvals/{goal}/{call}", post(decide))
+        .route("/v1/dead-letters", get(dead_letters_list))
+        .route("/v1/dead-letters/{seq}", get(dead_letter).post(dead_letter_action))
+        .fallback(|| async { Problem::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                ErrorCode::InvalidArgument,
+                "method not allowed on this route",
+            )
+        })
+        // The handlers read bodies themselves, so an oversized one gets a problem, not plain text.
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .with_state(api);
+    match cors(&config.cors_allow_origins) {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
+}
+
+fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([
+                header::CONTENT_TYPE,
+                header::AUTHORIZATION,
+                "idempotency-key".parse().unwrap(),
+                "last-event-id".parse().unwrap(),
+            ])
+            .expose_headers([header::LOCATION]),
+    )
+}
+
+/// An RFC 9457 problem: the HTTP status, the Hermes error code, what went wrong, and every
+/// validation problem when there are several.
+#[derive(Debug)]
+pub struct Problem {
+    status: StatusCode,
+    code: ErrorCode,
+    detail: String,
+    problems: Vec<String>,
+}
+
+impl Problem {
+    fn new(status: StatusCode, code: ErrorCode, detail: impl Into<String>) -> Problem {
+        Problem { status, code, detail: detail.into(), problems: Vec::new() }
+    }
+
+    fn invalid(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidArgument, detail)
+    }
+
+    /// The problem document.
+    fn body(&self) -> Value {
+        let mut body = json!({
+            "type": format!("urn:hermes:error:{}", self.code.as_str()),
+            "title": self.status.canonical_reason().unwrap_or("Error"),
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+            "code": self.code.as_str(),
+        });
+        if !self.problems.is_empty() {
+            body["problems"] = json!(self.problems);
+        }
+        body
+    }
+}
+
+impl From<Error> for Problem {
+    fn from(err: Error) -> Problem {
+        let code = err.code();
+        let problems = match &err {
+            Error::PlanInvalid { problems } => problems.clone(),
+            _ => Vec::new(),
+        };
+        let status = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        Problem { status, code, detail: format!("{code}: {err}"), problems }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = self.body().to_string();
+        (self.status, [(header::CONTENT_TYPE, "application/problem+json")], body).into_response()
+    }
+}
+
+type Answer = std::result::Result<Response, Problem>;
+
+/// Canonical JSON of a `hermes.v1` message.
+fn message_json<T: serde::Serialize>(message: &T) -> Value {
+    serde_json::to_value(message).unwrap_or(Value::Null)
+}
+
+fn json_response(status: StatusCode, body: Value) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// Answers `503` at once while the NATS connection is down, as the gRPC door does.
+fn nats_up(api: &Api) -> std::result::Result<(), Problem> {
+    use async_nats::connection::State;
+    match api.service.bus().client().connection_state() {
+        State::Connected => Ok(()),
+        _ => Err(Error::Unavailable("NATS (the dispatcher is reconnecting)".into()).into()),
+    }
+}
+
+/// The request body, read here so that an oversized one is a problem naming the limit.
+fn body_bytes(
+    api: &Api,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<Bytes, Problem> {
+    body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::LimitExceeded,
+            format!(
+                "the request body is over this server's limit of {} bytes (dispatcher.http.max_body_bytes)",
+                api.max_body_bytes
+            ),
+        ),
+        status => Problem::new(status, ErrorCode::InvalidArgument, rejection.body_text()),
+    })
+}
+
+/// Parses a body as JSON, or as YAML when its content type says so; malformed input is a `400`
+/// naming the line and column.
+fn parse_body<T: DeserializeOwned>(headers: &HeaderMap, bytes: &Bytes) -> std::result::Result<T, Problem> {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if bytes.is_empty() {
+        return Err(Problem::invalid("the request has no body"));
+    }
+    match media.as_str() {
+        "application/yaml" | "application/x-yaml" | "text/yaml" | "text/x-yaml" => {
+            serde_norway::from_slice(bytes).map_err(|e| {
+                let at = e.location().map(|l| format!(" at line {} column {}", l.line(), l.column()));
+                Problem::invalid(format!("malformed YAML{}: {e}", at.unwrap_or_default()))
+            })
+        }
+        "" | "application/json" | "text/json" => serde_json::from_slice(bytes).map_err(|e| {
+            Problem::invalid(format!("malformed JSON at line {} column {}: {e}", e.line(), e.column()))
+        }),
+        other => Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::InvalidArgument,
+            format!("content type `{other}` is not accepted: send application/json or application/yaml"),
+        )),
+    }
+}
+
+fn goal_id_arg(id: &str) -> std::result::Result<&str, Problem> {
+    check_id("goal_id", id, 128, IdShape::Word)?;
+    Ok(id)
+}
+
+/// `POST /v1/goals`: a goal given as `text` or as a `plan` (the plan file's shape: inputs as
+/// objects), with the goal's options. Field names are snake_case or lowerCamelCase.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitBody {
+    #[serde(default)]
+    text: String,
+    #[serde(default)]
+    plan: Option<PlanFile>,
+    #[serde(default, alias = "sessionId")]
+    session_id: String,
+    #[serde(default, alias = "idempotencyKey")]
+    idempotency_key: String,
+    #[serde(default, alias = "timeoutMs")]
+    timeout_ms: u64,
+    #[serde(default)]
+    labels: std::collections::HashMap<String, String>,
+    #[serde(default, alias = "maxTokens")]
+    max_tokens: u64,
+    #[serde(default, alias = "maxCostUsd")]
+    max_cost_usd: f64,
+}
+
+async fn submit(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Answer {
+    nats_up(&api)?;
+    let bytes = body_bytes(&api, body)?;
+    let mut body: Value = parse_body(&headers, &bytes)?;
+    // A bare plan (a plan file's content) is a goal with that plan.
+    if body.get("nodes").is_some() {
+        body = json!({ "plan": body });
+    }
+    let body: SubmitBody =
+        serde_json::from_value(body).map_err(|e| Problem::invalid(format!("not a goal: {e}")))?;
+    let header_key = match headers.get("idempotency-key") {
+        Some(v) => {
+            v.to_str().map_err(|_| Problem::invalid("the Idempotency-Key header is not text"))?.to_owned()
+        }
+        None => String::new(),
+    };
+    let idempotency_key = match (header_key.is_empty(), body.idempotency_key.is_empty()) {
+        (false, false) if header_key != body.idempotency_key => {
+            return Err(Problem::invalid("the Idempotency-Key header and the body's idempotency_key differ"));
+        }
+        (false, _) => header_key,
+        (true, _) => body.idempotency_key,
+    };
+    let plan = body.plan.map(|p| p.into_plan()).transpose().map_err(|e| Problem::invalid(e.to_string()))?;
+    let spec = GoalSpec {
+        text: body.text,
+        plan,
+        session_id: body.session_id,
+        idempotency_key,
+        timeout_ms: body.timeout_ms,
+        labels: body.labels,
+        max_tokens: body.max_tokens,
+        max_cost_usd: body.max_cost_usd,
+    };
+    let span = tracing::info_span!(
+        "submit_goal",
+        otel.name = "POST /v1/goals",
+        otel.kind = "server",
+        goal_id = tracing::field::Empty
+    );
+    let submitted = api.service.submit(spec).instrument(span).await?;
+    let state = api.service.get(&submitted.goal_id).await?;
+    let status = if submitted.duplicate { StatusCode::OK } else { StatusCode::CREATED };
+    let mut response = json_response(status, message_json(&to_goal(state)));
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/goals/{}", submitted.goal_id)) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// `GET /v1/goals` filters and page.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    /// Goals per page (100 by default, at most 1000).
+    limit: Option<usize>,
+    /// `running`, `completed`, ... (or `GOAL_STATUS_RUNNING`).
+    status: Option<String>,
+    /// Only goals of this session.
+    session: Option<String>,
+    /// Only goals whose text contains this (case-insensitive).
+    q: Option<String>,
+    /// The `next_page_token` of the previous page.
+    page_token: Option<String>,
+}
+
+fn parse_status(text: &str) -> std::result::Result<GoalStatus, Problem> {
+    let wanted = text.trim().to_ascii_uppercase();
+    let wanted = wanted.strip_prefix("GOAL_STATUS_").unwrap_or(&wanted);
+    (1..=20)
+        .filter_map(|n| GoalStatus::try_from(n).ok())
+        .find(|s| s.as_str_name().strip_prefix("GOAL_STATUS_") == Some(wanted))
+        .ok_or_else(|| {
+            Problem::invalid(format!(
+                "unknown status `{text}`: use running, completed, failed, cancelled, needs_input, ..."
+            ))
+        })
+}
+
+/// Goals are listed newest first; the page token is the position of the last goal listed
+/// (creation time and id), so pages do not shift when new goals arrive.
+fn page_key(state: &GoalState) -> (u64, String) {
+    (state.created_unix_ms, state.goal_id.clone())
+}
+
+async fn list(
+    State(api): State<Api>,
+    query: std::result::Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Answer {
+    nats_up(&api)?;
+    let Query(query) = query.map_err(|e| Problem::invalid(e.body_text()))?;
+    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let status = query.status.as_deref().map(parse_status).transpose()?;
+    let after = match query.page_token.as_deref() {
+        Some(token) => {
+            let (ms, id) = token.split_once('.').ok_or_else(|| Problem::invalid("malformed page_token"))?;
+            Some((ms.parse::<u64>().map_err(|_| Problem::invalid("malformed page_token"))?, id.to_owned()))
+        }
+        None => None,
+    };
+    let needle = query.q.as_deref().map(str::to_lowercase);
+    let mut goals: Vec<GoalState> = api
+        .service
+        .list(usize::MAX)
+        .await?
+        .into_iter()
+        .filter(|g| status.is_none_or(|s| g.status == s as i32))
+        .filter(|g| {
+            query.session.as_deref().is_none_or(|s| g.spec.as_ref().is_some_and(|spec| spec.session_id == s))
+        })
+        .filter(|g| {
+            needle
+                .as_deref()
+                .is_none_or(|n| g.spec.as_ref().is_some_and(|spec| spec.text.to_lowercase().contains(n)))
+        })
+        .collect();
+    // Newest first, ties by id, so the order is total.
+    goals.sort_by_key(|g| std::cmp::Reverse(page_key(g)));
+    if let Some(after) = &after {
+        goals.retain(|g| page_key(g) < *after);
+    }
+    let more = goals.len() > limit;
+    goals.truncate(limit);
+    let next = match (more, goals.last()) {
+        (true, Some(last)) => format!("{}.{}", last.created_unix_ms, last.goal_id),
+        _ => String::new(),
+    };
+    let goals: Vec<Value> = goals.into_iter().map(|g| message_json(&to_goal(g))).collect();
+    Ok(json_response(StatusCode::OK, json!({"goals": goals, "nextPageToken": next})))
+}
+
+async fn get_goal(State(api): State<Api>, Path(id): Path<String>) -> Answer {
+    nats_up(&api)?;
+    let state = api.service.get(goal_id_arg(&id)?).await?;
+    Ok(json_response(StatusCode::OK, message_json(&to_goal(state))))
+}
+
+/// A reason for cancelling or deciding, optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReasonBody {
+    #[serde(default, alias = "note")]
+    reason: String,
+}
+
+fn optional_reason(headers: &HeaderMap, bytes: &Bytes) -> std::result::Result<String, Problem> {
+    if bytes.is_empty() {
+        return Ok(String::new());
+    }
+    Ok(parse_body::<ReasonBody>(headers, bytes)?.reason)
+}
+
+/// `POST /v1/goals/{id}:cancel`.
+async fn goal_action(
+    State(api): State<Api>,
+    Path(target): Path<String>,
+    headers: HeaderMap,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Answer {
+    nats_up(&api)?;
+    let bytes = body_bytes(&api, body)?;
+    let Some(id) = target.strip_suffix(":cancel") else {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::NotFound,
+            "no such action: use /v1/goals/{id}:cancel",
+        ));
+    };
+    let reason = optional_reason(&headers, &bytes)?;
+    let state = api.service.cancel(goal_id_arg(id)?, &reason).await?;
+    Ok(json_response(StatusCode::OK, message_json(&to_goal(state))))
+}
+
+/// `GET /v1/goals/{id}/events?after=SEQ`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    after: Option<u64>,
+}
+
+/// The goal's events as Server-Sent Events: each event's `id:` is its per-goal `seq` (events
+/// written outside the sequence, which have none, carry no id), `data:` its canonical JSON. Resumes after
+/// `Last-Event-ID` (or `?after=`), with no gap and no repeat; the first request replays from
+/// the start. The stream ends after the terminal event; comments keep idle proxies open.
+async fn events(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    query: std::result::Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> std::result::Result<Sse<impl Stream<Item = std::result::Result<SseEvent, Infallible>>>, Problem> {
+    nats_up(&api)?;
+    let Query(query) = query.map_err(|e| Problem::invalid(e.body_text()))?;
+    let last_event_id = match headers.get("last-event-id") {
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| Problem::invalid("Last-Event-ID is not an event sequence number"))?,
+        ),
+        None => None,
+    };
+    let after = last_event_id.or(query.after).unwrap_or(0);
+    let events = api.service.watch(goal_id_arg(&id)?, after).await?;
+    let stream = events
+        .map(|event| {
+            Ok::<_, Infallible>(match event {
+                Ok(event) => {
+                    let data = message_json(&event).to_string();
+                    let sse = SseEvent::default().data(data);
+                    if event.seq > 0 { sse.id(event.seq.to_string()) } else { sse }
+                }
+                // The stream ends after this; the client resumes from the last id it saw.
+                Err(e) => SseEvent::default().event("error").data(Problem::from(e).body().to_string()),
+            })
+        })
+        .take_until(api.shutdown.clone().cancelled_owned());
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(HEARTBEAT).text("heartbeat")))
+}
+
+/// The goal's events over a WebSocket: one text message per event, its canonical JSON (the
+/// `seq` field is the resume point), from the start or after `?after=SEQ`. The server closes
+/// with 1000 after the terminal event, 1001 when it shuts down, 1011 on an error (its problem
+/// in a text message first). Errors before the upgrade (no such goal) are problem documents.
+async fn events_ws(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+    query: std::result::Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+    upgrade: std::result::Result<
+        axum::extract::ws::WebSocketUpgrade,
+        axum::extract::ws::rejection::WebSocketUpgradeRejection,
+    >,
+) -> Answer {
+    nats_up(&api)?;
+    let Query(query) = query.map_err(|e| Problem::invalid(e.body_text()))?;
+    let events = api.service.watch(goal_id_arg(&id)?, query.after.unwrap_or(0)).await?;
+    let upgrade = upgrade.map_err(|e| {
+        Problem::new(
+            StatusCode::UPGRADE_REQUIRED,
+            ErrorCode::InvalidArgument,
+            format!("this route is a WebSocket: {} (or use /v1/goals/{{id}}/events for SSE)", e.body_text()),
+        )
+    })?;
+    let shutdown = api.shutdown.clone();
+    Ok(upgrade.on_upgrade(move |socket| forward_events(socket, events, shutdown)))
+}
+
+async fn forward_events(
+    mut socket: axum::extract::ws::WebSocket,
+    events: impl Stream<Item = Result<hermes_proto::Event, Error>> + Send,
+    shutdown: CancellationToken,
+) {
+    use axum::extract::ws::{CloseFrame, Message};
+    let close =
+        |code: u16, reason: &'static str| Message::Close(Some(CloseFrame { code, reason: reason.into() }));
+    let mut events = std::pin::pin!(events);
+    let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    heartbeat.reset();
+    loop {
+        let message = tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(event)) => Message::Text(message_json(&event).to_string().into()),
+                Some(Err(e)) => {
+                    let _ = socket.send(Message::Text(Problem::from(e).body().to_string().into())).await;
+                    close(1011, "event stream failed")
+                }
+                None => close(1000, "the goal ended"),
+            },
+            _ = heartbeat.tick() => Message::Ping(Default::default()),
+            incoming = socket.recv() => match incoming {
+                // The client went away or closed.
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+                Some(Ok(_)) => continue,
+            },
+            _ = shutdown.cancelled() => close(1001, "the server is shutting down"),
+        };
+        let closing = matches!(message, Message::Close(_));
+        if socket.send(message).await.is_err() || closing {
+            return;
+        }
+    }
+}
+
+/// `GET /v1/approvals`: every tool call waiting for a person, across goals, oldest first, with
+/// when it expires.
+async fn approvals(State(api): State<Api>) -> Answer {
+    nats_up(&api)?;
+    let pending = api.service.bus().approvals().pending().await?;
+    let approvals: Vec<Value> = pending.iter().map(message_json).collect();
+    Ok(json_response(StatusCode::OK, json!({"approvals": approvals})))
+}
+
+/// `POST /v1/approvals/{goal}/{call}:approve` or `:deny`, with an optional `{"reason": ...}`.
+async fn decide(
+    State(api): State<Api>,
+    Path((goal, target)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Answer {
+    nats_up(&api)?;
+    let bytes = body_bytes(&api, body)?;
+    let (call, approve) = match (target.strip_suffix(":approve"), target.strip_suffix(":deny")) {
+        (Some(call), _) => (call, true),
+        (_, Some(call)) => (call, false),
+        _ => {
+            return Err(Problem::new(
+                StatusCode::NOT_FOUND,
+                ErrorCode::NotFound,
+                "no such action: use /v1/approvals/{goal}/{call}:approve or :deny",
+            ));
+        }
+    };
+    let reason = optional_reason(&headers, &bytes)?;
+    let decision = api.service.decide_approval(goal_id_arg(&goal)?, call, approve, &reason).await?;
+    Ok(json_response(StatusCode::OK, message_json(&decision)))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitQuery {
+    limit: Option<usize>,
+}
+
+async fn dead_letters_list(
+    State(api): State<Api>,
+    query: std::result::Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
+) -> Answer {
+    nats_up(&api)?;
+    let Query(query) = query.map_err(|e| Problem::invalid(e.body_text()))?;
+    let letters = api.dead_letters.list(query.limit.unwrap_or(100).clamp(1, 10_000)).await?;
+    let letters: Vec<Value> = letters.iter().map(message_json).collect();
+    Ok(json_response(StatusCode::OK, json!({"deadLetters": letters})))
+}
+
+fn sequence_arg(text: &str) -> std::result::Result<u64, Problem> {
+    text.parse().map_err(|_| Problem::invalid(format!("`{text}` is not a dead letter's sequence number")))
+}
+
+async fn dead_letter(State(api): State<Api>, Path(seq): Path<String>) -> Answer {
+    nats_up(&api)?;
+    let letter = api.dead_letters.get(sequence_arg(&seq)?).await?;
+    Ok(json_response(StatusCode::OK, message_json(&letter)))
+}
+
+/// `POST /v1/dead-letters/{seq}:replay`.
+async fn dead_letter_action(State(api): State<Api>, Path(target): Path<String>) -> Answer {
+    nats_up(&api)?;
+    let Some(seq) = target.strip_suffix(":replay") else {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::NotFound,
+            "no such action: use /v1/dead-letters/{seq}:replay",
+        ));
+    };
+    let (subject, sequence) = api.dead_letters.replay(sequence_arg(seq)?).await?;
+    Ok(json_response(StatusCode::OK, json!({"subject": subject, "sequence": sequence.to_string()})))
+}
