@@ -6,7 +6,7 @@ use hermes_proto::{TaskNode, TaskPlan};
 use serde::Deserialize;
 
 /// A plan as written by a person.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanFile {
     pub nodes: Vec<NodeFile>,
@@ -17,7 +17,7 @@ pub struct PlanFile {
 }
 
 /// One node of a [`PlanFile`].
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NodeFile {
     pub id: String,

@@ -76,15 +76,12 @@ pub(crate) fn router(
     config: &HttpConfig,
 ) -> Router {
     let api = Api { service, dead_letters, shutdown, max_body_bytes: config.max_body_bytes };
-    let router = Router::new()
-        .route("/v1/goals", post(submit).get(list))
-        .route("/v1/goals/{id}", get(get_goal).post(goal_action))
-        .route("/v1/goals/{id}/events", get(events))
-        .route("/v1/goals/{id}/ws", get(events_ws))
-        .route("/v1/approvals", get(approvals))
-        .route("/v1/approvals/{goal}/{call}", post(decide))
-        .route("/v1/dead-letters", get(dead_letters_list))
-        .route("/v1/dead-letters/{seq}", get(dead_letter).post(dead_letter_action))
+    let mut router = Router::new();
+    // Built from the same table as the OpenAPI document.
+    for route in ROUTES {
+        router = router.route(route.path, handler(route.id));
+    }
+    let router = router
         .fallback(|| async { Problem::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
             Problem::new(
@@ -124,6 +121,186 @@ fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
             ])
             .expose_headers([header::LOCATION]),
     )
+}
+
+/// Writes a JSON Schema, adding the definitions it refers to (OpenAPI components).
+pub(crate) type SchemaFn = fn(&mut serde_json::Map<String, Value>) -> Value;
+
+/// What a route's request body is.
+pub(crate) enum Body {
+    /// JSON (or YAML) of this schema.
+    Schema(SchemaFn),
+}
+
+/// What a route answers with.
+pub(crate) enum Reply {
+    /// The canonical JSON of this `hermes.v1` message (fully qualified name).
+    Message(&'static str),
+    /// `{<field>: [message, ...]}`.
+    ListOf(&'static str, &'static str),
+    /// Plain JSON of this schema.
+    Json(fn() -> Value),
+    EventStream,
+    WebSocket,
+}
+
+/// One route of the API: the router and the OpenAPI document are both built from [`ROUTES`].
+pub(crate) struct Route {
+    pub method: &'static str,
+    /// In axum's syntax, which is OpenAPI's: `/v1/goals/{id}`. An action (`:cancel`) is part of
+    /// the last segment.
+    pub path: &'static str,
+    pub id: &'static str,
+    pub summary: &'static str,
+    pub query: Option<SchemaFn>,
+    pub headers: &'static [&'static str],
+    pub body: Option<Body>,
+    pub body_required: bool,
+    pub reply: Reply,
+}
+
+fn schema<T: schemars::JsonSchema>(defs: &mut serde_json::Map<String, Value>) -> Value {
+    crate::openapi::schema_of::<T>(defs)
+}
+
+const fn route(
+    method: &'static str,
+    path: &'static str,
+    id: &'static str,
+    summary: &'static str,
+    reply: Reply,
+) -> Route {
+    Route { method, path, id, summary, query: None, headers: &[], body: None, body_required: false, reply }
+}
+
+/// Every route. `{id}:cancel` style actions share their path with the resource (axum matches
+/// whole segments), so the document lists them under that path's POST.
+pub(crate) const ROUTES: &[Route] = &[
+    Route {
+        headers: &["Idempotency-Key"],
+        body: Some(Body::Schema(schema::<SubmitBody>)),
+        body_required: true,
+        ..route(
+            "POST",
+            "/v1/goals",
+            "submitGoal",
+            "Submit a goal given as text or as a plan (or a bare plan file)",
+            Reply::Message(".hermes.v1.Goal"),
+        )
+    },
+    Route {
+        query: Some(schema::<ListQuery>),
+        ..route(
+            "GET",
+            "/v1/goals",
+            "listGoals",
+            "Goals, newest first, filtered and paged",
+            Reply::ListOf("goals", ".hermes.v1.Goal"),
+        )
+    },
+    route("GET", "/v1/goals/{id}", "getGoal", "One goal", Reply::Message(".hermes.v1.Goal")),
+    Route {
+        body: Some(Body::Schema(schema::<ReasonBody>)),
+        ..route(
+            "POST",
+            "/v1/goals/{id}",
+            "cancelGoal",
+            "`POST /v1/goals/{id}:cancel`: cancel the goal",
+            Reply::Message(".hermes.v1.Goal"),
+        )
+    },
+    Route {
+        query: Some(schema::<EventsQuery>),
+        headers: &["Last-Event-ID"],
+        ..route(
+            "GET",
+            "/v1/goals/{id}/events",
+            "goalEvents",
+            "The goal's events as Server-Sent Events, resumable",
+            Reply::EventStream,
+        )
+    },
+    Route {
+        query: Some(schema::<EventsQuery>),
+        ..route(
+            "GET",
+            "/v1/goals/{id}/ws",
+            "goalEventsWebSocket",
+            "The goal's events over a WebSocket, resumable with ?after=",
+            Reply::WebSocket,
+        )
+    },
+    route(
+        "GET",
+        "/v1/approvals",
+        "listApprovals",
+        "Every tool call waiting for a person, across goals",
+        Reply::ListOf("approvals", ".hermes.v1.Approval"),
+    ),
+    Route {
+        body: Some(Body::Schema(schema::<ReasonBody>)),
+        ..route(
+            "POST",
+            "/v1/approvals/{goal}/{call}",
+            "decideApproval",
+            "`POST .../{call}:approve` or `:deny`: decide a pending call",
+            Reply::Message(".hermes.v1.ApprovalDecision"),
+        )
+    },
+    Route {
+        query: Some(schema::<LimitQuery>),
+        ..route(
+            "GET",
+            "/v1/dead-letters",
+            "listDeadLetters",
+            "Dead letters",
+            Reply::ListOf("deadLetters", ".hermes.v1.DeadLetter"),
+        )
+    },
+    route(
+        "GET",
+        "/v1/dead-letters/{seq}",
+        "getDeadLetter",
+        "One dead letter",
+        Reply::Message(".hermes.v1.DeadLetter"),
+    ),
+    route(
+        "POST",
+        "/v1/dead-letters/{seq}",
+        "replayDeadLetter",
+        "`POST /v1/dead-letters/{seq}:replay`: publish it again",
+        Reply::Json(replay_schema),
+    ),
+    route("GET", "/v1/openapi.json", "openapi", "This document", Reply::Json(|| json!({"type": "object"}))),
+];
+
+fn replay_schema() -> Value {
+    json!({"type": "object", "properties": {"subject": {"type": "string"}, "sequence": {"type": "string"}}})
+}
+
+/// The handler of a route of [`ROUTES`].
+fn handler(id: &str) -> axum::routing::MethodRouter<Api> {
+    match id {
+        "submitGoal" => post(submit),
+        "listGoals" => get(list),
+        "getGoal" => get(get_goal),
+        "cancelGoal" => post(goal_action),
+        "goalEvents" => get(events),
+        "goalEventsWebSocket" => get(events_ws),
+        "listApprovals" => get(approvals),
+        "decideApproval" => post(decide),
+        "listDeadLetters" => get(dead_letters_list),
+        "getDeadLetter" => get(dead_letter),
+        "replayDeadLetter" => post(dead_letter_action),
+        "openapi" => get(openapi),
+        other => unreachable!("route {other} of ROUTES has no handler"),
+    }
+}
+
+async fn openapi() -> Response {
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let body = DOCUMENT.get_or_init(|| crate::openapi::document().to_string()).clone();
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// An RFC 9457 problem: the HTTP status, the Hermes error code, what went wrong, and every
@@ -251,7 +428,7 @@ fn goal_id_arg(id: &str) -> std::result::Result<&str, Problem> {
 
 /// `POST /v1/goals`: a goal given as `text` or as a `plan` (the plan file's shape: inputs as
 /// objects), with the goal's options. Field names are snake_case or lowerCamelCase.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SubmitBody {
     #[serde(default)]
@@ -327,7 +504,7 @@ async fn submit(
 }
 
 /// `GET /v1/goals` filters and page.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     /// Goals per page (100 by default, at most 1000).
@@ -414,7 +591,7 @@ async fn get_goal(State(api): State<Api>, Path(id): Path<String>) -> Answer {
 }
 
 /// A reason for cancelling or deciding, optional.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReasonBody {
     #[serde(default, alias = "note")]
@@ -450,7 +627,7 @@ async fn goal_action(
 }
 
 /// `GET /v1/goals/{id}/events?after=SEQ`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct EventsQuery {
     after: Option<u64>,
@@ -592,7 +769,7 @@ async fn decide(
     Ok(json_response(StatusCode::OK, message_json(&decision)))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LimitQuery {
     limit: Option<usize>,

@@ -25,6 +25,7 @@ mod goals;
 mod grpc;
 pub mod http;
 mod metrics;
+mod openapi;
 mod routing;
 pub mod service;
 pub mod store;
