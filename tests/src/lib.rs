@@ -42,6 +42,7 @@ pub struct SandboxBuilder {
     extra_agents: Vec<AgentConfig>,
     heartbeat_ttl: Option<Duration>,
     no_agent_wait: Option<Duration>,
+    max_watches_per_client: Option<usize>,
 }
 
 impl Default for SandboxBuilder {
@@ -59,6 +60,7 @@ impl Default for SandboxBuilder {
             extra_agents: Vec::new(),
             heartbeat_ttl: None,
             no_agent_wait: None,
+            max_watches_per_client: None,
         }
     }
 }
@@ -128,6 +130,12 @@ impl SandboxBuilder {
     }
 
     /// How long a node waits for an agent serving its type (default the dispatcher's).
+    /// Event streams one client may hold open (default the dispatcher's).
+    pub fn max_watches_per_client(mut self, n: usize) -> Self {
+        self.max_watches_per_client = Some(n);
+        self
+    }
+
     pub fn no_agent_wait(mut self, wait: Duration) -> Self {
         self.no_agent_wait = Some(wait);
         self
@@ -172,6 +180,9 @@ impl SandboxBuilder {
             }),
             ..Default::default()
         };
+        if let Some(n) = self.max_watches_per_client {
+            dispatcher.max_watches_per_client = n;
+        }
         if let Some(wait) = self.no_agent_wait {
             dispatcher.no_agent_wait = wait;
         }

@@ -154,6 +154,9 @@ pub enum Error {
     Unavailable(String),
     #[error("timed out after {elapsed_ms} ms: {what}")]
     Timeout { what: String, elapsed_ms: u64 },
+    /// A per-client or per-request limit was reached.
+    #[error("{0}")]
+    LimitExceeded(String),
 }
 
 /// Result alias with the core error as default.
@@ -172,6 +175,7 @@ impl Error {
             Error::NotFound { .. } => ErrorCode::NotFound,
             Error::Denied { .. } => ErrorCode::Denied,
             Error::Timeout { .. } => ErrorCode::Timeout,
+            Error::LimitExceeded(_) => ErrorCode::LimitExceeded,
         }
     }
 

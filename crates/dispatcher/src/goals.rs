@@ -45,6 +45,7 @@ pub struct GoalService {
     config: DispatcherConfig,
     effects: EffectsPublisher,
     order: TransitionOrder,
+    watchers: std::sync::Arc<crate::watchers::WatchLimits>,
 }
 
 impl GoalService {
@@ -55,7 +56,8 @@ impl GoalService {
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
         let limits = limits(&config);
         let effects = EffectsPublisher::new(bus.clone(), limits, config.no_agent_wait, followups);
-        Self { bus, store, catalog, config, effects, order: TransitionOrder::default() }
+        let watchers = crate::watchers::WatchLimits::new(config.max_watches_per_client);
+        Self { bus, store, catalog, config, effects, order: TransitionOrder::default(), watchers }
     }
 
     pub(crate) fn bus(&self) -> &Bus {
@@ -268,13 +270,16 @@ impl GoalService {
     /// The goal's events from the start, or those after `after_seq`, ending with its terminal
     /// event. Everything up to and including `after_seq` is skipped (agent events, which have no
     /// `seq`, among them), so a watcher that resumes gets exactly what came after. A goal that
-    /// never existed is `NotFound` at once rather than a wait for ever.
+    /// never existed is `NotFound` at once rather than a wait for ever. `client` (its peer
+    /// address) holds one of its places under `max_watches_per_client` while the stream lives.
     pub async fn watch(
         &self,
         goal_id: &str,
         after_seq: u64,
+        client: &str,
     ) -> Result<impl Stream<Item = Result<Event>> + Send + use<>> {
         use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+        let permit = self.watchers.acquire(client)?;
         self.get(goal_id).await?;
         let unavailable = |what: &str, e: &dyn std::fmt::Display| Error::Unavailable(format!("{what}: {e}"));
         let topology = self.bus.topology();
@@ -295,8 +300,8 @@ impl GoalService {
         let messages = consumer.messages().await.map_err(|e| unavailable("events", &e))?;
         info!(goal_id, "watch started");
         let events = futures::stream::unfold(
-            (messages, false, after_seq),
-            |(mut messages, done, mut skip_to)| async move {
+            (messages, false, after_seq, permit),
+            |(mut messages, done, mut skip_to, permit)| async move {
                 if done {
                     return None;
                 }
@@ -321,9 +326,14 @@ impl GoalService {
                                     continue;
                                 }
                             }
-                            return Some((Ok(event), (messages, terminal, 0)));
+                            return Some((Ok(event), (messages, terminal, 0, permit)));
                         }
-                        Err(e) => return Some((Err(Error::Unavailable(e.to_string())), (messages, true, 0))),
+                        Err(e) => {
+                            return Some((
+                                Err(Error::Unavailable(e.to_string())),
+                                (messages, true, 0, permit),
+                            ));
+                        }
                     }
                 }
             },

@@ -108,8 +108,9 @@ impl DispatcherApi for Api {
 
     async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
         self.nats_up()?;
+        let client = request.remote_addr().map(|a| a.ip().to_string()).unwrap_or_default();
         let req = request.into_inner();
-        let events = self.service.watch(goal_id_arg(&req.goal_id)?, req.after_seq).await?;
+        let events = self.service.watch(goal_id_arg(&req.goal_id)?, req.after_seq, &client).await?;
         let events = events.map(|event| event.map_err(Status::from));
         Ok(Response::new(Box::pin(events.take_until(self.shutdown.clone().cancelled_owned()))))
     }

@@ -639,6 +639,7 @@ struct EventsQuery {
 /// the start. The stream ends after the terminal event; comments keep idle proxies open.
 async fn events(
     State(api): State<Api>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
     headers: HeaderMap,
     query: std::result::Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
@@ -655,7 +656,7 @@ async fn events(
         None => None,
     };
     let after = last_event_id.or(query.after).unwrap_or(0);
-    let events = api.service.watch(goal_id_arg(&id)?, after).await?;
+    let events = api.service.watch(goal_id_arg(&id)?, after, &peer.ip().to_string()).await?;
     let stream = events
         .map(|event| {
             Ok::<_, Infallible>(match event {
@@ -678,6 +679,7 @@ async fn events(
 /// in a text message first). Errors before the upgrade (no such goal) are problem documents.
 async fn events_ws(
     State(api): State<Api>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
     query: std::result::Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
     upgrade: std::result::Result<
@@ -687,7 +689,8 @@ async fn events_ws(
 ) -> Answer {
     nats_up(&api)?;
     let Query(query) = query.map_err(|e| Problem::invalid(e.body_text()))?;
-    let events = api.service.watch(goal_id_arg(&id)?, query.after.unwrap_or(0)).await?;
+    let events =
+        api.service.watch(goal_id_arg(&id)?, query.after.unwrap_or(0), &peer.ip().to_string()).await?;
     let upgrade = upgrade.map_err(|e| {
         Problem::new(
             StatusCode::UPGRADE_REQUIRED,

@@ -29,6 +29,7 @@ mod openapi;
 mod routing;
 pub mod service;
 pub mod store;
+pub mod watchers;
 pub mod workers;
 
 use std::net::SocketAddr;
@@ -74,6 +75,8 @@ pub struct DispatcherConfig {
     pub grpc_max_message_bytes: usize,
     /// The HTTP API, or `None` for none (the default of the config; the settings turn it on).
     pub http: Option<http::HttpConfig>,
+    /// Goal event streams (gRPC, SSE, WebSocket) one client may hold open at once.
+    pub max_watches_per_client: usize,
 }
 
 impl Default for DispatcherConfig {
@@ -91,6 +94,7 @@ impl Default for DispatcherConfig {
             prices: engine::Prices::default(),
             grpc_max_message_bytes: hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES,
             http: None,
+            max_watches_per_client: 256,
         }
     }
 }
@@ -171,7 +175,8 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
             // Open event streams end when the drain starts (the shutdown token), so the server
             // can finish.
             cx.spawn("http", move |stop| async move {
-                axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await?;
+                let service = router.into_make_service_with_connect_info::<SocketAddr>();
+                axum::serve(listener, service).with_graceful_shutdown(stop.cancelled_owned()).await?;
                 Ok(())
             });
             Some(addr)

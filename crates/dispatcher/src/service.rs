@@ -27,6 +27,8 @@ pub struct DispatchSettings {
     pub no_agent_wait_secs: u64,
     /// Milliseconds a catalogue snapshot is reused for plan validation.
     pub catalog_ttl_ms: u64,
+    /// Goal event streams one client (peer address) may hold open at once.
+    pub max_watches_per_client: usize,
     /// The HTTP API (docs/http.md).
     pub http: HttpSettings,
 }
@@ -82,6 +84,7 @@ impl Default for DispatchSettings {
             result_concurrency: config.result_concurrency,
             no_agent_wait_secs: config.no_agent_wait.as_secs(),
             catalog_ttl_ms: config.catalog_ttl.as_millis() as u64,
+            max_watches_per_client: config.max_watches_per_client,
             http: HttpSettings::default(),
         }
     }
@@ -112,6 +115,9 @@ pub fn describe(key: &str) -> Option<&'static str> {
             "Seconds a node waits for a capable agent before NO_CAPABLE_AGENT."
         }
         "dispatcher.catalog_ttl_ms" => "Milliseconds a catalogue snapshot is reused for plan validation.",
+        "dispatcher.max_watches_per_client" => {
+            "Goal event streams (gRPC, SSE, WebSocket) one client may hold open at once."
+        }
         "dispatcher.http.listen" => "The HTTP API's address (docs/http.md); `off`: none.",
         "dispatcher.http.max_body_bytes" => "Largest HTTP request body in bytes; larger is 413.",
         "dispatcher.http.cors_allow_origins" => "Origins a browser may call the HTTP API from (`*`: any).",
@@ -133,6 +139,7 @@ impl DispatchSettings {
             no_agent_wait: Duration::from_secs(self.no_agent_wait_secs),
             planner: self.planner_service,
             http: self.http.config()?,
+            max_watches_per_client: self.max_watches_per_client.max(1),
             summarizer: llm.summarizer_model()?.map(crate::Summarizer),
             prices: crate::engine::Prices {
                 input_per_mtok: llm.price_input_per_mtok,

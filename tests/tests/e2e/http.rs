@@ -487,3 +487,43 @@ async fn the_websocket_streams_the_same_events_and_resumes_after_a_drop() {
     assert_eq!(response.status(), StatusCode::UPGRADE_REQUIRED);
     t.stop().await;
 }
+
+/// One client cannot hold more event streams than its cap, over gRPC and HTTP together; the
+/// one over the cap is told why, and closing a stream frees its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_over_its_watch_cap_is_refused_with_the_reason_and_a_closed_watch_frees_a_place() {
+    let mut t = Sandbox::builder().max_watches_per_client(3).start().await;
+    let base = t.http_url();
+    let (_, goal) = post(&format!("{base}/v1/goals"), &json!({"plan": sleep_plan(30_000)})).await;
+    let id = goal["goalId"].as_str().unwrap().to_owned();
+    let watch = hermes_proto::WatchGoalRequest { goal_id: id.clone(), after_seq: 0 };
+    let first = t.client.watch_goal(watch.clone()).await.unwrap().into_inner();
+    let _second = t.client.watch_goal(watch.clone()).await.unwrap().into_inner();
+    let sse = client().get(format!("{base}/v1/goals/{id}/events")).send().await.unwrap();
+    assert_eq!(sse.status(), StatusCode::OK);
+
+    let refused = t.client.watch_goal(watch.clone()).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("LIMIT_EXCEEDED"), "{}", refused.message());
+    let response = client().get(format!("{base}/v1/goals/{id}/events")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "LIMIT_EXCEEDED");
+    assert!(problem["detail"].as_str().unwrap().contains("dispatcher.max_watches_per_client"), "{problem}");
+
+    // Closing one frees its place (once the server has seen the stream go).
+    drop(first);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match t.client.watch_goal(watch.clone()).await {
+            Ok(_) => break,
+            Err(status) if status.code() == tonic::Code::ResourceExhausted => {
+                assert!(std::time::Instant::now() < deadline, "the closed watch's place was never freed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+    drop(sse);
+    t.stop().await;
+}

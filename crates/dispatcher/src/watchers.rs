@@ -1,0 +1,86 @@
+//! How many goal event streams (gRPC `WatchGoal`, SSE, WebSocket) each client holds open. Each
+//! stream reads the goal's events through a JetStream consumer, and the events stream allows a
+//! bounded number of them (1,000 by default), so without a cap one client opening many watches
+//! would make every other client's watch fail. A client over its cap gets `LIMIT_EXCEEDED`
+//! (gRPC `RESOURCE_EXHAUSTED`, HTTP 429) naming the cap; closing a stream frees its place.
+//!
+//! A client is its peer IP address until the API authenticates callers.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use hermes_core::Error;
+
+/// Open streams by client, under a cap.
+#[derive(Debug)]
+pub struct WatchLimits {
+    per_client: usize,
+    open: DashMap<String, usize>,
+}
+
+/// One open stream's place; dropping it frees the place.
+#[derive(Debug)]
+pub struct WatchPermit {
+    limits: Arc<WatchLimits>,
+    client: String,
+}
+
+impl WatchLimits {
+    pub fn new(per_client: usize) -> Arc<WatchLimits> {
+        Arc::new(WatchLimits { per_client: per_client.max(1), open: DashMap::new() })
+    }
+
+    /// A place for one more stream of `client`, or `LIMIT_EXCEEDED` when it holds its cap.
+    pub fn acquire(self: &Arc<Self>, client: &str) -> Result<WatchPermit, Error> {
+        let mut open = self.open.entry(client.to_owned()).or_insert(0);
+        if *open >= self.per_client {
+            return Err(Error::LimitExceeded(format!(
+                "this client already has {} goal event streams open, its limit (dispatcher.max_watches_per_client); close one first",
+                self.per_client
+            )));
+        }
+        *open += 1;
+        Ok(WatchPermit { limits: self.clone(), client: client.to_owned() })
+    }
+
+    /// Streams `client` holds open.
+    pub fn open(&self, client: &str) -> usize {
+        self.open.get(client).map(|n| *n).unwrap_or(0)
+    }
+}
+
+impl Drop for WatchPermit {
+    fn drop(&mut self) {
+        let emptied = match self.limits.open.get_mut(&self.client) {
+            Some(mut open) => {
+                *open = open.saturating_sub(1);
+                *open == 0
+            }
+            None => false,
+        };
+        if emptied {
+            self.limits.open.remove_if(&self.client, |_, open| *open == 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_gets_its_cap_and_no_more_and_a_closed_stream_frees_a_place() {
+        let limits = WatchLimits::new(2);
+        let a = limits.acquire("10.0.0.1").unwrap();
+        let _b = limits.acquire("10.0.0.1").unwrap();
+        let refused = limits.acquire("10.0.0.1").unwrap_err();
+        assert_eq!(refused.code(), hermes_core::ErrorCode::LimitExceeded);
+        assert!(refused.to_string().contains("limit (dispatcher.max_watches_per_client)"), "{refused}");
+        // Another client is not affected.
+        let _other = limits.acquire("10.0.0.2").unwrap();
+        drop(a);
+        assert_eq!(limits.open("10.0.0.1"), 1);
+        let _c = limits.acquire("10.0.0.1").unwrap();
+        assert_eq!(limits.open("10.0.0.1"), 2);
+    }
+}
