@@ -204,8 +204,9 @@ impl hermes_runtime::Service for UpService {
         match &embedded {
             Some(Ok(local)) => println!(
                 "hermes up: no model configured; text goals are planned by the embedded model {} \
-                 (about 20 s a plan on 2 cores, the first one about 100 s). Set HERMES_LLM_BASE_URL \
-                 and HERMES_LLM_MODEL for a real model, or HERMES_LLM_PROVIDER=none for none.",
+                 (it first reads the tool catalogue, about two minutes on 2 cores, then about 20-30 s \
+                 a plan). Set HERMES_LLM_BASE_URL and HERMES_LLM_MODEL for a real model, or \
+                 HERMES_LLM_PROVIDER=none for none.",
                 local.local_model.display()
             ),
             Some(Err(why)) => println!(

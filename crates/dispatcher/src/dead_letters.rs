@@ -23,8 +23,12 @@ impl DeadLetters {
         Self { bus }
     }
 
-    /// Dead letters, oldest first.
+    /// Dead letters, oldest first: `limit` of them, 100 when it is 0, at most 10,000.
     pub async fn list(&self, limit: usize) -> Result<Vec<DeadLetter>> {
+        let limit = match limit {
+            0 => 100,
+            n => n.min(10_000),
+        };
         let js = self.bus.jetstream();
         let mut stream =
             js.get_stream(self.bus.topology().dlq_stream()).await.map_err(|e| js_error("get dlq", e))?;

@@ -64,6 +64,23 @@ impl GoalService {
         &self.bus
     }
 
+    /// `UNAVAILABLE` at once while the NATS connection is down, so that the API adapters answer
+    /// rather than let a request wait out JetStream timeouts; the client retries.
+    pub(crate) fn nats_up(&self) -> Result<()> {
+        match self.bus.client().connection_state() {
+            async_nats::connection::State::Connected => Ok(()),
+            _ => Err(Error::Unavailable("the NATS connection (the dispatcher is reconnecting)".into())),
+        }
+    }
+
+    /// How many goals a list returns: `requested`, 100 when it is 0, at most 1000.
+    pub(crate) fn list_limit(requested: usize) -> usize {
+        match requested {
+            0 => 100,
+            n => n.min(1000),
+        }
+    }
+
     pub(crate) fn store(&self) -> &GoalStore {
         &self.store
     }

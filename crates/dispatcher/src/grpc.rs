@@ -36,18 +36,6 @@ pub(crate) struct Api {
     shutdown: CancellationToken,
 }
 
-impl Api {
-    /// Answers UNAVAILABLE at once while the NATS connection is down, rather than letting the
-    /// request wait out JetStream timeouts; the client retries.
-    fn nats_up(&self) -> Result<(), Status> {
-        use async_nats::connection::State;
-        match self.service.bus().client().connection_state() {
-            State::Connected => Ok(()),
-            _ => Err(Status::unavailable("UNAVAILABLE: NATS is unreachable; the dispatcher is reconnecting")),
-        }
-    }
-}
-
 fn goal_id_arg(goal_id: &str) -> Result<&str, Status> {
     hermes_core::ids::check_id("goal_id", goal_id, 128, hermes_core::ids::IdShape::Word)?;
     Ok(goal_id)
@@ -80,7 +68,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<SubmitGoalRequest>,
     ) -> Result<Response<SubmitGoalResponse>, Status> {
-        self.nats_up()?;
+        self.service.nats_up()?;
         // The goal's trace starts here, under the caller's span when it sent a `traceparent`.
         let span = tracing::info_span!(
             "submit_goal",
@@ -98,7 +86,7 @@ impl DispatcherApi for Api {
     }
 
     async fn get_goal(&self, request: Request<GetGoalRequest>) -> Result<Response<Goal>, Status> {
-        self.nats_up()?;
+        self.service.nats_up()?;
         let req = request.into_inner();
         let state = self.service.get(goal_id_arg(&req.goal_id)?).await?;
         Ok(Response::new(to_goal(state)))
@@ -107,7 +95,7 @@ impl DispatcherApi for Api {
     type WatchGoalStream = EventStream;
 
     async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
-        self.nats_up()?;
+        self.service.nats_up()?;
         let client = request.remote_addr().map(|a| a.ip().to_string()).unwrap_or_default();
         let req = request.into_inner();
         let events = self.service.watch(goal_id_arg(&req.goal_id)?, req.after_seq, &client).await?;
@@ -116,7 +104,7 @@ impl DispatcherApi for Api {
     }
 
     async fn cancel_goal(&self, request: Request<CancelGoalRequest>) -> Result<Response<Goal>, Status> {
-        self.nats_up()?;
+        self.service.nats_up()?;
         let req = request.into_inner();
         let state = self.service.cancel(goal_id_arg(&req.goal_id)?, &req.reason).await?;
         Ok(Response::new(to_goal(state)))
@@ -126,7 +114,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ApproveToolCallRequest>,
     ) -> Result<Response<ApproveToolCallResponse>, Status> {
-        self.nats_up()?;
+        self.service.nats_up()?;
         let req = request.into_inner();
         let goal_id = goal_id_arg(&req.goal_id)?;
         hermes_core::ids::check_id("call_id", &req.call_id, 256, hermes_core::ids::IdShape::Dotted)?;
@@ -142,11 +130,8 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListGoalsRequest>,
     ) -> Result<Response<ListGoalsResponse>, Status> {
-        self.nats_up()?;
-        let limit = match request.into_inner().limit {
-            0 => 100,
-            n => n.min(1000) as usize,
-        };
+        self.service.nats_up()?;
+        let limit = GoalService::list_limit(request.into_inner().limit as usize);
         let goals = self.service.list(limit).await?.into_iter().map(to_goal).collect();
         Ok(Response::new(ListGoalsResponse { goals }))
     }
@@ -155,11 +140,8 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListDeadLettersRequest>,
     ) -> Result<Response<ListDeadLettersResponse>, Status> {
-        self.nats_up()?;
-        let limit = match request.into_inner().limit {
-            0 => 100,
-            n => n.min(10_000) as usize,
-        };
+        self.service.nats_up()?;
+        let limit = request.into_inner().limit as usize;
         Ok(Response::new(ListDeadLettersResponse { dead_letters: self.dead_letters.list(limit).await? }))
     }
 
@@ -167,7 +149,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<DeadLetter>, Status> {
-        self.nats_up()?;
+        self.service.nats_up()?;
         Ok(Response::new(self.dead_letters.get(request.into_inner().sequence).await?))
     }
 
@@ -175,7 +157,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<ReplayDeadLetterResponse>, Status> {
-        self.nats_up()?;
+        self.service.nats_up()?;
         let (subject, sequence) = self.dead_letters.replay(request.into_inner().sequence).await?;
         Ok(Response::new(ReplayDeadLetterResponse { subject, sequence }))
     }

@@ -368,15 +368,6 @@ fn json_response(status: StatusCode, body: Value) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
-/// Answers `503` at once while the NATS connection is down, as the gRPC door does.
-fn nats_up(api: &Api) -> std::result::Result<(), Problem> {
-    use async_nats::connection::State;
-    match api.service.bus().client().connection_state() {
-        State::Connected => Ok(()),
-        _ => Err(Error::Unavailable("NATS (the dispatcher is reconnecting)".into()).into()),
-    }
-}
-
 /// The request body, read here so that an oversized one is a problem naming the limit.
 fn body_bytes(
     api: &Api,
@@ -421,6 +412,18 @@ fn parse_body<T: DeserializeOwned>(headers: &HeaderMap, bytes: &Bytes) -> std::r
     }
 }
 
+/// The query's parameters, or a `400` naming what is wrong with them.
+fn query_arg<T>(
+    query: std::result::Result<Query<T>, axum::extract::rejection::QueryRejection>,
+) -> std::result::Result<T, Problem> {
+    query.map(|Query(q)| q).map_err(|e| Problem::invalid(e.body_text()))
+}
+
+/// The `404` of an action route (`{resource}:{action}`) given an unknown action, showing `usage`.
+fn no_such_action(usage: &str) -> Problem {
+    Problem::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no such action: use {usage}"))
+}
+
 fn goal_id_arg(id: &str) -> std::result::Result<&str, Problem> {
     check_id("goal_id", id, 128, IdShape::Word)?;
     Ok(id)
@@ -454,7 +457,7 @@ async fn submit(
     headers: HeaderMap,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Answer {
-    nats_up(&api)?;
+    api.service.nats_up()?;
     let bytes = body_bytes(&api, body)?;
     let mut body: Value = parse_body(&headers, &bytes)?;
     // A bare plan (a plan file's content) is a goal with that plan.
@@ -542,9 +545,9 @@ async fn list(
     State(api): State<Api>,
     query: std::result::Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Answer {
-    nats_up(&api)?;
-    let Query(query) = query.map_err(|e| Problem::invalid(e.body_text()))?;
-    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    api.service.nats_up()?;
+    let query = query_arg(query)?;
+    let limit = GoalService::list_limit(query.limit.unwrap_or(0));
     let status = query.status.as_deref().map(parse_status).transpose()?;
     let after = match query.page_token.as_deref() {
         Some(token) => {
@@ -585,7 +588,7 @@ async fn list(
 }
 
 async fn get_goal(State(api): State<Api>, Path(id): Path<String>) -> Answer {
-    nats_up(&api)?;
+    api.service.nats_up()?;
     let state = api.service.get(goal_id_arg(&id)?).await?;
     Ok(json_response(StatusCode::OK, message_json(&to_goal(state))))
 }
@@ -612,14 +615,10 @@ async fn goal_action(
     headers: HeaderMap,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Answer {
-    nats_up(&api)?;
+    api.service.nats_up()?;
     let bytes = body_bytes(&api, body)?;
     let Some(id) = target.strip_suffix(":cancel") else {
-        return Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            ErrorCode::NotFound,
-            "no such action: use /v1/goals/{id}:cancel",
-        ));
+        return Err(no_such_action("/v1/goals/{id}:cancel"));
     };
     let reason = optional_reason(&headers, &bytes)?;
     let state = api.service.cancel(goal_id_arg(id)?, &reason).await?;
@@ -644,8 +643,8 @@ async fn events(
     headers: HeaderMap,
     query: std::result::Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> std::result::Result<Sse<impl Stream<Item = std::result::Result<SseEvent, Infallible>>>, Problem> {
-    nats_up(&api)?;
-    let Query(query) = query.map_err(|e| Problem::invalid(e.body_text()))?;
+    api.service.nats_up()?;
+    let query = query_arg(query)?;
     let last_event_id = match headers.get("last-event-id") {
         Some(v) => Some(
             v.to_str()
@@ -687,8 +686,8 @@ async fn events_ws(
         axum::extract::ws::rejection::WebSocketUpgradeRejection,
     >,
 ) -> Answer {
-    nats_up(&api)?;
-    let Query(query) = query.map_err(|e| Problem::invalid(e.body_text()))?;
+    api.service.nats_up()?;
+    let query = query_arg(query)?;
     let events =
         api.service.watch(goal_id_arg(&id)?, query.after.unwrap_or(0), &peer.ip().to_string()).await?;
     let upgrade = upgrade.map_err(|e| {
@@ -741,7 +740,7 @@ async fn forward_events(
 /// `GET /v1/approvals`: every tool call waiting for a person, across goals, oldest first, with
 /// when it expires.
 async fn approvals(State(api): State<Api>) -> Answer {
-    nats_up(&api)?;
+    api.service.nats_up()?;
     let pending = api.service.bus().approvals().pending().await?;
     let approvals: Vec<Value> = pending.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"approvals": approvals})))
@@ -754,18 +753,12 @@ async fn decide(
     headers: HeaderMap,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Answer {
-    nats_up(&api)?;
+    api.service.nats_up()?;
     let bytes = body_bytes(&api, body)?;
     let (call, approve) = match (target.strip_suffix(":approve"), target.strip_suffix(":deny")) {
         (Some(call), _) => (call, true),
         (_, Some(call)) => (call, false),
-        _ => {
-            return Err(Problem::new(
-                StatusCode::NOT_FOUND,
-                ErrorCode::NotFound,
-                "no such action: use /v1/approvals/{goal}/{call}:approve or :deny",
-            ));
-        }
+        _ => return Err(no_such_action("/v1/approvals/{goal}/{call}:approve or :deny")),
     };
     let reason = optional_reason(&headers, &bytes)?;
     let decision = api.service.decide_approval(goal_id_arg(&goal)?, call, approve, &reason).await?;
@@ -782,9 +775,9 @@ async fn dead_letters_list(
     State(api): State<Api>,
     query: std::result::Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Answer {
-    nats_up(&api)?;
-    let Query(query) = query.map_err(|e| Problem::invalid(e.body_text()))?;
-    let letters = api.dead_letters.list(query.limit.unwrap_or(100).clamp(1, 10_000)).await?;
+    api.service.nats_up()?;
+    let query = query_arg(query)?;
+    let letters = api.dead_letters.list(query.limit.unwrap_or(0)).await?;
     let letters: Vec<Value> = letters.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"deadLetters": letters})))
 }
@@ -794,20 +787,16 @@ fn sequence_arg(text: &str) -> std::result::Result<u64, Problem> {
 }
 
 async fn dead_letter(State(api): State<Api>, Path(seq): Path<String>) -> Answer {
-    nats_up(&api)?;
+    api.service.nats_up()?;
     let letter = api.dead_letters.get(sequence_arg(&seq)?).await?;
     Ok(json_response(StatusCode::OK, message_json(&letter)))
 }
 
 /// `POST /v1/dead-letters/{seq}:replay`.
 async fn dead_letter_action(State(api): State<Api>, Path(target): Path<String>) -> Answer {
-    nats_up(&api)?;
+    api.service.nats_up()?;
     let Some(seq) = target.strip_suffix(":replay") else {
-        return Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            ErrorCode::NotFound,
-            "no such action: use /v1/dead-letters/{seq}:replay",
-        ));
+        return Err(no_such_action("/v1/dead-letters/{seq}:replay"));
     };
     let (subject, sequence) = api.dead_letters.replay(sequence_arg(seq)?).await?;
     Ok(json_response(StatusCode::OK, json!({"subject": subject, "sequence": sequence.to_string()})))

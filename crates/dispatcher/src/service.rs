@@ -201,9 +201,11 @@ impl hermes_runtime::Service for DispatcherService {
         let config = settings.dispatcher.config(&settings.llm, &settings.grpc)?;
         cx.connect(&settings.nats).await?;
         let started = crate::start(config, cx).await?;
+        // The bound addresses (a configured port 0 shows the one chosen).
+        let grpc = cx.grpc_addr().unwrap_or(settings.grpc.listen);
         match started.http_addr {
-            Some(http) => println!("hermes dispatcher: grpc {} http {http}", settings.grpc.listen),
-            None => println!("hermes dispatcher: grpc {}", settings.grpc.listen),
+            Some(http) => println!("hermes dispatcher: grpc {grpc} http {http}"),
+            None => println!("hermes dispatcher: grpc {grpc}"),
         }
         Ok(())
     }

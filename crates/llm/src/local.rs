@@ -461,23 +461,20 @@ impl LocalChat {
 
     /// Reads the system message `system` into the prefix cache now (see [`ChatModel::warm`]).
     pub fn warm_blocking(&self, system: &str) -> Result<(), LlmError> {
-        let mut inner = self.inner.lock().map_err(|_| run_err("a previous request panicked"))?;
+        let mut inner = self.lock()?;
         let (prefix_text, _) = chatml(&[Message::system(system)], inner.family.default_system());
         let prefix_ids = inner.encode(&prefix_text)?;
-        if prefix_ids.len() >= inner.context {
-            return Err(LlmError::Config(format!(
-                "local model: the system message has {} tokens but the model's context holds {}",
-                prefix_ids.len(),
-                inner.context
-            )));
-        }
+        inner.fits(&prefix_ids, "the system message")?;
         inner.cache_prefix(prefix_ids)
     }
 
     /// Runs one request synchronously; also returns the throughput it reached.
     pub fn generate(&self, request: &ChatRequest) -> Result<(ChatResponse, Throughput), LlmError> {
-        let mut inner = self.inner.lock().map_err(|_| run_err("a previous request panicked"))?;
-        inner.generate(request, self.max_tokens, &self.name)
+        self.lock()?.generate(request, self.max_tokens, &self.name)
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>, LlmError> {
+        self.inner.lock().map_err(|_| run_err("a previous request panicked"))
     }
 }
 
@@ -518,6 +515,18 @@ fn prefill_chunks(len: usize) -> Vec<(usize, usize)> {
 }
 
 impl Inner {
+    /// `Config` error naming `what` when `ids` leave no room in the context for an answer.
+    fn fits(&self, ids: &[u32], what: &str) -> Result<(), LlmError> {
+        if ids.len() >= self.context {
+            return Err(LlmError::Config(format!(
+                "local model: {what} has {} tokens but the model's context holds {}",
+                ids.len(),
+                self.context
+            )));
+        }
+        Ok(())
+    }
+
     /// Makes the model state after `prefix_ids` the most recently used cache entry, reading the
     /// prefix when it is not cached (and dropping the least recently used entry).
     fn cache_prefix(&mut self, prefix_ids: Vec<u32>) -> Result<(), LlmError> {
@@ -554,13 +563,7 @@ impl Inner {
     ) -> Result<(ChatResponse, Throughput), LlmError> {
         let (prefix_text, prompt_text) = chatml(&request.messages, self.family.default_system());
         let prompt_ids = self.encode(&prompt_text)?;
-        if prompt_ids.len() >= self.context {
-            return Err(LlmError::Config(format!(
-                "local model: the prompt has {} tokens but the model's context holds {}",
-                prompt_ids.len(),
-                self.context
-            )));
-        }
+        self.fits(&prompt_ids, "the prompt")?;
         let prefix_ids = self.encode(&prefix_text)?;
         let started = Instant::now();
         if prompt_ids.starts_with(&prefix_ids) {
