@@ -126,12 +126,6 @@ fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
 /// Writes a JSON Schema, adding the definitions it refers to (OpenAPI components).
 pub(crate) type SchemaFn = fn(&mut serde_json::Map<String, Value>) -> Value;
 
-/// What a route's request body is.
-pub(crate) enum Body {
-    /// JSON (or YAML) of this schema.
-    Schema(SchemaFn),
-}
-
 /// What a route answers with.
 pub(crate) enum Reply {
     /// The canonical JSON of this `hermes.v1` message (fully qualified name).
@@ -154,7 +148,8 @@ pub(crate) struct Route {
     pub summary: &'static str,
     pub query: Option<SchemaFn>,
     pub headers: &'static [&'static str],
-    pub body: Option<Body>,
+    /// The schema of its JSON (or YAML) request body, if it takes one.
+    pub body: Option<SchemaFn>,
     pub body_required: bool,
     pub reply: Reply,
 }
@@ -178,7 +173,7 @@ const fn route(
 pub(crate) const ROUTES: &[Route] = &[
     Route {
         headers: &["Idempotency-Key"],
-        body: Some(Body::Schema(schema::<SubmitBody>)),
+        body: Some(schema::<SubmitBody>),
         body_required: true,
         ..route(
             "POST",
@@ -200,7 +195,7 @@ pub(crate) const ROUTES: &[Route] = &[
     },
     route("GET", "/v1/goals/{id}", "getGoal", "One goal", Reply::Message(".hermes.v1.Goal")),
     Route {
-        body: Some(Body::Schema(schema::<ReasonBody>)),
+        body: Some(schema::<ReasonBody>),
         ..route(
             "POST",
             "/v1/goals/{id}",
@@ -238,7 +233,7 @@ pub(crate) const ROUTES: &[Route] = &[
         Reply::ListOf("approvals", ".hermes.v1.Approval"),
     ),
     Route {
-        body: Some(Body::Schema(schema::<ReasonBody>)),
+        body: Some(schema::<ReasonBody>),
         ..route(
             "POST",
             "/v1/approvals/{goal}/{call}",

@@ -9,7 +9,7 @@ use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FileDescriptorSet};
 use serde_json::{Map, Value, json};
 
-use crate::http::{Body, ROUTES, Reply};
+use crate::http::{ROUTES, Reply};
 
 /// The JSON Schema of a serde type, its definitions moved into `defs` (OpenAPI components).
 pub(crate) fn schema_of<T: schemars::JsonSchema>(defs: &mut Map<String, Value>) -> Value {
@@ -207,10 +207,8 @@ pub fn document() -> Value {
         if !parameters.is_empty() {
             operation["parameters"] = Value::Array(parameters);
         }
-        if let Some(body) = &route.body {
-            let schema = match body {
-                Body::Schema(schema) => schema(&mut defs),
-            };
+        if let Some(body) = route.body {
+            let schema = body(&mut defs);
             operation["requestBody"] = json!({
                 "required": route.body_required,
                 "content": {
