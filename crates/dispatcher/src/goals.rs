@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use hermes_clients::registry::Catalog;
 use hermes_core::ids::IdShape;
 use hermes_core::plan::validate_plan;
@@ -23,7 +23,6 @@ use hermes_proto::{
     Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup, PlanCreated, PlanResult, TaskResult,
     TokenUsage,
 };
-use prost::Message as _;
 use tracing::info;
 
 use crate::effects::{EffectsPublisher, Followups};
@@ -46,6 +45,7 @@ pub struct GoalService {
     effects: EffectsPublisher,
     order: TransitionOrder,
     watchers: std::sync::Arc<crate::watchers::WatchLimits>,
+    hub: crate::fanout::EventHub,
 }
 
 impl GoalService {
@@ -57,7 +57,8 @@ impl GoalService {
         let limits = limits(&config);
         let effects = EffectsPublisher::new(bus.clone(), limits, config.no_agent_wait, followups);
         let watchers = crate::watchers::WatchLimits::new(config.max_watches_per_client);
-        Self { bus, store, catalog, config, effects, order: TransitionOrder::default(), watchers }
+        let hub = crate::fanout::EventHub::new(bus.clone());
+        Self { bus, store, catalog, config, effects, order: TransitionOrder::default(), watchers, hub }
     }
 
     pub(crate) fn bus(&self) -> &Bus {
@@ -295,66 +296,43 @@ impl GoalService {
         after_seq: u64,
         client: &str,
     ) -> Result<impl Stream<Item = Result<Event>> + Send + use<>> {
-        use async_nats::jetstream::consumer::{DeliverPolicy, pull};
         let permit = self.watchers.acquire(client)?;
         self.get(goal_id).await?;
-        let unavailable = |what: &str, e: &dyn std::fmt::Display| Error::Unavailable(format!("{what}: {e}"));
-        let topology = self.bus.topology();
-        let stream = self
-            .bus
-            .jetstream()
-            .get_stream(topology.events_stream())
-            .await
-            .map_err(|e| unavailable("events stream", &e))?;
-        let consumer = stream
-            .create_consumer(pull::OrderedConfig {
-                filter_subject: topology.event(goal_id),
-                deliver_policy: DeliverPolicy::All,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| unavailable("events consumer", &e))?;
-        let messages = consumer.messages().await.map_err(|e| unavailable("events", &e))?;
+        let lease = self.hub.subscribe(goal_id).await?;
         info!(goal_id, "watch started");
-        let events = futures::stream::unfold(
-            (messages, false, after_seq, permit),
-            |(mut messages, done, mut skip_to, permit)| async move {
-                if done {
-                    return None;
-                }
-                loop {
-                    match messages.next().await? {
-                        Ok(msg) => {
-                            // Events are written only by dispatchers; skip anything else.
-                            let Ok(event) = Event::decode(msg.payload.clone()) else { continue };
-                            let terminal = engine::is_terminal_event(&event);
-                            if skip_to > 0 {
-                                if event.seq == 0 || event.seq < skip_to {
-                                    if terminal {
-                                        return None;
-                                    }
-                                    continue;
-                                }
-                                if event.seq == skip_to {
-                                    skip_to = 0;
-                                    if terminal {
-                                        return None;
-                                    }
-                                    continue;
-                                }
-                            }
-                            return Some((Ok(event), (messages, terminal, 0, permit)));
-                        }
-                        Err(e) => {
-                            return Some((
-                                Err(Error::Unavailable(e.to_string())),
-                                (messages, true, 0, permit),
-                            ));
-                        }
+        struct Cursor {
+            lease: crate::fanout::FeedLease,
+            index: usize,
+            skip_to: u64,
+            done: bool,
+            _permit: crate::watchers::WatchPermit,
+        }
+        let cursor = Cursor { lease, index: 0, skip_to: after_seq, done: false, _permit: permit };
+        let events = futures::stream::unfold(cursor, |mut cursor| async move {
+            while !cursor.done {
+                let event = match cursor.lease.feed.next(cursor.index).await {
+                    Ok(event) => event,
+                    Err(e) => {
+                        cursor.done = true;
+                        return Some((Err(e), cursor));
+                    }
+                };
+                cursor.index += 1;
+                cursor.done = engine::is_terminal_event(&event);
+                // Everything up to and including `skip_to` was seen; agent events have no seq.
+                if cursor.skip_to > 0 {
+                    if event.seq == 0 || event.seq < cursor.skip_to {
+                        continue;
+                    }
+                    if event.seq == cursor.skip_to {
+                        cursor.skip_to = 0;
+                        continue;
                     }
                 }
-            },
-        );
+                return Some((Ok(Event::clone(&event)), cursor));
+            }
+            None
+        });
         Ok(events)
     }
 

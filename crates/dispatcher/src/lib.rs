@@ -21,6 +21,7 @@
 mod dead_letters;
 mod effects;
 pub mod engine;
+mod fanout;
 mod goals;
 mod grpc;
 pub mod http;

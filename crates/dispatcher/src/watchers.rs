@@ -1,8 +1,8 @@
-//! How many goal event streams (gRPC `WatchGoal`, SSE, WebSocket) each client holds open. Each
-//! stream reads the goal's events through a JetStream consumer, and the events stream allows a
-//! bounded number of them (1,000 by default), so without a cap one client opening many watches
-//! would make every other client's watch fail. A client over its cap gets `LIMIT_EXCEEDED`
-//! (gRPC `RESOURCE_EXHAUSTED`, HTTP 429) naming the cap; closing a stream frees its place.
+//! How many goal event streams (gRPC `WatchGoal`, SSE, WebSocket) each client holds open. The
+//! streams share the dispatcher's one reader of goal events (see `fanout`), but each still holds
+//! a connection, a task and a cursor, so without a cap one client could take them all. A client
+//! over its cap gets `LIMIT_EXCEEDED` (gRPC `RESOURCE_EXHAUSTED`, HTTP 429) naming the cap;
+//! closing a stream frees its place.
 //!
 //! A client is its peer IP address until the API authenticates callers.
 

@@ -527,3 +527,77 @@ async fn a_client_over_its_watch_cap_is_refused_with_the_reason_and_a_closed_wat
     drop(sse);
     t.stop().await;
 }
+
+/// Watchers share the dispatcher's one reader of goal events: 1,200 SSE streams and 100 gRPC
+/// watches over 12 goals (more than the events stream's 1,000 consumers could hold, were each
+/// its own) hold one consumer between them, and every one gets its goal's whole stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_watchers_of_many_goals_share_one_consumer_and_each_gets_every_event() {
+    const GOALS: usize = 12;
+    const SSE_PER_GOAL: usize = 100;
+    const GRPC: usize = 100;
+    let t = Sandbox::builder().max_watches_per_client(10_000).start().await;
+    let base = t.http_url();
+    let mut goals = Vec::new();
+    for _ in 0..GOALS {
+        let (code, goal) = post(&format!("{base}/v1/goals"), &json!({"plan": sleep_plan(3_000)})).await;
+        assert_eq!(code, StatusCode::CREATED, "{goal}");
+        goals.push(goal["goalId"].as_str().unwrap().to_owned());
+    }
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let mut sse = tokio::task::JoinSet::new();
+    for i in 0..GOALS * SSE_PER_GOAL {
+        let (http, url, goal) =
+            (http.clone(), format!("{base}/v1/goals/{}/events", goals[i % GOALS]), i % GOALS);
+        sse.spawn(async move {
+            let response = http.get(url).send().await.unwrap();
+            let (events, _) = read_sse(response, usize::MAX).await;
+            (goal, events.into_iter().map(|e| e.id.unwrap_or(0)).collect::<Vec<_>>())
+        });
+    }
+    let mut grpc = tokio::task::JoinSet::new();
+    for i in 0..GRPC {
+        let mut client = t.client.clone();
+        let goal_id = goals[i % GOALS].clone();
+        grpc.spawn(async move {
+            let request = hermes_proto::WatchGoalRequest { goal_id, after_seq: 0 };
+            let stream = client.watch_goal(request).await.unwrap().into_inner();
+            let events: Vec<_> = stream.map(|e| e.unwrap().seq).collect().await;
+            (i % GOALS, events)
+        });
+    }
+
+    // While they are open, the events stream has one consumer: this dispatcher's reader.
+    let sampler = {
+        let bus = t.bus.clone();
+        tokio::spawn(async move {
+            let mut stream = bus.jetstream().get_stream(bus.topology().events_stream()).await.unwrap();
+            let mut most = 0;
+            for _ in 0..40 {
+                most = most.max(stream.info().await.unwrap().state.consumer_count);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            most
+        })
+    };
+    let mut by_goal: Vec<Option<Vec<u64>>> = vec![None; GOALS];
+    let mut check = |goal: usize, seqs: Vec<u64>| {
+        assert!(seqs.len() >= 4, "goal {goal}: {seqs:?}");
+        assert!(seqs.windows(2).all(|w| w[0] == 0 || w[1] == 0 || w[0] < w[1]), "goal {goal}: {seqs:?}");
+        match &by_goal[goal] {
+            Some(first) => assert_eq!(first, &seqs, "goal {goal}: two watchers saw different streams"),
+            None => by_goal[goal] = Some(seqs),
+        }
+    };
+    while let Some(done) = sse.join_next().await {
+        let (goal, seqs) = done.unwrap();
+        check(goal, seqs);
+    }
+    while let Some(done) = grpc.join_next().await {
+        let (goal, seqs) = done.unwrap();
+        check(goal, seqs);
+    }
+    let most = sampler.await.unwrap();
+    assert_eq!(most, 1, "{most} consumers on the events stream while the watches were open");
+    t.stop().await;
+}
