@@ -20,16 +20,57 @@ use tokio_util::sync::CancellationToken;
 
 mod memory;
 mod routing;
+mod watchers;
 
 // The same allocator as the `hermes` binaries (mimalloc), counting live bytes for the
 // registry's memory figure.
 #[global_allocator]
 static GLOBAL: routing::counting::CountingMiMalloc = routing::counting::CountingMiMalloc;
 
-const LATENCY_SAMPLES: usize = 500;
-const THROUGHPUT_TASKS: usize = 10_000;
-const IN_FLIGHT: usize = 1000;
-const FAN_OUT: usize = 1000;
+/// How much each row measures: `HERMES_BENCH_SCALE=smoke` runs every row small, for `make test`.
+struct Scale {
+    latency_samples: usize,
+    throughput_tasks: usize,
+    in_flight: usize,
+    fan_out: usize,
+    routing_agents: usize,
+    registry_sizes: &'static [usize],
+    memory_vectors: &'static [usize],
+    /// Goal event watchers per run; the first is the baseline.
+    watchers: &'static [usize],
+    local_model: bool,
+}
+
+const FULL: Scale = Scale {
+    latency_samples: 500,
+    throughput_tasks: 10_000,
+    in_flight: 1000,
+    fan_out: 1000,
+    routing_agents: 10_000,
+    registry_sizes: &[10_000, 20_000, 40_000],
+    memory_vectors: &[10_000, 100_000],
+    watchers: &[1, 1_000, 10_000],
+    local_model: true,
+};
+
+const SMOKE: Scale = Scale {
+    latency_samples: 20,
+    throughput_tasks: 200,
+    in_flight: 50,
+    fan_out: 50,
+    routing_agents: 200,
+    registry_sizes: &[200, 400],
+    memory_vectors: &[500],
+    watchers: &[1, 40],
+    local_model: false,
+};
+
+fn scale() -> &'static Scale {
+    match std::env::var("HERMES_BENCH_SCALE").as_deref() {
+        Ok("smoke") => &SMOKE,
+        _ => &FULL,
+    }
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -40,9 +81,11 @@ async fn main() -> anyhow::Result<()> {
     let floor_lat = floor_latency(&client).await?;
     let floor_tput = floor_throughput(&client).await?;
     // Before the stack starts: its registry would share the route queue group with this one.
-    let route_local = routing::decision_latency(10_000, 20_000);
-    let route_nats = routing::request_latency(&nats.url(), 10_000, 2_000).await?;
-    let memory = routing::bytes_per_agent(&[10_000, 20_000, 40_000]);
+    let route_local = routing::decision_latency(scale().routing_agents, 2 * scale().routing_agents);
+    let route_nats =
+        routing::request_latency(&nats.url(), scale().routing_agents, 2_000.min(scale().routing_agents))
+            .await?;
+    let memory = routing::bytes_per_agent(scale().registry_sizes);
 
     let workspace = tempfile::tempdir()?;
     let agents = (1..=2)
@@ -60,6 +103,13 @@ async fn main() -> anyhow::Result<()> {
             agents,
             dispatcher: hermes_dispatcher::DispatcherConfig {
                 grpc_listen: "127.0.0.1:0".parse()?,
+                http: Some(hermes_dispatcher::http::HttpConfig {
+                    listen: "127.0.0.1:0".parse()?,
+                    max_body_bytes: hermes_dispatcher::http::DEFAULT_MAX_BODY_BYTES,
+                    cors_allow_origins: Vec::new(),
+                }),
+                // The fan-out rows open every watcher from this one client.
+                max_watches_per_client: 20_000,
                 ..Default::default()
             },
             planner: None,
@@ -74,22 +124,34 @@ async fn main() -> anyhow::Result<()> {
     let goal_lat = goal_latency(&grpc, &completions).await?;
     let goal_tput = goal_throughput(&grpc, &completions).await?;
     let fan_out = fan_out_wall(&grpc, &completions).await?;
+    let http = stack.http_url().context("the bench stack serves HTTP")?;
+    let mut watch_runs = Vec::new();
+    for &n in scale().watchers {
+        match open_files_allow(n) {
+            Ok(()) => watch_runs.push(watchers::fan_out(&stack.grpc_url(), &http, n).await?),
+            Err(why) => println!("{n} watchers: not measured ({why})"),
+        }
+    }
     stack.stop().await;
 
     println!("{:<58} {:>12} {:>12} {:>10}", "measure", "value", "floor", "ratio");
     println!("{}", "-".repeat(95));
     row("task round trip p50, 1 in flight (µs)", floor_lat.0, floor_lat.0);
     row("task round trip p99, 1 in flight (µs)", floor_lat.1, floor_lat.1);
-    row("tasks/s, 1000 in flight", floor_tput, floor_tput);
+    let in_flight = scale().in_flight;
+    row(&format!("tasks/s, {in_flight} in flight"), floor_tput, floor_tput);
     row("hermes single-node goal p50 via gRPC, 1 in flight (µs)", goal_lat.0, floor_lat.0);
     row("hermes single-node goal p99 via gRPC, 1 in flight (µs)", goal_lat.1, floor_lat.1);
     row("  of which SubmitGoal returned, p50 (µs)", goal_lat.2, floor_lat.0);
-    row("hermes tasks/s, 1000 single-node goals in flight", goal_tput, floor_tput);
-    let floor_fan_out_ms = FAN_OUT as f64 / floor_tput * 1000.0;
-    row("hermes 1000-node fan-out goal wall time (ms)", fan_out, floor_fan_out_ms);
-    println!("\nratio = value / floor. For the fan-out, the floor is 1000 tasks at the floor's rate.");
+    row(&format!("hermes tasks/s, {in_flight} single-node goals in flight"), goal_tput, floor_tput);
+    let width = scale().fan_out;
+    let floor_fan_out_ms = width as f64 / floor_tput * 1000.0;
+    row(&format!("hermes {width}-node fan-out goal wall time (ms)"), fan_out, floor_fan_out_ms);
+    println!("\nratio = value / floor. For the fan-out, the floor is {width} tasks at the floor's rate.");
     println!("targets: single-node goal p50 <= 1500 µs; >= 10000 tasks/s.");
-    println!("\n{:<58} {:>12} {:>12}", "routing, 10,000 agents over 100 task types", "p50", "p99");
+    watch_rows(&watch_runs);
+    let agents = scale().routing_agents;
+    println!("\n{:<58} {:>12} {:>12}", format!("routing, {agents} agents over 100 task types"), "p50", "p99");
     println!("{}", "-".repeat(84));
     println!("{:<58} {:>12.1} {:>12.1}", "route decision, in-process (µs)", route_local.0, route_local.1);
     println!(
@@ -101,8 +163,56 @@ async fn main() -> anyhow::Result<()> {
     println!("registry memory: {} (a flat figure = linear growth)", steps.join(", "));
     println!("target: route p99 under 1 ms; memory linear in agents.");
     memory_rows(&nats.url()).await?;
-    local_model_rows();
+    if scale().local_model {
+        local_model_rows();
+    }
     Ok(())
+}
+
+/// The fan-out table: each run's figures, with the delays as ratios to the first run's (one
+/// watcher alone).
+fn watch_rows(runs: &[watchers::FanOut]) {
+    let Some(alone) = runs.first() else { return };
+    println!(
+        "\n{:<58} {:>12} {:>12} {:>10}",
+        "goal event watchers on one dispatcher (half SSE, half gRPC)", "value", "1 watcher", "ratio"
+    );
+    println!("{}", "-".repeat(95));
+    for run in runs {
+        let n = run.watchers;
+        row(&format!("{n} watchers: first event p50 (ms)"), run.first_event_p50_ms, alone.first_event_p50_ms);
+        row(&format!("{n} watchers: first event p99 (ms)"), run.first_event_p99_ms, alone.first_event_p99_ms);
+        row(
+            &format!("{n} watchers: live event to the last of them (ms)"),
+            run.live_event_to_all_ms,
+            alone.live_event_to_all_ms,
+        );
+        row(&format!("{n} watchers: another goal end to end (ms)"), run.other_goal_ms, alone.other_goal_ms);
+        println!("{:<58} {:>12.0}", format!("{n} watchers: live bytes per watcher"), run.bytes_per_watcher);
+        println!(
+            "{:<58} {:>12}",
+            format!("{n} watchers: got the terminal event"),
+            format!("{}/{n}", run.finished)
+        );
+    }
+    println!("bytes per watcher count both ends (the bench's clients and the dispatcher share a process).");
+}
+
+/// Whether the open-file limit leaves room for `watchers` streams: an SSE stream holds two
+/// sockets here (client and server share the process), half of the watchers are SSE.
+fn open_files_allow(watchers: usize) -> Result<(), String> {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse::<usize>().ok());
+    match soft {
+        Some(limit) if limit < watchers + 1024 => {
+            Err(format!("the open-file limit is {limit}; `ulimit -n {}` first", watchers + 1024))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Semantic memory: exact search against a flat scan, upsert against raw KV puts.
@@ -111,7 +221,7 @@ async fn memory_rows(nats_url: &str) -> anyhow::Result<()> {
         "\n{:<58} {:>12} {:>12} {:>8}",
         "semantic memory (384-dim, top-5, exact)", "p50 ms", "p99 ms", "p50 x"
     );
-    for n in [10_000, 100_000] {
+    for &n in scale().memory_vectors {
         let (p50, p99, floor50, floor99) = memory::search_latency(n, 200);
         println!("{:<58} {:>12.2} {:>12.2}", format!("flat-array scan floor, {n} vectors"), floor50, floor99);
         println!(
@@ -123,7 +233,7 @@ async fn memory_rows(nats_url: &str) -> anyhow::Result<()> {
         );
     }
     let bus = hermes_core::Bus::connect(hermes_core::BusConfig::new(nats_url)).await?;
-    let (ours, floor) = memory::upsert_throughput(&bus, 2_000).await?;
+    let (ours, floor) = memory::upsert_throughput(&bus, 2_000.min(10 * scale().throughput_tasks)).await?;
     println!("{:<58} {:>12.0}", "raw KV put floor (values/s)", floor);
     println!(
         "{:<58} {:>12.0} {:>21.2}",
@@ -241,8 +351,8 @@ async fn floor_latency(client: &async_nats::Client) -> anyhow::Result<(f64, f64)
     let (js, tasks, results) = floor_streams(client, "FLOORLAT").await?;
     spawn_floor_worker(js.clone(), tasks, "floorlat.results.x".into());
     let mut collected = results.stream().max_messages_per_batch(1).messages().await?;
-    let mut samples = Vec::with_capacity(LATENCY_SAMPLES);
-    for i in 0..LATENCY_SAMPLES + 50 {
+    let mut samples = Vec::with_capacity(scale().latency_samples);
+    for i in 0..scale().latency_samples + 50 {
         let start = Instant::now();
         js.publish("floorlat.tasks.x", format!("{i}").into()).await?.await?;
         let msg = collected.next().await.context("result stream ended")??;
@@ -257,30 +367,30 @@ async fn floor_latency(client: &async_nats::Client) -> anyhow::Result<(f64, f64)
 async fn floor_throughput(client: &async_nats::Client) -> anyhow::Result<f64> {
     let (js, tasks, results) = floor_streams(client, "FLOORTPUT").await?;
     spawn_floor_worker(js.clone(), tasks, "floortput.results.x".into());
-    let window = Arc::new(Semaphore::new(IN_FLIGHT));
+    let window = Arc::new(Semaphore::new(scale().in_flight));
     let start = Instant::now();
     let collector_window = window.clone();
     let collector = tokio::spawn(async move {
         let mut messages = results.stream().max_messages_per_batch(1000).messages().await.expect("pull");
-        for _ in 0..THROUGHPUT_TASKS {
+        for _ in 0..scale().throughput_tasks {
             let msg = messages.next().await.expect("result").expect("result");
             let _ = msg.ack().await;
             collector_window.add_permits(1);
         }
     });
     let mut acks = futures::stream::FuturesUnordered::new();
-    for i in 0..THROUGHPUT_TASKS {
+    for i in 0..scale().throughput_tasks {
         window.acquire().await?.forget();
         acks.push(std::future::IntoFuture::into_future(
             js.publish("floortput.tasks.x", format!("{i}").into()).await?,
         ));
-        while acks.len() > IN_FLIGHT {
+        while acks.len() > scale().in_flight {
             acks.next().await;
         }
     }
     while acks.next().await.is_some() {}
     collector.await?;
-    Ok(THROUGHPUT_TASKS as f64 / start.elapsed().as_secs_f64())
+    Ok(scale().throughput_tasks as f64 / start.elapsed().as_secs_f64())
 }
 
 /// Goal completions observed on the events subjects, keyed by goal id.
@@ -354,9 +464,9 @@ async fn goal_latency(
     grpc: &DispatcherClient<tonic::transport::Channel>,
     done: &Completions,
 ) -> anyhow::Result<(f64, f64, f64)> {
-    let mut samples = Vec::with_capacity(LATENCY_SAMPLES);
-    let mut submits = Vec::with_capacity(LATENCY_SAMPLES);
-    for i in 0..LATENCY_SAMPLES + 50 {
+    let mut samples = Vec::with_capacity(scale().latency_samples);
+    let mut submits = Vec::with_capacity(scale().latency_samples);
+    for i in 0..scale().latency_samples + 50 {
         let start = Instant::now();
         let id = submit(grpc, one_node_goal(i)).await?;
         let submitted = start.elapsed();
@@ -373,10 +483,10 @@ async fn goal_throughput(
     grpc: &DispatcherClient<tonic::transport::Channel>,
     done: &Completions,
 ) -> anyhow::Result<f64> {
-    let window = Arc::new(Semaphore::new(IN_FLIGHT));
+    let window = Arc::new(Semaphore::new(scale().in_flight));
     let start = Instant::now();
     let mut running = tokio::task::JoinSet::new();
-    for i in 0..THROUGHPUT_TASKS {
+    for i in 0..scale().throughput_tasks {
         let permit = window.clone().acquire_owned().await?;
         let (grpc, done) = (grpc.clone(), done.clone());
         running.spawn(async move {
@@ -394,14 +504,14 @@ async fn goal_throughput(
     while let Some(r) = running.join_next().await {
         r??;
     }
-    Ok(THROUGHPUT_TASKS as f64 / start.elapsed().as_secs_f64())
+    Ok(scale().throughput_tasks as f64 / start.elapsed().as_secs_f64())
 }
 
 async fn fan_out_wall(
     grpc: &DispatcherClient<tonic::transport::Channel>,
     done: &Completions,
 ) -> anyhow::Result<f64> {
-    let nodes = (0..FAN_OUT)
+    let nodes = (0..scale().fan_out)
         .map(|i| TaskNode {
             id: format!("n{i}"),
             task_type: "math.evaluate".into(),
