@@ -60,11 +60,13 @@ build: tools models
 	$(CARGO) build --workspace --bins --tests $(FEATURES)
 
 ## test: the whole suite, built once and run with nextest, then the offline checks of deploy/ and
-## helm/ (tests/deploy, against the built binaries)
+## helm/ (tests/deploy) and the A2A endpoint driven by the official a2a-sdk (tests/a2a), against
+## the built binaries
 test: tools models nextest
 	$(CARGO) nextest run --workspace --no-fail-fast $(FEATURES)
 	$(CARGO) build --workspace --bins $(FEATURES)
 	scripts/check-deploy.sh
+	scripts/check-a2a.sh
 
 ## deploy-check: only the offline checks of deploy/ and helm/ (needs the binaries built)
 deploy-check: tools

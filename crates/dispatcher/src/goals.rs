@@ -65,6 +65,16 @@ impl GoalService {
         &self.bus
     }
 
+    /// The task types the agents online now serve, fresh from the registry.
+    pub(crate) async fn catalogue(&self) -> Result<hermes_clients::registry::CatalogSnapshot> {
+        self.catalog.current().await
+    }
+
+    /// Whether goals given as text are accepted (a planner serves this deployment).
+    pub(crate) fn plans_text_goals(&self) -> bool {
+        self.config.planner
+    }
+
     /// `UNAVAILABLE` at once while the NATS connection is down, so that the API adapters answer
     /// rather than let a request wait out JetStream timeouts; the client retries.
     pub(crate) fn nats_up(&self) -> Result<()> {

@@ -33,6 +33,8 @@ use tracing::Instrument as _;
 use crate::grpc::to_goal;
 use crate::{DeadLetters, GoalService};
 
+mod a2a;
+
 /// Where and how the HTTP API listens (`[dispatcher.http]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpConfig {
@@ -136,6 +138,8 @@ pub(crate) enum Reply {
     Json(fn() -> Value),
     EventStream,
     WebSocket,
+    /// The bytes of a stored artifact, in its content type.
+    Bytes,
 }
 
 /// One route of the API: the router and the OpenAPI document are both built from [`ROUTES`].
@@ -266,8 +270,49 @@ pub(crate) const ROUTES: &[Route] = &[
         "`POST /v1/dead-letters/{seq}:replay`: publish it again",
         Reply::Json(replay_schema),
     ),
+    route(
+        "GET",
+        "/v1/goals/{id}/artifacts/{reference}",
+        "getGoalArtifact",
+        "An output of the goal kept by reference (an `$artifact` stub), its bytes",
+        Reply::Bytes,
+    ),
     route("GET", "/v1/openapi.json", "openapi", "This document", Reply::Json(|| json!({"type": "object"}))),
+    route(
+        "GET",
+        "/.well-known/agent-card.json",
+        "a2aAgentCard",
+        "The A2A 1.0 agent card: skills from the agents online now (docs/a2a.md)",
+        Reply::Json(|| json!({"type": "object", "description": "an A2A 1.0 AgentCard"})),
+    ),
+    Route {
+        body: Some(jsonrpc_schema),
+        body_required: true,
+        headers: &["A2A-Version", "Last-Event-ID"],
+        ..route(
+            "POST",
+            "/a2a",
+            "a2aJsonRpc",
+            "A2A 1.0 JSON-RPC: SendMessage, SendStreamingMessage (SSE), GetTask, CancelTask, SubscribeToTask (SSE), ListTasks",
+            Reply::Json(
+                || json!({"type": "object", "description": "a JSON-RPC 2.0 response, or Server-Sent Events of them"}),
+            ),
+        )
+    },
 ];
+
+fn jsonrpc_schema(_: &mut serde_json::Map<String, Value>) -> Value {
+    json!({
+        "type": "object",
+        "required": ["jsonrpc", "method"],
+        "properties": {
+            "jsonrpc": {"const": "2.0"},
+            "id": {"type": ["string", "integer", "null"]},
+            "method": {"type": "string"},
+            "params": {"type": "object"},
+        },
+    })
+}
 
 fn replay_schema() -> Value {
     json!({"type": "object", "properties": {"subject": {"type": "string"}, "sequence": {"type": "string"}}})
@@ -287,7 +332,10 @@ fn handler(id: &str) -> axum::routing::MethodRouter<Api> {
         "listDeadLetters" => get(dead_letters_list),
         "getDeadLetter" => get(dead_letter),
         "replayDeadLetter" => post(dead_letter_action),
+        "getGoalArtifact" => get(goal_artifact),
         "openapi" => get(openapi),
+        "a2aAgentCard" => get(a2a::agent_card),
+        "a2aJsonRpc" => post(a2a::rpc),
         other => unreachable!("route {other} of ROUTES has no handler"),
     }
 }
@@ -730,6 +778,24 @@ async fn forward_events(
             return;
         }
     }
+}
+
+/// `GET /v1/goals/{id}/artifacts/{reference}`: an artifact the goal produced, in its content
+/// type. An artifact of another goal is `404`, as one that does not exist.
+async fn goal_artifact(State(api): State<Api>, Path((id, reference)): Path<(String, String)>) -> Answer {
+    api.service.nats_up()?;
+    let goal_id = goal_id_arg(&id)?;
+    let artifacts = api.service.bus().artifacts();
+    let not_found =
+        || Problem::from(Error::NotFound { what: "artifact", id: format!("{goal_id}/{reference}") });
+    let info = artifacts.info(&reference).await.map_err(|_| not_found())?;
+    if info.goal_id != goal_id {
+        return Err(not_found());
+    }
+    let bytes = artifacts.get(&reference).await?;
+    let content_type = HeaderValue::from_str(&info.content_type)
+        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
+    Ok(([(header::CONTENT_TYPE, content_type)], bytes).into_response())
 }
 
 /// `GET /v1/approvals`: every tool call waiting for a person, across goals, oldest first, with

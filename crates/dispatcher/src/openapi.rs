@@ -244,6 +244,11 @@ pub fn document() -> Value {
                 json!({"text/event-stream": {"schema": {"type": "string"}}}),
             ),
             Reply::WebSocket => ("101", "a WebSocket of Event messages", json!(null)),
+            Reply::Bytes => (
+                "200",
+                "the artifact's bytes, in its content type",
+                json!({"application/octet-stream": {"schema": {"type": "string", "contentMediaType": "application/octet-stream"}}}),
+            ),
         };
         let mut response = json!({"description": description});
         if !content.is_null() {

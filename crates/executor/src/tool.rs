@@ -217,9 +217,28 @@ pub trait Tool: Send + Sync + 'static {
     fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>>;
 }
 
-/// Deserializes validated arguments into the tool's parameter type.
-pub fn parse_args<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+/// Deserializes validated arguments into the tool's parameter type. A whole number written as a
+/// float (`1500.0`, as protobuf's `Struct` and many JSON encoders write every number) is an
+/// integer, as JSON Schema's `integer` already let it through validation.
+pub fn parse_args<T: DeserializeOwned>(mut args: Value) -> Result<T, ToolError> {
+    whole_numbers_as_integers(&mut args);
     serde_json::from_value(args).map_err(|e| ToolError::invalid_argument(e.to_string()))
+}
+
+/// Rewrites each float with no fractional part (and exactly representable) as an integer.
+fn whole_numbers_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            // 2^53: beyond it a float no longer names one integer.
+            if f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0 {
+                *value = if f < 0.0 { Value::from(f as i64) } else { Value::from(f as u64) };
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(whole_numbers_as_integers),
+        Value::Object(fields) => fields.values_mut().for_each(whole_numbers_as_integers),
+        _ => {}
+    }
 }
 
 /// The JSON Schema of a parameter type.
@@ -580,4 +599,26 @@ async fn claim(
             "`{name}` was started by an earlier delivery (attempt {recorded_attempt}) whose outcome is unknown; not repeating a side effect"
         ),
     })))
+}
+
+#[cfg(test)]
+mod parse_args_tests {
+    #[test]
+    fn whole_floats_are_integers_for_the_tool_and_fractions_stay() {
+        #[derive(serde::Deserialize)]
+        struct Args {
+            ms: u64,
+            offset: i64,
+            ratio: f64,
+            list: Vec<u32>,
+        }
+        let args: Args = super::parse_args(
+            serde_json::json!({"ms": 1500.0, "offset": -2.0, "ratio": 0.5, "list": [1.0, 2]}),
+        )
+        .unwrap();
+        assert_eq!((args.ms, args.offset, args.ratio, args.list), (1500, -2, 0.5, vec![1, 2]));
+        let err =
+            super::parse_args::<Args>(serde_json::json!({"ms": 1.5, "offset": 0, "ratio": 1, "list": []}));
+        assert!(err.is_err());
+    }
 }

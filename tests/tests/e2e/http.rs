@@ -601,3 +601,80 @@ async fn many_watchers_of_many_goals_share_one_consumer_and_each_gets_every_even
     assert_eq!(most, 1, "{most} consumers on the events stream while the watches were open");
     t.stop().await;
 }
+
+/// An output kept by reference is fetched over HTTP from its goal (and only from its goal), and
+/// the A2A task names it by that URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_output_kept_by_reference_is_served_from_its_goal_and_named_by_the_a2a_task() {
+    let workspace = tempfile::tempdir().unwrap();
+    let text = "a line of a large file\n".repeat(10_000);
+    std::fs::write(workspace.path().join("big.txt"), &text).unwrap();
+    let t = Sandbox::builder().workspace(workspace.path()).start().await;
+    let base = t.http_url();
+    let read = json!({"nodes": [{"id": "read", "task_type": "fs.read", "inputs": {"path": "big.txt"}}]});
+    let (_, goal) = post(&format!("{base}/v1/goals"), &json!({"plan": read})).await;
+    let id = goal["goalId"].as_str().unwrap().to_owned();
+    let goal = wait_status(&base, &id, "GOAL_STATUS_COMPLETED").await;
+    let stub: Value = serde_json::from_str(goal["outputJson"].as_str().unwrap()).unwrap();
+    let reference = stub["$artifact"].as_str().expect("the output is a stub").to_owned();
+
+    let response = client().get(format!("{base}/v1/goals/{id}/artifacts/{reference}")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let output: Value = response.json().await.unwrap();
+    assert_eq!(output["text"], text.as_str());
+
+    // Another goal does not reach it.
+    let (_, other) = post(&format!("{base}/v1/goals"), &json!({"plan": sleep_plan(10)})).await;
+    let other = other["goalId"].as_str().unwrap();
+    let (code, problem) = get(&format!("{base}/v1/goals/{other}/artifacts/{reference}")).await;
+    assert_eq!(code, StatusCode::NOT_FOUND, "{problem}");
+
+    let rpc = json!({"jsonrpc": "2.0", "id": 7, "method": "GetTask", "params": {"id": id}});
+    let (code, answer) = post(&format!("{base}/a2a"), &rpc).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(answer["id"], 7);
+    let task = &answer["result"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    let part = &task["artifacts"][0]["parts"][0];
+    assert_eq!(part["url"], format!("{base}/v1/goals/{id}/artifacts/{reference}"));
+    assert_eq!(part["mediaType"], "application/json");
+    t.stop().await;
+}
+
+/// JSON-RPC errors of the A2A endpoint: malformed JSON, an unknown method, an unknown task, a
+/// version not served, each with its A2A code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a2a_requests_that_cannot_be_served_get_json_rpc_errors_with_their_codes() {
+    let t = Sandbox::start().await;
+    let url = format!("{}/a2a", t.http_url());
+    let response = client()
+        .post(&url)
+        .header("content-type", "application/json")
+        .body("{\"jsonrpc\": ")
+        .send()
+        .await
+        .unwrap();
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], -32700, "{error}");
+    assert!(error["error"]["message"].as_str().unwrap().contains("line 1 column"), "{error}");
+
+    let (_, error) = post(&url, &json!({"jsonrpc": "2.0", "id": "a", "method": "Frobnicate"})).await;
+    assert_eq!(error["error"]["code"], -32601, "{error}");
+    assert_eq!(error["id"], "a");
+
+    let get_task = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "g-nothing"}});
+    let (_, error) = post(&url, &get_task).await;
+    assert_eq!(error["error"]["code"], -32001, "{error}");
+
+    let response = client().post(&url).header("a2a-version", "0.3").json(&get_task).send().await.unwrap();
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], -32009, "{error}");
+
+    let no_id = json!({"jsonrpc": "2.0", "id": 2, "method": "SendMessage",
+        "params": {"message": {"role": "ROLE_USER", "parts": [{"text": "hi"}]}}});
+    let (_, error) = post(&url, &no_id).await;
+    assert_eq!(error["error"]["code"], -32602, "{error}");
+    assert!(error["error"]["message"].as_str().unwrap().contains("messageId"), "{error}");
+    t.stop().await;
+}

@@ -1,0 +1,811 @@
+//! A2A v1.0 over its JSON-RPC binding, mapped onto the goal service: a task is a goal.
+//!
+//! - `GET /.well-known/agent-card.json`: the agent card, with one skill per task type the agents
+//!   online now serve (from the live catalogue), and the JSON-RPC interface at `/a2a`.
+//! - `POST /a2a`: `SendMessage`, `SendStreamingMessage`, `GetTask`, `CancelTask`,
+//!   `SubscribeToTask` and `ListTasks` (and their A2A 0.3 names, `message/send`, ...; the shapes
+//!   are A2A 1.0's either way). A message's text parts are a text goal, a data part holding a plan
+//!   is a plan goal; its `messageId` is the goal's idempotency key, so a retried send is one goal.
+//!   A message naming a task that waits on an approval decides it (`approve` or `deny <reason>`).
+//! - Streams are Server-Sent Events whose `id:` is the goal's event `seq`: a fresh stream (and
+//!   `SubscribeToTask`) opens with the task as it stands and goes on with every event after it;
+//!   `Last-Event-ID` resumes after that event instead, with no gap and no repeat. A stream ends
+//!   after a final state or `TASK_STATE_INPUT_REQUIRED`.
+//!
+//! The states and the rest of the mapping are in docs/a2a.md.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use hermes_core::Error;
+use hermes_core::plan_file::PlanFile;
+use hermes_proto::event::Kind;
+use hermes_proto::{Approval, Event, GoalSpec, GoalState, GoalStatus};
+use serde_json::{Value, json};
+
+use super::{Api, HEARTBEAT, goal_id_arg, json_response};
+
+/// The protocol version served, as A2A names it in the card and the `A2A-Version` header.
+const PROTOCOL_VERSION: &str = "1.0";
+/// Where the JSON-RPC interface is served.
+pub(super) const RPC_PATH: &str = "/a2a";
+
+// A2A's JSON-RPC error codes (A2A 1.0, section 9.5) and JSON-RPC's own.
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+const INTERNAL_ERROR: i64 = -32603;
+const TASK_NOT_FOUND: i64 = -32001;
+const TASK_NOT_CANCELABLE: i64 = -32002;
+const PUSH_NOT_SUPPORTED: i64 = -32003;
+const UNSUPPORTED_OPERATION: i64 = -32004;
+const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
+const VERSION_NOT_SUPPORTED: i64 = -32009;
+
+/// A JSON-RPC error: its code, message and, for Hermes errors, the Hermes code and problems as
+/// a `google.rpc.ErrorInfo` in `data` (how A2A 1.0 carries details).
+#[derive(Debug)]
+struct RpcError {
+    code: i64,
+    message: String,
+    info: Option<(String, Vec<String>)>,
+}
+
+impl RpcError {
+    fn new(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError { code, message: message.into(), info: None }
+    }
+
+    fn invalid(message: impl Into<String>) -> RpcError {
+        RpcError::new(INVALID_PARAMS, message)
+    }
+
+    fn body(&self, id: &Value) -> Value {
+        let mut error = json!({"code": self.code, "message": self.message});
+        if let Some((code, problems)) = &self.info {
+            let mut metadata = json!({"code": code});
+            if !problems.is_empty() {
+                metadata["problems"] = json!(problems.join("; "));
+            }
+            error["data"] = json!([{
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": code,
+                "domain": "hermes",
+                "metadata": metadata,
+            }]);
+        }
+        json!({"jsonrpc": "2.0", "id": id, "error": error})
+    }
+}
+
+impl From<Error> for RpcError {
+    fn from(err: Error) -> RpcError {
+        use hermes_core::error::ErrorCode;
+        let code = err.code();
+        let problems = match &err {
+            Error::PlanInvalid { problems } => problems.clone(),
+            _ => Vec::new(),
+        };
+        let rpc = match code {
+            ErrorCode::NotFound => TASK_NOT_FOUND,
+            ErrorCode::InvalidArgument | ErrorCode::PlanInvalid | ErrorCode::FailedPrecondition => {
+                INVALID_PARAMS
+            }
+            _ => INTERNAL_ERROR,
+        };
+        RpcError {
+            code: rpc,
+            message: format!("{code}: {err}"),
+            info: Some((code.as_str().to_owned(), problems)),
+        }
+    }
+}
+
+/// `GET /.well-known/agent-card.json`.
+pub(super) async fn agent_card(State(api): State<Api>, headers: HeaderMap) -> Response {
+    let base = base_url(&headers);
+    let catalogue = api.service.catalogue().await;
+    let mut skills = Vec::new();
+    if api.service.plans_text_goals() {
+        skills.push(json!({
+            "id": "goal",
+            "name": "Goal in plain words",
+            "description": "A goal as text: the planner turns it into a DAG of the task types below, runs it, and answers.",
+            "tags": ["planning", "orchestration"],
+            "inputModes": ["text/plain"],
+            "outputModes": ["application/json", "text/plain"],
+        }));
+    }
+    skills.push(json!({
+        "id": "plan",
+        "name": "Run a plan",
+        "description": "A data part holding a Hermes plan ({\"nodes\": [...], \"output_node\": ...}); each node runs on the best live agent for its task type.",
+        "tags": ["dag", "orchestration"],
+        "inputModes": ["application/json"],
+        "outputModes": ["application/json"],
+    }));
+    if let Ok(catalogue) = &catalogue {
+        for entry in catalogue.entries().iter().filter(|e| e.live_agents > 0) {
+            let tool = entry.tool.clone().unwrap_or_default();
+            let mut tags: Vec<String> = entry.task_type.split('.').map(str::to_owned).collect();
+            if tool.side_effects {
+                tags.push("side-effects".into());
+            }
+            if tool.require_confirm {
+                tags.push("needs-approval".into());
+            }
+            let description = if tool.description.is_empty() {
+                format!("The `{}` task type, served by {} live agent(s).", entry.task_type, entry.live_agents)
+            } else {
+                format!("{} (served by {} live agent(s))", tool.description, entry.live_agents)
+            };
+            skills.push(json!({
+                "id": entry.task_type,
+                "name": entry.task_type,
+                "description": description,
+                "tags": tags,
+                "inputModes": ["application/json"],
+                "outputModes": ["application/json"],
+            }));
+        }
+    }
+    let card = json!({
+        "name": "Hermes",
+        "description": "A distributed orchestrator for AI agents: a goal becomes a DAG of subtasks, each routed to the best live agent, and the results come back as one answer.",
+        "supportedInterfaces": [{
+            "url": format!("{base}{RPC_PATH}"),
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": PROTOCOL_VERSION,
+        }],
+        "provider": {"organization": "Hermes", "url": base},
+        "version": env!("CARGO_PKG_VERSION"),
+        "documentationUrl": format!("{base}/v1/openapi.json"),
+        "capabilities": {"streaming": true, "pushNotifications": false, "extendedAgentCard": false},
+        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": ["application/json", "text/plain"],
+        "skills": skills,
+    });
+    let mut response = json_response(StatusCode::OK, card);
+    if let Err(e) = catalogue {
+        // The card is still useful without the task types; say why they are missing.
+        if let Ok(warning) = format!("199 hermes \"the catalogue is unavailable: {e}\"").parse() {
+            response.headers_mut().insert(header::WARNING, warning);
+        }
+    }
+    response
+}
+
+/// `http://host:port` as the client reached this server (its `Host` header).
+fn base_url(headers: &HeaderMap) -> String {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+    let scheme = headers.get("x-forwarded-proto").and_then(|h| h.to_str().ok()).unwrap_or("http");
+    format!("{scheme}://{host}")
+}
+
+/// `POST /a2a`: one JSON-RPC 2.0 request. Errors are JSON-RPC error objects with status 200, as
+/// the binding wants; the streaming methods answer with an event stream.
+pub(super) async fn rpc(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Response {
+    let bytes = match super::body_bytes(&api, body) {
+        Ok(bytes) => bytes,
+        Err(problem) => return problem.into_response(),
+    };
+    let request: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            let error = RpcError::new(
+                PARSE_ERROR,
+                format!("malformed JSON at line {} column {}: {e}", e.line(), e.column()),
+            );
+            return rpc_answer(error.body(&Value::Null));
+        }
+    };
+    let id = request.get("id").cloned().unwrap_or(Value::Null);
+    match call(&api, &peer, &headers, &request).await {
+        Ok(Answer::Result(result)) => rpc_answer(json!({"jsonrpc": "2.0", "id": id, "result": result})),
+        Ok(Answer::Stream(stream)) => stream_answer(&api, id, *stream),
+        Err(error) => rpc_answer(error.body(&id)),
+    }
+}
+
+fn rpc_answer(body: Value) -> Response {
+    json_response(StatusCode::OK, body)
+}
+
+enum Answer {
+    Result(Value),
+    Stream(Box<TaskStream>),
+}
+
+async fn call(
+    api: &Api,
+    peer: &SocketAddr,
+    headers: &HeaderMap,
+    request: &Value,
+) -> Result<Answer, RpcError> {
+    if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(RpcError::new(
+            INVALID_REQUEST,
+            "not a JSON-RPC 2.0 request (`\"jsonrpc\": \"2.0\"` is missing)",
+        ));
+    }
+    if !matches!(request.get("id"), None | Some(Value::String(_) | Value::Number(_) | Value::Null)) {
+        return Err(RpcError::new(INVALID_REQUEST, "`id` must be a string, a number or null"));
+    }
+    let Some(method) = request.get("method").and_then(Value::as_str) else {
+        return Err(RpcError::new(INVALID_REQUEST, "`method` is missing or not a string"));
+    };
+    if let Some(version) = headers.get("a2a-version").and_then(|v| v.to_str().ok()) {
+        let major_minor: Vec<&str> = version.trim().split('.').take(2).collect();
+        if major_minor != ["1", "0"] && major_minor != ["1"] {
+            return Err(RpcError::new(
+                VERSION_NOT_SUPPORTED,
+                format!("A2A-Version {version} is not served; this endpoint speaks A2A {PROTOCOL_VERSION}"),
+            ));
+        }
+    }
+    let params = request.get("params").cloned().unwrap_or_else(|| json!({}));
+    if !params.is_object() {
+        return Err(RpcError::invalid("`params` must be an object"));
+    }
+    api.service.nats_up()?;
+    let client = peer.ip().to_string();
+    match method {
+        "SendMessage" | "message/send" => send(api, &params, headers, false, &client).await,
+        "SendStreamingMessage" | "message/stream" => send(api, &params, headers, true, &client).await,
+        "GetTask" | "tasks/get" => {
+            Ok(Answer::Result(task_json(api, &api.service.get(task_id(&params)?).await?, headers).await?))
+        }
+        "CancelTask" | "tasks/cancel" => cancel(api, &params, headers).await,
+        "SubscribeToTask" | "tasks/resubscribe" => {
+            let state = api.service.get(task_id(&params)?).await?;
+            Ok(Answer::Stream(Box::new(
+                subscribe(api, state, base_url(headers), last_event_id(headers)?, &client).await?,
+            )))
+        }
+        "ListTasks" | "tasks/list" => list(api, &params, headers).await,
+        m if m.contains("PushNotification") || m.starts_with("tasks/pushNotificationConfig") => {
+            Err(RpcError::new(
+                PUSH_NOT_SUPPORTED,
+                "push notifications are not supported; stream with SendStreamingMessage or SubscribeToTask",
+            ))
+        }
+        "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => Err(RpcError::new(
+            UNSUPPORTED_OPERATION,
+            "there is no extended agent card; the public card at /.well-known/agent-card.json is the whole card",
+        )),
+        other => Err(RpcError::new(
+            METHOD_NOT_FOUND,
+            format!(
+                "no method `{other}`: use SendMessage, SendStreamingMessage, GetTask, CancelTask, SubscribeToTask or ListTasks"
+            ),
+        )),
+    }
+}
+
+fn task_id(params: &Value) -> Result<&str, RpcError> {
+    let id = params
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid("`id` (the task id) is required"))?;
+    goal_id_arg(id).map_err(|_| RpcError::new(TASK_NOT_FOUND, format!("no task `{id}`")))
+}
+
+/// `SendMessage` / `SendStreamingMessage`: a new goal, the same goal again for a repeated
+/// `messageId`, or a decision on the approval a task waits for.
+async fn send(
+    api: &Api,
+    params: &Value,
+    headers: &HeaderMap,
+    stream: bool,
+    client: &str,
+) -> Result<Answer, RpcError> {
+    let message = params
+        .get("message")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| RpcError::invalid("`message` is required"))?;
+    let message_id = message.get("messageId").and_then(Value::as_str).unwrap_or("");
+    if message_id.is_empty() {
+        return Err(RpcError::invalid("`message.messageId` is required (it makes a retried send one task)"));
+    }
+    let parts = message
+        .get("parts")
+        .and_then(Value::as_array)
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| RpcError::invalid("`message.parts` must hold at least one part"))?;
+    let configuration = params.get("configuration").cloned().unwrap_or_default();
+    let return_immediately = configuration.get("returnImmediately").and_then(Value::as_bool).unwrap_or(false);
+    let (text, plan) = read_parts(parts)?;
+
+    let state = if let Some(task) = message.get("taskId").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+        let goal_id =
+            goal_id_arg(task).map_err(|_| RpcError::new(TASK_NOT_FOUND, format!("no task `{task}`")))?;
+        answer_approval(api, goal_id, &text, plan.is_some()).await?
+    } else {
+        let session_id = message.get("contextId").and_then(Value::as_str).unwrap_or("").to_owned();
+        let spec = GoalSpec {
+            text,
+            plan,
+            session_id,
+            idempotency_key: format!("a2a:{message_id}"),
+            ..Default::default()
+        };
+        let submitted = api.service.submit(spec).await?;
+        api.service.get(&submitted.goal_id).await?
+    };
+    if stream {
+        return Ok(Answer::Stream(Box::new(subscribe(api, state, base_url(headers), None, client).await?)));
+    }
+    if return_immediately || is_final(&state) {
+        return Ok(Answer::Result(json!({"task": task_json(api, &state, headers).await?})));
+    }
+    // Blocking: wait until the task is final or needs input, then answer with it.
+    let mut events = std::pin::pin!(api.service.watch(&state.goal_id, state.event_seq, client).await?);
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if matches!(event.kind, Some(Kind::ApprovalRequired(_)))
+            && !already_decided(&api.service, &event).await
+        {
+            break;
+        }
+    }
+    let state = api.service.get(&state.goal_id).await?;
+    Ok(Answer::Result(json!({"task": task_json(api, &state, headers).await?})))
+}
+
+/// A message's text parts (joined by newlines) and its plan, from a data part holding one.
+fn read_parts(parts: &[Value]) -> Result<(String, Option<hermes_proto::TaskPlan>), RpcError> {
+    let mut texts = Vec::new();
+    let mut plan = None;
+    for (i, part) in parts.iter().enumerate() {
+        if let Some(text) = part.get("text").and_then(Value::as_str) {
+            texts.push(text.to_owned());
+        } else if let Some(data) = part.get("data") {
+            let data = data.get("plan").unwrap_or(data);
+            if data.get("nodes").is_none() {
+                return Err(RpcError::new(
+                    CONTENT_TYPE_NOT_SUPPORTED,
+                    format!(
+                        "part {i}: a data part must hold a Hermes plan ({{\"nodes\": [...]}}, or {{\"plan\": {{...}}}})"
+                    ),
+                ));
+            }
+            if plan.is_some() {
+                return Err(RpcError::invalid(format!("part {i}: a message holds at most one plan")));
+            }
+            let file: PlanFile = serde_json::from_value(data.clone())
+                .map_err(|e| RpcError::invalid(format!("part {i}: not a plan: {e}")))?;
+            plan = Some(file.into_plan().map_err(|e| RpcError::invalid(format!("part {i}: {e}")))?);
+        } else {
+            return Err(RpcError::new(
+                CONTENT_TYPE_NOT_SUPPORTED,
+                format!(
+                    "part {i}: only text parts (a goal) and data parts (a plan) are understood; files and URLs are not"
+                ),
+            ));
+        }
+    }
+    if plan.is_some() && !texts.is_empty() {
+        return Err(RpcError::invalid(
+            "a message is either text (a goal) or one data part (a plan), not both",
+        ));
+    }
+    Ok((texts.join("\n"), plan))
+}
+
+/// A message on a task waiting for approval decides it: `approve`, or `deny` with an optional
+/// reason after it. The task's other states take no messages.
+async fn answer_approval(
+    api: &Api,
+    goal_id: &str,
+    text: &str,
+    has_plan: bool,
+) -> Result<GoalState, RpcError> {
+    let state = api.service.get(goal_id).await?;
+    let pending = pending_approvals(api, goal_id).await?;
+    let Some(approval) = pending.first() else {
+        let why = if is_final(&state) { "it has ended" } else { "it waits on no input" };
+        return Err(RpcError::new(
+            UNSUPPORTED_OPERATION,
+            format!(
+                "task `{goal_id}` takes no message: {why}; send a new message without taskId for a new task"
+            ),
+        ));
+    };
+    let words = text.trim();
+    let (verb, rest) = words.split_once(char::is_whitespace).unwrap_or((words, ""));
+    let approve = match verb.to_ascii_lowercase().as_str() {
+        "approve" | "approved" | "yes" if !has_plan => true,
+        "deny" | "denied" | "no" | "reject" if !has_plan => false,
+        _ => {
+            return Err(RpcError::invalid(format!(
+                "task `{goal_id}` waits for a decision on call `{}` ({}): answer `approve` or `deny <reason>`",
+                approval.call_id, approval.tool
+            )));
+        }
+    };
+    api.service.decide_approval(goal_id, &approval.call_id, approve, rest.trim()).await?;
+    Ok(api.service.get(goal_id).await?)
+}
+
+async fn pending_approvals(api: &Api, goal_id: &str) -> Result<Vec<Approval>, RpcError> {
+    let mut pending = api.service.bus().approvals().pending().await?;
+    pending.retain(|a| a.goal_id == goal_id);
+    Ok(pending)
+}
+
+async fn cancel(api: &Api, params: &Value, headers: &HeaderMap) -> Result<Answer, RpcError> {
+    let id = task_id(params)?;
+    let before = api.service.get(id).await?;
+    if is_final(&before) {
+        return Err(RpcError::new(
+            TASK_NOT_CANCELABLE,
+            format!(
+                "task `{id}` is already {}",
+                a2a_state(&before, false).trim_start_matches("TASK_STATE_").to_lowercase()
+            ),
+        ));
+    }
+    let reason = params.pointer("/metadata/reason").and_then(Value::as_str).unwrap_or("cancelled over A2A");
+    let state = api.service.cancel(id, reason).await?;
+    Ok(Answer::Result(task_json(api, &state, headers).await?))
+}
+
+async fn list(api: &Api, params: &Value, headers: &HeaderMap) -> Result<Answer, RpcError> {
+    let page_size = params.get("pageSize").and_then(Value::as_u64).unwrap_or(50).clamp(1, 100) as usize;
+    let context = params.get("contextId").and_then(Value::as_str).filter(|c| !c.is_empty());
+    let status = params.get("status").and_then(Value::as_str).filter(|s| *s != "TASK_STATE_UNSPECIFIED");
+    let after = params.get("pageToken").and_then(Value::as_str).filter(|t| !t.is_empty());
+    let mut goals = api.service.list(usize::MAX).await?;
+    goals.retain(|g| context.is_none_or(|c| context_id(g) == c));
+    let mut tasks = Vec::new();
+    for goal in goals {
+        if let Some(status) = status
+            && a2a_state(&goal, false) != status
+        {
+            continue;
+        }
+        tasks.push(goal);
+    }
+    let total = tasks.len();
+    if let Some(after) = after {
+        match tasks.iter().position(|g| g.goal_id == after) {
+            Some(i) => drop(tasks.drain(..=i)),
+            None => return Err(RpcError::invalid("malformed or stale `pageToken`")),
+        }
+    }
+    let more = tasks.len() > page_size;
+    tasks.truncate(page_size);
+    let next = if more { tasks.last().map(|g| g.goal_id.clone()).unwrap_or_default() } else { String::new() };
+    let mut out = Vec::with_capacity(tasks.len());
+    for goal in &tasks {
+        out.push(task_json(api, goal, headers).await?);
+    }
+    Ok(Answer::Result(
+        json!({"tasks": out, "nextPageToken": next, "pageSize": page_size, "totalSize": total}),
+    ))
+}
+
+fn is_final(state: &GoalState) -> bool {
+    matches!(
+        GoalStatus::try_from(state.status),
+        Ok(GoalStatus::Completed | GoalStatus::Failed | GoalStatus::Cancelled | GoalStatus::NeedsInput)
+    )
+}
+
+/// The A2A task state of a goal; `waiting` says a call of it waits for a person.
+fn a2a_state(state: &GoalState, waiting: bool) -> &'static str {
+    match GoalStatus::try_from(state.status).unwrap_or(GoalStatus::Unspecified) {
+        GoalStatus::Completed => "TASK_STATE_COMPLETED",
+        GoalStatus::Failed => "TASK_STATE_FAILED",
+        GoalStatus::Cancelled => "TASK_STATE_CANCELED",
+        GoalStatus::NeedsInput => "TASK_STATE_REJECTED",
+        _ if waiting => "TASK_STATE_INPUT_REQUIRED",
+        GoalStatus::Pending | GoalStatus::Unspecified => "TASK_STATE_SUBMITTED",
+        GoalStatus::Running | GoalStatus::Planning | GoalStatus::Replanning | GoalStatus::Summarizing => {
+            "TASK_STATE_WORKING"
+        }
+    }
+}
+
+fn context_id(state: &GoalState) -> &str {
+    match state.spec.as_ref().map(|s| s.session_id.as_str()) {
+        Some(session) if !session.is_empty() => session,
+        _ => &state.goal_id,
+    }
+}
+
+fn timestamp(unix_ms: u64) -> String {
+    chrono::DateTime::from_timestamp_millis(unix_ms as i64)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// An agent message of the task, saying `text` (and `data`, when given).
+fn agent_message(state: &GoalState, id: String, text: String, data: Option<Value>) -> Value {
+    let mut parts = vec![json!({"text": text})];
+    if let Some(data) = data {
+        parts.push(json!({"data": data, "mediaType": "application/json"}));
+    }
+    json!({"messageId": id, "contextId": context_id(state), "taskId": state.goal_id, "role": "ROLE_AGENT", "parts": parts})
+}
+
+/// What the task's status says in words: the error, the planner's reason, the call waiting.
+fn status_message(state: &GoalState, pending: &[Approval]) -> Option<Value> {
+    let id = format!("{}-status-{}", state.goal_id, state.event_seq);
+    if let Some(approval) = pending.first() {
+        return Some(approval_message(
+            state,
+            id,
+            approval.call_id.clone(),
+            &approval.tool,
+            &approval.node_id,
+            &approval.arguments_json,
+            approval.expires_unix_ms,
+        ));
+    }
+    let error = state.error.as_ref().filter(|e| !e.message.is_empty())?;
+    Some(agent_message(state, id, format!("{}: {}", error.code, error.message), None))
+}
+
+fn approval_message(
+    state: &GoalState,
+    id: String,
+    call_id: String,
+    tool: &str,
+    node: &str,
+    arguments: &str,
+    expires: u64,
+) -> Value {
+    let arguments: Value = serde_json::from_str(arguments).unwrap_or(Value::String(arguments.to_owned()));
+    let text = format!(
+        "Approval needed: node `{node}` wants to call `{tool}` with {arguments}. Reply on this task with `approve` or `deny <reason>` before {}.",
+        timestamp(expires)
+    );
+    let data = json!({"callId": call_id, "nodeId": node, "tool": tool, "arguments": arguments, "expiresAt": timestamp(expires)});
+    agent_message(state, id, text, Some(data))
+}
+
+/// The goal's output as an A2A artifact: text when it is a string, else JSON; an output kept
+/// as a Hermes artifact is a URL part to fetch it.
+fn output_artifact(state: &GoalState, base: &str, output_json: &str) -> Option<Value> {
+    if output_json.is_empty() {
+        return None;
+    }
+    let value: Value =
+        serde_json::from_str(output_json).unwrap_or_else(|_| Value::String(output_json.to_owned()));
+    let part = if let Some(reference) = hermes_core::artifacts::stub_reference(&value) {
+        let media = value.get("content_type").and_then(Value::as_str).unwrap_or("application/octet-stream");
+        json!({"url": format!("{base}/v1/goals/{}/artifacts/{reference}", state.goal_id), "mediaType": media, "filename": reference})
+    } else if let Value::String(text) = &value {
+        json!({"text": text})
+    } else {
+        json!({"data": value, "mediaType": "application/json"})
+    };
+    Some(
+        json!({"artifactId": "output", "name": "output", "description": "The goal's output", "parts": [part]}),
+    )
+}
+
+/// The task for a goal, as A2A 1.0 shapes it.
+async fn task_json(api: &Api, state: &GoalState, headers: &HeaderMap) -> Result<Value, RpcError> {
+    let pending = if is_final(state) { Vec::new() } else { pending_approvals(api, &state.goal_id).await? };
+    Ok(task_value(state, &pending, &base_url(headers)))
+}
+
+fn task_value(state: &GoalState, pending: &[Approval], base: &str) -> Value {
+    let mut status = json!({"state": a2a_state(state, !pending.is_empty()), "timestamp": timestamp(state.updated_unix_ms)});
+    if let Some(message) = status_message(state, pending) {
+        status["message"] = message;
+    }
+    let artifacts: Vec<Value> = output_artifact(state, base, &state.output_json).into_iter().collect();
+    json!({
+        "id": state.goal_id,
+        "contextId": context_id(state),
+        "status": status,
+        "artifacts": artifacts,
+        "metadata": {"hermes": {
+            "status": GoalStatus::try_from(state.status).map(|s| s.as_str_name()).unwrap_or("GOAL_STATUS_UNSPECIFIED"),
+            "eventSeq": state.event_seq.to_string(),
+            "goal": format!("{base}/v1/goals/{}", state.goal_id),
+        }},
+    })
+}
+
+/// A task's stream: the task first (unless resuming after an event), then its events.
+struct TaskStream {
+    first: Option<(u64, Value)>,
+    state: GoalState,
+    base: String,
+    events: std::pin::Pin<Box<dyn futures::Stream<Item = hermes_core::Result<Event>> + Send>>,
+}
+
+/// The `Last-Event-ID` a resuming stream sent, if any.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, RpcError> {
+    match headers.get("last-event-id") {
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(Some)
+            .ok_or_else(|| RpcError::invalid("Last-Event-ID is not an event sequence number")),
+        None => Ok(None),
+    }
+}
+
+/// The task's stream: from the task as it stands, or after event `resume`.
+async fn subscribe(
+    api: &Api,
+    state: GoalState,
+    base: String,
+    resume: Option<u64>,
+    client: &str,
+) -> Result<TaskStream, RpcError> {
+    let (first, after) = match resume {
+        Some(after) => (None, after),
+        None => {
+            let pending =
+                if is_final(&state) { Vec::new() } else { pending_approvals(api, &state.goal_id).await? };
+            (Some((state.event_seq, json!({"task": task_value(&state, &pending, &base)}))), state.event_seq)
+        }
+    };
+    let events = api.service.watch(&state.goal_id, after, client).await?;
+    Ok(TaskStream { first, state, base, events: Box::pin(events) })
+}
+
+/// Server-Sent Events of JSON-RPC responses, each carrying one `StreamResponse`.
+fn stream_answer(api: &Api, id: Value, stream: TaskStream) -> Response {
+    let TaskStream { first, state, base, events } = stream;
+    // Ends after a final state, or after a task snapshot already final or waiting for input.
+    let done_at_start = first.as_ref().is_some_and(|(_, task)| {
+        let s = task.pointer("/task/status/state").and_then(Value::as_str).unwrap_or("");
+        matches!(
+            s,
+            "TASK_STATE_COMPLETED"
+                | "TASK_STATE_FAILED"
+                | "TASK_STATE_CANCELED"
+                | "TASK_STATE_REJECTED"
+                | "TASK_STATE_INPUT_REQUIRED"
+        )
+    });
+    let frame = {
+        let id = id.clone();
+        move |seq: u64, result: Value| {
+            let event =
+                SseEvent::default().data(json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
+            if seq > 0 { event.id(seq.to_string()) } else { event }
+        }
+    };
+    let head = futures::stream::iter(first.map(|(seq, task)| frame(seq, task)));
+    let service = api.service.clone();
+    let tail = futures::stream::unfold((events, false, state), move |(mut events, done, state)| {
+        let (frame, id, base, service) = (frame.clone(), id.clone(), base.clone(), service.clone());
+        async move {
+            if done {
+                return None;
+            }
+            match events.next().await? {
+                Ok(event) => {
+                    let decided = already_decided(&service, &event).await;
+                    let (responses, end) = stream_responses(&state, &event, &base, decided);
+                    let frames: Vec<SseEvent> = responses.into_iter().map(|r| frame(event.seq, r)).collect();
+                    Some((frames, (events, end, state)))
+                }
+                Err(e) => {
+                    let error = RpcError::from(e).body(&id).to_string();
+                    Some((vec![SseEvent::default().event("error").data(error)], (events, true, state)))
+                }
+            }
+        }
+    })
+    .flat_map(futures::stream::iter);
+    let tail = if done_at_start { futures::stream::empty().boxed() } else { tail.boxed() };
+    let stream = head.chain(tail).map(Ok::<_, Infallible>).take_until(api.shutdown.clone().cancelled_owned());
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(HEARTBEAT).text("heartbeat")).into_response()
+}
+
+/// Whether `event` asks for an approval that was decided since. Approval events carry no `seq`,
+/// so a stream resumed after the task's last numbered event can still replay the request of a
+/// call decided meanwhile; that one no longer waits on anyone.
+async fn already_decided(service: &crate::GoalService, event: &Event) -> bool {
+    let Some(Kind::ApprovalRequired(asked)) = &event.kind else { return false };
+    match service.bus().approvals().load(&asked.call_id).await {
+        Ok(Some((approval, _))) => approval.decision.is_some(),
+        _ => false,
+    }
+}
+
+/// The A2A stream responses of one goal event, and whether the stream ends with them; `decided`
+/// says an approval request was answered since.
+fn stream_responses(state: &GoalState, event: &Event, base: &str, decided: bool) -> (Vec<Value>, bool) {
+    let hermes = serde_json::to_value(event).unwrap_or(Value::Null);
+    let id = format!(
+        "{}-event-{}",
+        state.goal_id,
+        if event.seq > 0 { event.seq.to_string() } else { format!("at-{}", event.at_unix_ms) }
+    );
+    let update = |task_state: &str, text: String, data: Option<Value>| {
+        json!({"statusUpdate": {
+            "taskId": state.goal_id,
+            "contextId": context_id(state),
+            "status": {"state": task_state, "message": agent_message(state, id.clone(), text, data), "timestamp": timestamp(event.at_unix_ms)},
+            "metadata": {"hermesEvent": hermes},
+        }})
+    };
+    let working = |text: String| (vec![update("TASK_STATE_WORKING", text, None)], false);
+    let Some(kind) = &event.kind else { return (Vec::new(), false) };
+    match kind {
+        Kind::GoalAccepted(_) => working("accepted".into()),
+        Kind::PlanRequested(_) => working("planning".into()),
+        Kind::PlanCreated(p) => {
+            working(format!("planned {} step(s)", p.plan.as_ref().map_or(0, |p| p.nodes.len())))
+        }
+        Kind::PlanPatched(p) => working(format!("replanned after `{}` failed", p.failed_node_id)),
+        Kind::TaskDispatched(t) => working(format!(
+            "`{}` ({}) dispatched{}",
+            t.node_id,
+            t.task_type,
+            if t.agent_id.is_empty() { String::new() } else { format!(" to {}", t.agent_id) }
+        )),
+        Kind::TaskSucceeded(t) => working(format!("`{}` succeeded in {} ms", t.node_id, t.elapsed_ms)),
+        Kind::TaskFailed(t) => working(format!(
+            "`{}` failed: {}",
+            t.node_id,
+            t.error.as_ref().map_or("", |e| e.message.as_str())
+        )),
+        Kind::TaskRetrying(t) => working(format!("`{}` retrying", t.node_id)),
+        Kind::ToolCalled(t) => working(format!("`{}` called {}", t.node_id, t.tool)),
+        Kind::ApprovalDecided(d) => {
+            working(format!("call `{}` {}", d.call_id, if d.approved { "approved" } else { "denied" }))
+        }
+        Kind::ApprovalRequired(a) if decided => {
+            working(format!("call `{}` ({}) asked for approval and has been decided", a.call_id, a.tool))
+        }
+        Kind::ApprovalRequired(a) => {
+            let message = approval_message(
+                state,
+                id.clone(),
+                a.call_id.clone(),
+                &a.tool,
+                &a.node_id,
+                &a.arguments_json,
+                a.expires_unix_ms,
+            );
+            let update = json!({"statusUpdate": {
+                "taskId": state.goal_id,
+                "contextId": context_id(state),
+                "status": {"state": "TASK_STATE_INPUT_REQUIRED", "message": message, "timestamp": timestamp(event.at_unix_ms)},
+                "metadata": {"hermesEvent": hermes},
+            }});
+            (vec![update], true)
+        }
+        Kind::GoalCompleted(c) => {
+            let mut out = Vec::new();
+            if let Some(artifact) = output_artifact(state, base, &c.output_json) {
+                out.push(json!({"artifactUpdate": {"taskId": state.goal_id, "contextId": context_id(state), "artifact": artifact, "append": false, "lastChunk": true}}));
+            }
+            out.push(update("TASK_STATE_COMPLETED", "completed".into(), None));
+            (out, true)
+        }
+        Kind::GoalFailed(f) => {
+            let error = f.error.clone().unwrap_or_default();
+            (vec![update("TASK_STATE_FAILED", format!("{}: {}", error.code, error.message), None)], true)
+        }
+        Kind::GoalCancelled(c) => {
+            (vec![update("TASK_STATE_CANCELED", format!("cancelled: {}", c.reason), None)], true)
+        }
+        Kind::GoalNeedsInput(n) => (vec![update("TASK_STATE_REJECTED", n.explanation.clone(), None)], true),
+    }
+}
