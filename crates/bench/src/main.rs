@@ -166,6 +166,14 @@ async fn main() -> anyhow::Result<()> {
     if scale().local_model {
         local_model_rows();
     }
+    // A watcher left without its goal's end is a broken guarantee, not a slow figure.
+    if let Some(run) = watch_runs.iter().find(|r| r.finished < r.watchers) {
+        anyhow::bail!(
+            "{} of {} watchers did not get their goal's terminal event",
+            run.watchers - run.finished,
+            run.watchers
+        );
+    }
     Ok(())
 }
 

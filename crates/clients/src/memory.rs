@@ -92,6 +92,13 @@ impl MemoryClient {
         self.call("session", &SessionRequest { session_id: session_id.to_owned() }).await
     }
 
+    /// Every session, as stored.
+    pub async fn sessions(&self) -> Result<Vec<SessionState>> {
+        let reply: hermes_proto::ListSessionsReply =
+            self.call("list_sessions", &hermes_proto::ListSessionsRequest {}).await?;
+        Ok(reply.sessions)
+    }
+
     pub async fn upsert(&self, request: &UpsertRequest) -> Result<UpsertReply> {
         self.call("upsert", request).await
     }

@@ -131,6 +131,19 @@ fn compile(raw: &str) -> Option<Arc<InputSchema>> {
     InputSchema::compile(value).ok().map(Arc::new)
 }
 
+/// Every agent the registry knows, online or not, by id (`Registry.ListAgents` over NATS).
+/// `UNAVAILABLE` when no registry answers in time.
+pub async fn list_agents(bus: &Bus, timeout: Duration) -> Result<Vec<hermes_proto::AgentInfo>> {
+    let subject = bus.topology().agents_list();
+    let reply = tokio::time::timeout(timeout, bus.client().request(subject, Vec::new().into()))
+        .await
+        .map_err(|_| Error::Unavailable("the registry (agents request timed out)".into()))?
+        .map_err(|e| Error::Unavailable(format!("the registry ({e})")))?;
+    hermes_proto::ListAgentsResponse::decode(reply.payload)
+        .map(|r| r.agents)
+        .map_err(|e| Error::Decode { kind: "ListAgentsResponse", reason: e.to_string() })
+}
+
 /// Asks the registry to route `queries`, within `timeout`: one decision per query, in order.
 /// `UNAVAILABLE` when no registry answers in time.
 pub async fn route(bus: &Bus, queries: Vec<RouteQuery>, timeout: Duration) -> Result<Vec<RouteDecision>> {

@@ -222,6 +222,10 @@ impl Topology {
     pub fn catalog(&self) -> String {
         format!("{}.registry.catalog", self.prefix)
     }
+    /// Asked for every agent the registry knows, online or not (`ListAgentsResponse`).
+    pub fn agents_list(&self) -> String {
+        format!("{}.registry.agents", self.prefix)
+    }
     /// Queue group shared by registry replicas.
     pub fn registry_queue(&self) -> String {
         format!("{}-registry", self.prefix)

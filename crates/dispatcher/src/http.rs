@@ -277,6 +277,27 @@ pub(crate) const ROUTES: &[Route] = &[
         "An output of the goal kept by reference (an `$artifact` stub), its bytes",
         Reply::Bytes,
     ),
+    route(
+        "GET",
+        "/v1/agents",
+        "listAgents",
+        "Every agent the registry knows, online or not, with its load and heartbeat",
+        Reply::ListOf("agents", ".hermes.v1.AgentInfo"),
+    ),
+    route(
+        "GET",
+        "/v1/sessions",
+        "listSessions",
+        "Memory sessions: recent turns and the folded summary",
+        Reply::ListOf("sessions", ".hermes.v1.SessionState"),
+    ),
+    route(
+        "GET",
+        "/v1/sessions/{id}",
+        "getSession",
+        "One memory session",
+        Reply::Message(".hermes.v1.SessionState"),
+    ),
     route("GET", "/v1/openapi.json", "openapi", "This document", Reply::Json(|| json!({"type": "object"}))),
     route(
         "GET",
@@ -333,6 +354,9 @@ fn handler(id: &str) -> axum::routing::MethodRouter<Api> {
         "getDeadLetter" => get(dead_letter),
         "replayDeadLetter" => post(dead_letter_action),
         "getGoalArtifact" => get(goal_artifact),
+        "listAgents" => get(agents),
+        "listSessions" => get(sessions),
+        "getSession" => get(session),
         "openapi" => get(openapi),
         "a2aAgentCard" => get(a2a::agent_card),
         "a2aJsonRpc" => post(a2a::rpc),
@@ -796,6 +820,30 @@ async fn goal_artifact(State(api): State<Api>, Path((id, reference)): Path<(Stri
     let content_type = HeaderValue::from_str(&info.content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     Ok(([(header::CONTENT_TYPE, content_type)], bytes).into_response())
+}
+
+/// `GET /v1/agents`: the registry's view of every agent (`Registry.ListAgents`), over NATS.
+async fn agents(State(api): State<Api>) -> Answer {
+    api.service.nats_up()?;
+    let agents = hermes_clients::registry::list_agents(api.service.bus(), Duration::from_secs(3)).await?;
+    let agents: Vec<Value> = agents.iter().map(message_json).collect();
+    Ok(json_response(StatusCode::OK, json!({"agents": agents})))
+}
+
+/// `GET /v1/sessions`: every memory session, from the memory service.
+async fn sessions(State(api): State<Api>) -> Answer {
+    api.service.nats_up()?;
+    let sessions = hermes_clients::memory::MemoryClient::new(api.service.bus()).sessions().await?;
+    let sessions: Vec<Value> = sessions.iter().map(message_json).collect();
+    Ok(json_response(StatusCode::OK, json!({"sessions": sessions})))
+}
+
+/// `GET /v1/sessions/{id}`.
+async fn session(State(api): State<Api>, Path(id): Path<String>) -> Answer {
+    api.service.nats_up()?;
+    check_id("session_id", &id, 200, IdShape::Dotted)?;
+    let session = hermes_clients::memory::MemoryClient::new(api.service.bus()).session(&id).await?;
+    Ok(json_response(StatusCode::OK, message_json(&session)))
 }
 
 /// `GET /v1/approvals`: every tool call waiting for a person, across goals, oldest first, with

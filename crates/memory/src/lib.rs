@@ -534,6 +534,7 @@ async fn serve_request(memory: &Memory, request: async_nats::Message) {
             "context" => memory.context(decode(body)?).await?.encode_to_vec(),
             "append_turn" => memory.append_turn(decode(body)?).await?.encode_to_vec(),
             "session" => memory.session(decode(body)?).await?.encode_to_vec(),
+            "list_sessions" => memory.list_sessions(decode(body)?).await?.encode_to_vec(),
             "upsert" => memory.upsert(decode(body)?).await?.encode_to_vec(),
             "search" => memory.search(decode(body)?).await?.encode_to_vec(),
             "get_doc" => memory.get_doc(decode(body)?)?.encode_to_vec(),

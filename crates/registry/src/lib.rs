@@ -453,6 +453,8 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
     let (loaded, dead) = registry.rebuild_from_kv(&bus).await;
     let mut heartbeats = bus.client().subscribe(topology.all_heartbeats()).await?;
     let mut catalog = bus.client().queue_subscribe(topology.catalog(), topology.registry_queue()).await?;
+    let mut agents_list =
+        bus.client().queue_subscribe(topology.agents_list(), topology.registry_queue()).await?;
     let mut routes = bus.client().queue_subscribe(topology.route(), topology.registry_queue()).await?;
     // A plain (non-JetStream) subscription sees every result as it is published, without taking
     // it from the dispatchers' work queue; it only releases reservations.
@@ -526,6 +528,14 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
                         let body = registry.catalog().encode_to_vec();
                         if let Err(e) = bus.client().publish(reply, body.into()).await {
                             debug!(error = %e, "catalog reply failed");
+                        }
+                    }
+                }
+                Some(msg) = agents_list.next() => {
+                    if let Some(reply) = msg.reply {
+                        let body = hermes_proto::ListAgentsResponse { agents: registry.agents() }.encode_to_vec();
+                        if let Err(e) = bus.client().publish(reply, body.into()).await {
+                            debug!(error = %e, "agents reply failed");
                         }
                     }
                 }

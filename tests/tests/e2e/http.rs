@@ -678,3 +678,47 @@ async fn a2a_requests_that_cannot_be_served_get_json_rpc_errors_with_their_codes
     assert!(error["error"]["message"].as_str().unwrap().contains("messageId"), "{error}");
     t.stop().await;
 }
+
+/// Agents (the registry's view) and memory sessions, read over HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_and_memory_sessions_are_read_over_http() {
+    use hermes_proto::{AppendTurnRequest, SessionTurn};
+    let t = Sandbox::builder().memory(Default::default()).start().await;
+    let base = t.http_url();
+    let grpc = t.stack.as_ref().unwrap().grpc_url();
+    let mut memory = hermes_proto::memory_client::MemoryClient::connect(grpc).await.unwrap();
+    for (role, content) in [("user", "What were April's sales?"), ("assistant", "1,240 units.")] {
+        let turn = SessionTurn {
+            session_id: "sales.chat".into(),
+            role: role.into(),
+            content: content.into(),
+            ..Default::default()
+        };
+        memory.append_turn(AppendTurnRequest { turn: Some(turn) }).await.unwrap();
+    }
+
+    let (code, page) = get(&format!("{base}/v1/sessions")).await;
+    assert_eq!(code, StatusCode::OK, "{page}");
+    let ids: Vec<&str> =
+        page["sessions"].as_array().unwrap().iter().map(|s| s["sessionId"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["sales.chat"]);
+    let (code, session) = get(&format!("{base}/v1/sessions/sales.chat")).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(session["totalTurns"], "2");
+    assert_eq!(session["turns"][1]["content"], "1,240 units.");
+    let (code, problem) = get(&format!("{base}/v1/sessions/bad%20id")).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{problem}");
+
+    let (code, agents) = get(&format!("{base}/v1/agents")).await;
+    assert_eq!(code, StatusCode::OK, "{agents}");
+    let agents = agents["agents"].as_array().unwrap();
+    assert!(!agents.is_empty());
+    for agent in agents {
+        assert_eq!(agent["online"], true, "{agent}");
+        assert!(
+            agent["heartbeat"]["taskTypes"].as_array().unwrap().iter().any(|t| t == "math.evaluate"),
+            "{agent}"
+        );
+    }
+    t.stop().await;
+}
