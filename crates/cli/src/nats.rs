@@ -7,6 +7,10 @@
 //! (released by the kernel when the process dies) and records its own pid and the server's there.
 //! A second `hermes up` on the same dir is refused naming the holder's pid, and so is a start
 //! while a server recorded by an earlier run is still alive.
+//!
+//! The server listens on 127.0.0.1 only and refuses anonymous clients: its config in the store
+//! dir (`auth.conf`, mode 0600) names one user, `hermes`, with a random password made at the
+//! first start, which the services of `hermes up` connect with.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -19,13 +23,60 @@ use tokio::process::{Child, Command};
 /// A nats-server child that is killed when dropped.
 pub struct LocalNats {
     child: Child,
+    /// Its URL with the credentials, for the services to connect with.
     pub url: String,
+    /// The file holding its one user's password (mode 0600), in the store dir.
+    pub credentials: PathBuf,
     /// The store dir's lock, held while the server runs.
     _lock: std::fs::File,
 }
 
 /// The lock file in a store dir.
 const LOCK_FILE: &str = "hermes-up.lock";
+/// The server's config, with its one user and password, in a store dir.
+const AUTH_FILE: &str = "auth.conf";
+/// The one NATS user of a local server.
+pub const LOCAL_USER: &str = "hermes";
+
+/// The local server's password: read from its config in the store dir, or made (32 random bytes,
+/// hex) and written there with mode 0600 the first time, so it stays across restarts and a
+/// process that may read the dir can join (`nats://hermes:<password>@127.0.0.1:<port>`).
+fn local_password(data_dir: &Path) -> anyhow::Result<(String, PathBuf)> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let path = data_dir.join(AUTH_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let password = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("password:").map(|p| p.trim().trim_matches('"').to_owned()));
+        if let Some(password) = password.filter(|p| p.len() >= 32 && p.chars().all(|c| c.is_ascii_hexdigit()))
+        {
+            // Whatever happened to its mode since, it is the server's secret.
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("cannot restrict {}", path.display()))?;
+            return Ok((password, path));
+        }
+    }
+    let password: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+    let _ = std::fs::remove_file(&path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    write!(
+        file,
+        "# Written by `hermes up`: the one user of its local nats-server. Anonymous clients are refused.\n\
+         # Keep this file private (mode 0600); delete it to have a new password made at the next start.\n\
+         authorization {{\n  user: \"{LOCAL_USER}\"\n  password: \"{password}\"\n}}\n"
+    )
+    .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok((password, path))
+}
+
+/// `url` without a user or password in it, for printing.
+pub use hermes_core::bus::without_credentials;
 
 /// Whether the process `pid` is alive and is a nats-server serving `data_dir`.
 fn live_server(pid: u32, data_dir: &Path) -> bool {
@@ -133,6 +184,7 @@ pub async fn start_local(data_dir: &Path) -> anyhow::Result<LocalNats> {
     let data_dir =
         data_dir.canonicalize().with_context(|| format!("cannot resolve {}", data_dir.display()))?;
     let mut lock = lock_store(&data_dir)?;
+    let (password, credentials) = local_password(&data_dir)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     // The parent-death signal follows the thread that forks: this runs on the thread that drives
     // `hermes up` (its main thread), which lives as long as the process.
@@ -146,6 +198,8 @@ pub async fn start_local(data_dir: &Path) -> anyhow::Result<LocalNats> {
     let child = Command::new(setpriv)
         .args(["--pdeathsig", "KILL", "--"])
         .arg(&binary)
+        .arg("-c")
+        .arg(&credentials)
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
         .arg(&data_dir)
         .stdout(Stdio::null())
@@ -156,10 +210,10 @@ pub async fn start_local(data_dir: &Path) -> anyhow::Result<LocalNats> {
     if let Some(pid) = child.id() {
         record_server(&mut lock, pid)?;
     }
-    let url = format!("nats://127.0.0.1:{port}");
+    let url = format!("nats://{LOCAL_USER}:{password}@127.0.0.1:{port}");
     for _ in 0..200 {
         if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Ok(LocalNats { child, url, _lock: lock });
+            return Ok(LocalNats { child, url, credentials, _lock: lock });
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -175,4 +229,33 @@ pub async fn reachable(url: &str) -> bool {
 async fn async_connect(url: &str) -> bool {
     let hostport = url.trim_start_matches("nats://").split(',').next().unwrap_or_default().to_owned();
     tokio::net::TcpStream::connect(hostport).await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_local_password_is_made_once_private_and_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (first, path) = local_password(dir.path()).unwrap();
+        assert_eq!(first.len(), 64);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let (again, _) = local_password(dir.path()).unwrap();
+        assert_eq!(first, again);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        // A damaged file gets a new password.
+        std::fs::write(&path, "authorization { user: hermes }").unwrap();
+        let (fresh, _) = local_password(dir.path()).unwrap();
+        assert_ne!(fresh, first);
+    }
+
+    #[test]
+    fn printed_urls_hold_no_credentials() {
+        assert_eq!(without_credentials("nats://hermes:s3cret@127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(without_credentials("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(without_credentials("tls://u:p@nats.example:4222"), "tls://nats.example:4222");
+    }
 }

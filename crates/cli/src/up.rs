@@ -157,12 +157,17 @@ impl hermes_runtime::Service for UpService {
             false => Some(settings.memory.to_config(&settings.embedding, llm)?),
         };
         let mut nats = settings.nats.clone();
+        let mut local_credentials = None;
         if nats.url.is_empty() || !crate::nats::reachable(&nats.url).await {
             if !nats.url.is_empty() {
-                eprintln!("HERMES_NATS_URL {} is not reachable; starting a local nats-server", nats.url);
+                eprintln!(
+                    "HERMES_NATS_URL {} is not reachable; starting a local nats-server",
+                    crate::nats::without_credentials(&nats.url)
+                );
             }
             let local = crate::nats::start_local(&settings.data_dir.join("nats")).await?;
             nats.url = local.url.clone();
+            local_credentials = Some(local.credentials.clone());
             // The first task, so the last drained: the server outlives every service.
             cx.spawn("nats-server", move |stop| async move {
                 stop.cancelled().await;
@@ -215,9 +220,17 @@ impl hermes_runtime::Service for UpService {
             ),
             None => {}
         }
+        let nats_shown = crate::nats::without_credentials(&nats.url);
         match parts.http_addr() {
-            Some(http) => println!("hermes up: grpc {} nats {} http {http}", parts.grpc_addr(), nats.url),
-            None => println!("hermes up: grpc {} nats {}", parts.grpc_addr(), nats.url),
+            Some(http) => println!("hermes up: grpc {} nats {nats_shown} http {http}", parts.grpc_addr()),
+            None => println!("hermes up: grpc {} nats {nats_shown}", parts.grpc_addr()),
+        }
+        if let Some(path) = local_credentials {
+            println!(
+                "hermes up: the local nats-server refuses anonymous clients; its user `{}` has the password in {}",
+                crate::nats::LOCAL_USER,
+                path.display()
+            );
         }
         Ok(())
     }

@@ -98,6 +98,14 @@ pub struct PublishOutcome {
     pub duplicate: bool,
 }
 
+/// `url` with any `user:password@` taken out, for messages.
+pub fn without_credentials(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}{}", &url[..scheme + 3], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
 impl Bus {
     /// Connects, checks the server version and makes sure every stream and bucket exists.
     pub async fn connect(config: BusConfig) -> Result<Bus> {
@@ -108,6 +116,16 @@ impl Bus {
             });
         }
         let mut options = async_nats::ConnectOptions::new();
+        // async-nats reads no credentials from the URL itself: `user:password@` (or a lone
+        // `token@`) is applied here.
+        if let Ok(addr) = config.url.parse::<async_nats::ServerAddr>()
+            && let Some(user) = addr.username()
+        {
+            options = match addr.password() {
+                Some(password) => options.user_and_password(user.to_owned(), password.to_owned()),
+                None => options.token(user.to_owned()),
+            };
+        }
         if let Some(path) = &config.credentials_file {
             options = options.credentials_file(path).await.map_err(|e| Error::InvalidArgument {
                 field: "nats.creds (HERMES_NATS_CREDS)".into(),
@@ -122,7 +140,7 @@ impl Bus {
             .max_reconnects(None)
             .connect(&config.url)
             .await
-            .map_err(|source| Error::Connect { url: config.url.clone(), source })?;
+            .map_err(|source| Error::Connect { url: without_credentials(&config.url), source })?;
         check_server_version(&client.server_info().version)?;
         let js = jetstream::new(client.clone());
         let max_payload = client.server_info().max_payload;

@@ -426,3 +426,59 @@ fn settings_come_from_file_env_and_flags_in_that_order() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("unknown setting `dispatcher.goal_timeout`"), "{}", text(&out));
 }
+
+/// `hermes up`'s own nats-server listens on loopback and refuses anonymous clients: the services
+/// connect with the password it made in its data dir (mode 0600), which the ready line does not
+/// print, and with which another process may join.
+#[test]
+fn the_local_nats_server_refuses_anonymous_clients_and_takes_its_generated_password() {
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", hermes_test_util::free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .args(["up", "--grpc-listen", &listen, "--http-listen", "off", "--agents-count", "1", "--data-dir"])
+        .arg(data.path())
+        .current_dir(repo_root())
+        .env("HERMES_LLM_PROVIDER", "none")
+        .env_remove("HERMES_NATS_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let up = Up(child);
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let ready = lines.by_ref().find(|l| l.starts_with("hermes up: grpc")).expect("hermes up becomes ready");
+    let note = lines.next().unwrap_or_default();
+    let url = ready.split_whitespace().skip_while(|w| *w != "nats").nth(1).unwrap().to_owned();
+    assert!(url.starts_with("nats://127.0.0.1:"), "{ready}");
+
+    let auth = data.path().join("nats").join("auth.conf");
+    let mode = std::fs::metadata(&auth).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{} is readable by others", auth.display());
+    let config = std::fs::read_to_string(&auth).unwrap();
+    let password =
+        config.lines().find_map(|l| l.trim().strip_prefix("password:")).unwrap().trim().trim_matches('"');
+    assert!(
+        !ready.contains(password) && !note.contains(password),
+        "the password was printed: {ready} / {note}"
+    );
+    assert!(note.contains(&auth.display().to_string()), "{note}");
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let anonymous = async_nats::ConnectOptions::new().connect(&url).await;
+        assert!(anonymous.is_err(), "an anonymous client was let in");
+        let wrong = async_nats::ConnectOptions::with_user_and_password("hermes".into(), "guess".into())
+            .connect(&url)
+            .await;
+        assert!(wrong.is_err(), "a wrong password was let in");
+        let client = async_nats::ConnectOptions::with_user_and_password("hermes".into(), password.into())
+            .connect(&url)
+            .await
+            .expect("the generated password connects");
+        let js = async_nats::jetstream::new(client);
+        js.get_key_value("hermes_goals").await.expect("and reaches the goals bucket");
+    });
+    drop(up);
+}
