@@ -43,6 +43,7 @@ pub struct SandboxBuilder {
     heartbeat_ttl: Option<Duration>,
     no_agent_wait: Option<Duration>,
     max_watches_per_client: Option<usize>,
+    api_tokens: Option<String>,
 }
 
 impl Default for SandboxBuilder {
@@ -61,6 +62,7 @@ impl Default for SandboxBuilder {
             heartbeat_ttl: None,
             no_agent_wait: None,
             max_watches_per_client: None,
+            api_tokens: None,
         }
     }
 }
@@ -136,6 +138,12 @@ impl SandboxBuilder {
         self
     }
 
+    /// Turns auth on with these API tokens (the TOML of an API tokens file, docs/security.md).
+    pub fn api_tokens(mut self, toml: &str) -> Self {
+        self.api_tokens = Some(toml.to_owned());
+        self
+    }
+
     pub fn no_agent_wait(mut self, wait: Duration) -> Self {
         self.no_agent_wait = Some(wait);
         self
@@ -182,6 +190,10 @@ impl SandboxBuilder {
         };
         if let Some(n) = self.max_watches_per_client {
             dispatcher.max_watches_per_client = n;
+        }
+        if let Some(tokens) = &self.api_tokens {
+            let access = hermes_dispatcher::access::Access::parse(tokens).expect("valid API tokens");
+            dispatcher.access = std::sync::Arc::new(access);
         }
         if let Some(wait) = self.no_agent_wait {
             dispatcher.no_agent_wait = wait;

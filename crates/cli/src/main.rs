@@ -7,7 +7,6 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
-use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::event::Kind;
 use hermes_proto::{
     CancelGoalRequest, GetGoalRequest, Goal, GoalSpec, GoalStatus, ListGoalsRequest, NodeStatus,
@@ -27,6 +26,10 @@ struct ServerArg {
     /// Dispatcher gRPC address.
     #[arg(long, env = "HERMES_SERVER", default_value = "127.0.0.1:50051", global = true)]
     server: String,
+    /// API token, sent as `authorization: Bearer <token>` when the dispatcher has auth on
+    /// (docs/security.md).
+    #[arg(long, env = "HERMES_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
 }
 
 /// `hermes dlq ...`.
@@ -241,7 +244,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 (_, Some(path)) => Some(hermes_cli::plan_file::load_plan(path)?),
                 (Some(_), None) => None,
             };
-            let mut client = connect(&server.server).await?;
+            let mut client = connect(&server).await?;
             let spec = GoalSpec {
                 text: text.unwrap_or_default(),
                 plan,
@@ -307,7 +310,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Dlq { command, server } => {
-            let mut client = connect(&server.server).await?;
+            let mut client = connect(&server).await?;
             match command {
                 DlqCommand::List { limit } => {
                     let list = client
@@ -351,28 +354,28 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             hermes_cli::memory_cmd::run(channel(&server.server).await?, command).await
         }
         Command::Approve { goal_id, call_id, note, server } => {
-            decide(&server.server, goal_id, call_id, true, note).await
+            decide(&server, goal_id, call_id, true, note).await
         }
         Command::Deny { goal_id, call_id, note, server } => {
-            decide(&server.server, goal_id, call_id, false, note).await
+            decide(&server, goal_id, call_id, false, note).await
         }
         Command::Get { goal_id, server } => {
-            let mut client = connect(&server.server).await?;
+            let mut client = connect(&server).await?;
             let goal = client.get_goal(GetGoalRequest { goal_id }).await.map_err(status_error)?.into_inner();
             print_goal(&goal);
             Ok(0)
         }
         Command::Trace { goal_id, server } => {
-            let mut client = connect(&server.server).await?;
+            let mut client = connect(&server).await?;
             hermes_cli::trace_cmd::run(&mut client, &goal_id).await
         }
         Command::Watch { goal_id, server } => {
             use std::io::IsTerminal as _;
-            let mut client = connect(&server.server).await?;
+            let mut client = connect(&server).await?;
             watch_goal(&mut client, &goal_id, std::io::stdin().is_terminal()).await
         }
         Command::Cancel { goal_id, reason, server } => {
-            let mut client = connect(&server.server).await?;
+            let mut client = connect(&server).await?;
             let goal = client
                 .cancel_goal(CancelGoalRequest { goal_id, reason })
                 .await
@@ -382,7 +385,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::List { limit, server } => {
-            let mut client = connect(&server.server).await?;
+            let mut client = connect(&server).await?;
             let goals =
                 client.list_goals(ListGoalsRequest { limit }).await.map_err(status_error)?.into_inner().goals;
             println!("{:<36}  {:<10}  {:>5}  created", "GOAL", "STATUS", "NODES");
@@ -401,7 +404,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
 }
 
 async fn decide(
-    server: &str,
+    server: &ServerArg,
     goal_id: String,
     call_id: String,
     approve: bool,
@@ -429,8 +432,9 @@ async fn channel(server: &str) -> anyhow::Result<Channel> {
         .with_context(|| format!("cannot reach the dispatcher at {server}; is `hermes up` running?"))
 }
 
-async fn connect(server: &str) -> anyhow::Result<DispatcherClient<Channel>> {
-    Ok(DispatcherClient::new(channel(server).await?))
+async fn connect(server: &ServerArg) -> anyhow::Result<hermes_cli::api_client::Client> {
+    let credentials = hermes_cli::api_client::Credentials::bearer(server.token.as_deref())?;
+    Ok(hermes_cli::api_client::client(channel(&server.server).await?, credentials))
 }
 
 fn status_error(status: tonic::Status) -> anyhow::Error {
@@ -449,7 +453,7 @@ fn resumable(status: &tonic::Status) -> bool {
 /// Opens the goal's event stream after `after_seq`; while the dispatcher is unreachable (a
 /// restart), tries again for [`RESUME_FOR`].
 async fn open_watch(
-    client: &mut DispatcherClient<Channel>,
+    client: &mut hermes_cli::api_client::Client,
     goal_id: &str,
     after_seq: u64,
 ) -> anyhow::Result<tonic::Streaming<hermes_proto::Event>> {
@@ -471,7 +475,11 @@ async fn open_watch(
 /// or printed twice. With `ask`, each approval request is put to the user as a y/n question (oldest
 /// first), answered from stdin; a decision made elsewhere (another terminal, a timeout) withdraws
 /// the question.
-async fn watch_goal(client: &mut DispatcherClient<Channel>, goal_id: &str, ask: bool) -> anyhow::Result<i32> {
+async fn watch_goal(
+    client: &mut hermes_cli::api_client::Client,
+    goal_id: &str,
+    ask: bool,
+) -> anyhow::Result<i32> {
     let mut events = open_watch(client, goal_id, 0).await?;
     let mut last_seq = 0u64;
     let mut dropped_at: Option<tokio::time::Instant> = None;

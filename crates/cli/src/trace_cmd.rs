@@ -6,10 +6,8 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::event::Kind;
 use hermes_proto::{Event, GetGoalRequest, Goal, GoalStatus, NodeStatus, WatchGoalRequest};
-use tonic::transport::Channel;
 
 /// How long a running goal's event stream may stay quiet before the timeline is printed as it
 /// stands.
@@ -17,7 +15,7 @@ const QUIET: Duration = Duration::from_millis(500);
 
 /// Prints the timeline; exits 0 for a completed goal, 1 for one that failed or did not end well,
 /// 3 while it is still running.
-pub async fn run(client: &mut DispatcherClient<Channel>, goal_id: &str) -> anyhow::Result<i32> {
+pub async fn run(client: &mut crate::api_client::Client, goal_id: &str) -> anyhow::Result<i32> {
     let goal = client
         .get_goal(GetGoalRequest { goal_id: goal_id.to_owned() })
         .await

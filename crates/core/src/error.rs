@@ -21,12 +21,13 @@ pub enum ErrorCode {
     PoisonMessage,
     Cancelled,
     LimitExceeded,
+    Unauthenticated,
     Internal,
 }
 
 impl ErrorCode {
     /// Every code, for documentation and round-trip tests.
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::InvalidArgument,
         ErrorCode::PlanInvalid,
         ErrorCode::NotFound,
@@ -42,6 +43,7 @@ impl ErrorCode {
         ErrorCode::PoisonMessage,
         ErrorCode::Cancelled,
         ErrorCode::LimitExceeded,
+        ErrorCode::Unauthenticated,
         ErrorCode::Internal,
     ];
 
@@ -62,6 +64,7 @@ impl ErrorCode {
             ErrorCode::PoisonMessage => "POISON_MESSAGE",
             ErrorCode::Cancelled => "CANCELLED",
             ErrorCode::LimitExceeded => "LIMIT_EXCEEDED",
+            ErrorCode::Unauthenticated => "UNAUTHENTICATED",
             ErrorCode::Internal => "INTERNAL",
         }
     }
@@ -85,6 +88,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => tonic::Code::Unavailable,
             ErrorCode::Timeout => tonic::Code::DeadlineExceeded,
             ErrorCode::Denied => tonic::Code::PermissionDenied,
+            ErrorCode::Unauthenticated => tonic::Code::Unauthenticated,
             ErrorCode::BudgetExceeded | ErrorCode::LimitExceeded => tonic::Code::ResourceExhausted,
             ErrorCode::Cancelled => tonic::Code::Cancelled,
             ErrorCode::ToolError
@@ -105,6 +109,7 @@ impl ErrorCode {
             ErrorCode::NotFound => 404,
             ErrorCode::FailedPrecondition | ErrorCode::NoCapableAgent | ErrorCode::Cancelled => 409,
             ErrorCode::Denied => 403,
+            ErrorCode::Unauthenticated => 401,
             ErrorCode::BudgetExceeded | ErrorCode::LimitExceeded => 429,
             ErrorCode::Timeout => 504,
             ErrorCode::Unavailable => 503,
@@ -157,6 +162,9 @@ pub enum Error {
     /// A per-client or per-request limit was reached.
     #[error("{0}")]
     LimitExceeded(String),
+    /// The caller did not say who it is, or said it with a credential nobody knows.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
 }
 
 /// Result alias with the core error as default.
@@ -176,6 +184,7 @@ impl Error {
             Error::Denied { .. } => ErrorCode::Denied,
             Error::Timeout { .. } => ErrorCode::Timeout,
             Error::LimitExceeded(_) => ErrorCode::LimitExceeded,
+            Error::Unauthenticated(_) => ErrorCode::Unauthenticated,
         }
     }
 
@@ -243,6 +252,7 @@ mod tests {
                     | ErrorCode::NoCapableAgent
                     | ErrorCode::Cancelled
                     | ErrorCode::Denied
+                    | ErrorCode::Unauthenticated
                     | ErrorCode::BudgetExceeded
                     | ErrorCode::LimitExceeded
             );

@@ -25,6 +25,7 @@ use hermes_proto::{
 };
 use tracing::info;
 
+use crate::access::{Need, Principal, TENANT_LABEL};
 use crate::effects::{EffectsPublisher, Followups};
 use crate::engine::{self, Applied, Effects, Limits};
 use crate::store::GoalStore;
@@ -63,6 +64,115 @@ impl GoalService {
 
     pub(crate) fn bus(&self) -> &Bus {
         &self.bus
+    }
+
+    /// The caller of an API request, from its `Authorization` value.
+    pub(crate) fn authenticate(&self, authorization: Option<&str>) -> Result<Principal> {
+        self.config.access.authenticate(authorization)
+    }
+
+    /// Whether callers must authenticate.
+    pub(crate) fn auth_enabled(&self) -> bool {
+        self.config.access.enabled()
+    }
+
+    /// Submits for `who`: the goal belongs to its tenant, and its idempotency key is the
+    /// tenant's own, so two tenants using one key get two goals.
+    pub(crate) async fn submit_as(&self, who: &Principal, mut spec: GoalSpec) -> Result<Submitted> {
+        who.require(Need::Submit)?;
+        if let Some(tenant) = &who.tenant {
+            spec.labels.insert(TENANT_LABEL.to_owned(), tenant.clone());
+            if !spec.idempotency_key.is_empty() {
+                spec.idempotency_key = format!("{tenant}/{}", spec.idempotency_key);
+            }
+        }
+        self.submit(spec).await
+    }
+
+    /// The goal, if `who` may read it; another tenant's goal is `NOT_FOUND`, as a missing one.
+    pub(crate) async fn get_as(&self, who: &Principal, goal_id: &str) -> Result<GoalState> {
+        who.require(Need::Read)?;
+        let state = self.get(goal_id).await?;
+        match who.sees(&state) {
+            true => Ok(state),
+            false => Err(Error::NotFound { what: "goal", id: goal_id.to_owned() }),
+        }
+    }
+
+    /// The newest goals of `who`'s tenant first.
+    pub(crate) async fn list_as(&self, who: &Principal, limit: usize) -> Result<Vec<GoalState>> {
+        who.require(Need::Read)?;
+        let mut goals = self.list(usize::MAX).await?;
+        goals.retain(|g| who.sees(g));
+        goals.truncate(limit);
+        Ok(goals)
+    }
+
+    pub(crate) async fn cancel_as(&self, who: &Principal, goal_id: &str, reason: &str) -> Result<GoalState> {
+        who.require(Need::Submit)?;
+        self.get_as(who, goal_id).await?;
+        self.cancel(goal_id, reason).await
+    }
+
+    /// `watch` for `who`, who holds its place under the per-client cap by its name when auth
+    /// is on (so one token cannot take every place from many addresses), else by `peer`.
+    pub(crate) async fn watch_as(
+        &self,
+        who: &Principal,
+        goal_id: &str,
+        after_seq: u64,
+        peer: &str,
+    ) -> Result<impl Stream<Item = Result<Event>> + Send + use<>> {
+        self.get_as(who, goal_id).await?;
+        let client = if who.tenant.is_some() { format!("token:{}", who.name) } else { peer.to_owned() };
+        self.watch(goal_id, after_seq, &client).await
+    }
+
+    pub(crate) async fn decide_approval_as(
+        &self,
+        who: &Principal,
+        goal_id: &str,
+        call_id: &str,
+        approve: bool,
+        note: &str,
+    ) -> Result<hermes_proto::ApprovalDecision> {
+        who.require(Need::Approve)?;
+        self.get_as(who, goal_id)
+            .await
+            .map_err(|_| Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") })?;
+        let note = if who.tenant.is_some() && note.is_empty() {
+            format!("by {}", who.name)
+        } else if who.tenant.is_some() {
+            format!("{note} (by {})", who.name)
+        } else {
+            note.to_owned()
+        };
+        self.decide_approval(goal_id, call_id, approve, &note).await
+    }
+
+    /// The pending approvals of the goals `who` may read.
+    pub(crate) async fn pending_approvals_as(&self, who: &Principal) -> Result<Vec<hermes_proto::Approval>> {
+        who.require(Need::Read)?;
+        let mut pending = self.bus.approvals().pending().await?;
+        if who.tenant.is_some() {
+            let mut seen = std::collections::HashMap::new();
+            let mut kept = Vec::new();
+            for approval in pending {
+                let visible = match seen.get(&approval.goal_id) {
+                    Some(v) => *v,
+                    None => {
+                        let v = self.get_as(who, &approval.goal_id).await.is_ok();
+                        seen.insert(approval.goal_id.clone(), v);
+                        v
+                    }
+                };
+                if visible {
+                    kept.push(approval);
+                }
+            }
+            pending = kept;
+        }
+        Ok(pending)
     }
 
     /// The task types the agents online now serve, fresh from the registry.

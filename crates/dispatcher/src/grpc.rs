@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
+use crate::access::{Need, Principal};
 use crate::{DeadLetters, GoalService};
 
 /// The `hermes.v1.Dispatcher` service; watch streams end when `shutdown` is cancelled.
@@ -62,6 +63,14 @@ pub fn to_goal(state: GoalState) -> Goal {
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
 
+impl Api {
+    /// The caller, from the request's `authorization` metadata (`Bearer <token>`).
+    fn who<T>(&self, request: &Request<T>) -> Result<Principal, Error> {
+        let authorization = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        self.service.authenticate(authorization)
+    }
+}
+
 #[tonic::async_trait]
 impl DispatcherApi for Api {
     async fn submit_goal(
@@ -77,18 +86,20 @@ impl DispatcherApi for Api {
             goal_id = tracing::field::Empty
         );
         hermes_core::trace::follow(&span, hermes_core::trace::from_metadata(request.metadata()).as_ref());
+        let who = self.who(&request)?;
         let spec = request
             .into_inner()
             .spec
             .ok_or_else(|| Error::InvalidArgument { field: "spec".into(), reason: "is required".into() })?;
-        let submitted = self.service.submit(spec).instrument(span).await?;
+        let submitted = self.service.submit_as(&who, spec).instrument(span).await?;
         Ok(Response::new(SubmitGoalResponse { goal_id: submitted.goal_id, duplicate: submitted.duplicate }))
     }
 
     async fn get_goal(&self, request: Request<GetGoalRequest>) -> Result<Response<Goal>, Status> {
         self.service.nats_up()?;
+        let who = self.who(&request)?;
         let req = request.into_inner();
-        let state = self.service.get(goal_id_arg(&req.goal_id)?).await?;
+        let state = self.service.get_as(&who, goal_id_arg(&req.goal_id)?).await?;
         Ok(Response::new(to_goal(state)))
     }
 
@@ -96,17 +107,19 @@ impl DispatcherApi for Api {
 
     async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
         self.service.nats_up()?;
+        let who = self.who(&request)?;
         let client = request.remote_addr().map(|a| a.ip().to_string()).unwrap_or_default();
         let req = request.into_inner();
-        let events = self.service.watch(goal_id_arg(&req.goal_id)?, req.after_seq, &client).await?;
+        let events = self.service.watch_as(&who, goal_id_arg(&req.goal_id)?, req.after_seq, &client).await?;
         let events = events.map(|event| event.map_err(Status::from));
         Ok(Response::new(Box::pin(events.take_until(self.shutdown.clone().cancelled_owned()))))
     }
 
     async fn cancel_goal(&self, request: Request<CancelGoalRequest>) -> Result<Response<Goal>, Status> {
         self.service.nats_up()?;
+        let who = self.who(&request)?;
         let req = request.into_inner();
-        let state = self.service.cancel(goal_id_arg(&req.goal_id)?, &req.reason).await?;
+        let state = self.service.cancel_as(&who, goal_id_arg(&req.goal_id)?, &req.reason).await?;
         Ok(Response::new(to_goal(state)))
     }
 
@@ -115,10 +128,12 @@ impl DispatcherApi for Api {
         request: Request<ApproveToolCallRequest>,
     ) -> Result<Response<ApproveToolCallResponse>, Status> {
         self.service.nats_up()?;
+        let who = self.who(&request)?;
         let req = request.into_inner();
         let goal_id = goal_id_arg(&req.goal_id)?;
         hermes_core::ids::check_id("call_id", &req.call_id, 256, hermes_core::ids::IdShape::Dotted)?;
-        let decision = self.service.decide_approval(goal_id, &req.call_id, req.approve, &req.note).await?;
+        let decision =
+            self.service.decide_approval_as(&who, goal_id, &req.call_id, req.approve, &req.note).await?;
         Ok(Response::new(ApproveToolCallResponse {
             approved: decision.approved,
             timed_out: decision.timed_out,
@@ -131,8 +146,9 @@ impl DispatcherApi for Api {
         request: Request<ListGoalsRequest>,
     ) -> Result<Response<ListGoalsResponse>, Status> {
         self.service.nats_up()?;
+        let who = self.who(&request)?;
         let limit = GoalService::list_limit(request.into_inner().limit as usize);
-        let goals = self.service.list(limit).await?.into_iter().map(to_goal).collect();
+        let goals = self.service.list_as(&who, limit).await?.into_iter().map(to_goal).collect();
         Ok(Response::new(ListGoalsResponse { goals }))
     }
 
@@ -141,6 +157,7 @@ impl DispatcherApi for Api {
         request: Request<ListDeadLettersRequest>,
     ) -> Result<Response<ListDeadLettersResponse>, Status> {
         self.service.nats_up()?;
+        self.who(&request)?.require(Need::Operate)?;
         let limit = request.into_inner().limit as usize;
         Ok(Response::new(ListDeadLettersResponse { dead_letters: self.dead_letters.list(limit).await? }))
     }
@@ -150,6 +167,7 @@ impl DispatcherApi for Api {
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<DeadLetter>, Status> {
         self.service.nats_up()?;
+        self.who(&request)?.require(Need::Operate)?;
         Ok(Response::new(self.dead_letters.get(request.into_inner().sequence).await?))
     }
 
@@ -158,6 +176,7 @@ impl DispatcherApi for Api {
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<ReplayDeadLetterResponse>, Status> {
         self.service.nats_up()?;
+        self.who(&request)?.require(Need::Operate)?;
         let (subject, sequence) = self.dead_letters.replay(request.into_inner().sequence).await?;
         Ok(Response::new(ReplayDeadLetterResponse { subject, sequence }))
     }

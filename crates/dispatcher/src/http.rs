@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use crate::access::{Need, Principal};
 use crate::grpc::to_goal;
 use crate::{DeadLetters, GoalService};
 
@@ -420,7 +421,14 @@ impl From<Error> for Problem {
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let body = self.body().to_string();
-        (self.status, [(header::CONTENT_TYPE, "application/problem+json")], body).into_response()
+        let mut response =
+            (self.status, [(header::CONTENT_TYPE, "application/problem+json")], body).into_response();
+        if self.code == ErrorCode::Unauthenticated {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"hermes\""));
+        }
+        response
     }
 }
 
@@ -491,6 +499,12 @@ fn no_such_action(usage: &str) -> Problem {
     Problem::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no such action: use {usage}"))
 }
 
+/// The caller, from the `Authorization` header (`Bearer <token>`).
+fn who(api: &Api, headers: &HeaderMap) -> std::result::Result<Principal, Problem> {
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    Ok(api.service.authenticate(authorization)?)
+}
+
 fn goal_id_arg(id: &str) -> std::result::Result<&str, Problem> {
     check_id("goal_id", id, 128, IdShape::Word)?;
     Ok(id)
@@ -525,6 +539,7 @@ async fn submit(
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Answer {
     api.service.nats_up()?;
+    let caller = who(&api, &headers)?;
     let bytes = body_bytes(&api, body)?;
     let mut body: Value = parse_body(&headers, &bytes)?;
     // A bare plan (a plan file's content) is a goal with that plan.
@@ -563,7 +578,7 @@ async fn submit(
         otel.kind = "server",
         goal_id = tracing::field::Empty
     );
-    let submitted = api.service.submit(spec).instrument(span).await?;
+    let submitted = api.service.submit_as(&caller, spec).instrument(span).await?;
     let state = api.service.get(&submitted.goal_id).await?;
     let status = if submitted.duplicate { StatusCode::OK } else { StatusCode::CREATED };
     let mut response = json_response(status, message_json(&to_goal(state)));
@@ -610,9 +625,11 @@ fn page_key(state: &GoalState) -> (u64, String) {
 
 async fn list(
     State(api): State<Api>,
+    headers: HeaderMap,
     query: std::result::Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Answer {
     api.service.nats_up()?;
+    let caller = who(&api, &headers)?;
     let query = query_arg(query)?;
     let limit = GoalService::list_limit(query.limit.unwrap_or(0));
     let status = query.status.as_deref().map(parse_status).transpose()?;
@@ -626,7 +643,7 @@ async fn list(
     let needle = query.q.as_deref().map(str::to_lowercase);
     let mut goals: Vec<GoalState> = api
         .service
-        .list(usize::MAX)
+        .list_as(&caller, usize::MAX)
         .await?
         .into_iter()
         .filter(|g| status.is_none_or(|s| g.status == s as i32))
@@ -654,9 +671,9 @@ async fn list(
     Ok(json_response(StatusCode::OK, json!({"goals": goals, "nextPageToken": next})))
 }
 
-async fn get_goal(State(api): State<Api>, Path(id): Path<String>) -> Answer {
+async fn get_goal(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
     api.service.nats_up()?;
-    let state = api.service.get(goal_id_arg(&id)?).await?;
+    let state = api.service.get_as(&who(&api, &headers)?, goal_id_arg(&id)?).await?;
     Ok(json_response(StatusCode::OK, message_json(&to_goal(state))))
 }
 
@@ -688,7 +705,7 @@ async fn goal_action(
         return Err(no_such_action("/v1/goals/{id}:cancel"));
     };
     let reason = optional_reason(&headers, &bytes)?;
-    let state = api.service.cancel(goal_id_arg(id)?, &reason).await?;
+    let state = api.service.cancel_as(&who(&api, &headers)?, goal_id_arg(id)?, &reason).await?;
     Ok(json_response(StatusCode::OK, message_json(&to_goal(state))))
 }
 
@@ -722,7 +739,8 @@ async fn events(
         None => None,
     };
     let after = last_event_id.or(query.after).unwrap_or(0);
-    let events = api.service.watch(goal_id_arg(&id)?, after, &peer.ip().to_string()).await?;
+    let caller = who(&api, &headers)?;
+    let events = api.service.watch_as(&caller, goal_id_arg(&id)?, after, &peer.ip().to_string()).await?;
     let stream = events
         .map(|event| {
             Ok::<_, Infallible>(match event {
@@ -747,6 +765,7 @@ async fn events_ws(
     State(api): State<Api>,
     axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     query: std::result::Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
     upgrade: std::result::Result<
         axum::extract::ws::WebSocketUpgrade,
@@ -755,8 +774,11 @@ async fn events_ws(
 ) -> Answer {
     api.service.nats_up()?;
     let query = query_arg(query)?;
-    let events =
-        api.service.watch(goal_id_arg(&id)?, query.after.unwrap_or(0), &peer.ip().to_string()).await?;
+    let caller = who(&api, &headers)?;
+    let events = api
+        .service
+        .watch_as(&caller, goal_id_arg(&id)?, query.after.unwrap_or(0), &peer.ip().to_string())
+        .await?;
     let upgrade = upgrade.map_err(|e| {
         Problem::new(
             StatusCode::UPGRADE_REQUIRED,
@@ -806,9 +828,14 @@ async fn forward_events(
 
 /// `GET /v1/goals/{id}/artifacts/{reference}`: an artifact the goal produced, in its content
 /// type. An artifact of another goal is `404`, as one that does not exist.
-async fn goal_artifact(State(api): State<Api>, Path((id, reference)): Path<(String, String)>) -> Answer {
+async fn goal_artifact(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path((id, reference)): Path<(String, String)>,
+) -> Answer {
     api.service.nats_up()?;
     let goal_id = goal_id_arg(&id)?;
+    api.service.get_as(&who(&api, &headers)?, goal_id).await?;
     let artifacts = api.service.bus().artifacts();
     let not_found =
         || Problem::from(Error::NotFound { what: "artifact", id: format!("{goal_id}/{reference}") });
@@ -823,24 +850,33 @@ async fn goal_artifact(State(api): State<Api>, Path((id, reference)): Path<(Stri
 }
 
 /// `GET /v1/agents`: the registry's view of every agent (`Registry.ListAgents`), over NATS.
-async fn agents(State(api): State<Api>) -> Answer {
+async fn agents(State(api): State<Api>, headers: HeaderMap) -> Answer {
     api.service.nats_up()?;
+    who(&api, &headers)?.require(Need::Read)?;
     let agents = hermes_clients::registry::list_agents(api.service.bus(), Duration::from_secs(3)).await?;
     let agents: Vec<Value> = agents.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"agents": agents})))
 }
 
+/// Sessions carry no tenant yet, so with auth on only operators read them.
+fn sessions_allowed(api: &Api, headers: &HeaderMap) -> std::result::Result<(), Problem> {
+    let caller = who(api, headers)?;
+    Ok(caller.require(if api.service.auth_enabled() { Need::Operate } else { Need::Read })?)
+}
+
 /// `GET /v1/sessions`: every memory session, from the memory service.
-async fn sessions(State(api): State<Api>) -> Answer {
+async fn sessions(State(api): State<Api>, headers: HeaderMap) -> Answer {
     api.service.nats_up()?;
+    sessions_allowed(&api, &headers)?;
     let sessions = hermes_clients::memory::MemoryClient::new(api.service.bus()).sessions().await?;
     let sessions: Vec<Value> = sessions.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"sessions": sessions})))
 }
 
 /// `GET /v1/sessions/{id}`.
-async fn session(State(api): State<Api>, Path(id): Path<String>) -> Answer {
+async fn session(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
     api.service.nats_up()?;
+    sessions_allowed(&api, &headers)?;
     check_id("session_id", &id, 200, IdShape::Dotted)?;
     let session = hermes_clients::memory::MemoryClient::new(api.service.bus()).session(&id).await?;
     Ok(json_response(StatusCode::OK, message_json(&session)))
@@ -848,9 +884,9 @@ async fn session(State(api): State<Api>, Path(id): Path<String>) -> Answer {
 
 /// `GET /v1/approvals`: every tool call waiting for a person, across goals, oldest first, with
 /// when it expires.
-async fn approvals(State(api): State<Api>) -> Answer {
+async fn approvals(State(api): State<Api>, headers: HeaderMap) -> Answer {
     api.service.nats_up()?;
-    let pending = api.service.bus().approvals().pending().await?;
+    let pending = api.service.pending_approvals_as(&who(&api, &headers)?).await?;
     let approvals: Vec<Value> = pending.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"approvals": approvals})))
 }
@@ -870,7 +906,9 @@ async fn decide(
         _ => return Err(no_such_action("/v1/approvals/{goal}/{call}:approve or :deny")),
     };
     let reason = optional_reason(&headers, &bytes)?;
-    let decision = api.service.decide_approval(goal_id_arg(&goal)?, call, approve, &reason).await?;
+    let caller = who(&api, &headers)?;
+    let decision =
+        api.service.decide_approval_as(&caller, goal_id_arg(&goal)?, call, approve, &reason).await?;
     Ok(json_response(StatusCode::OK, message_json(&decision)))
 }
 
@@ -882,9 +920,11 @@ struct LimitQuery {
 
 async fn dead_letters_list(
     State(api): State<Api>,
+    headers: HeaderMap,
     query: std::result::Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Answer {
     api.service.nats_up()?;
+    who(&api, &headers)?.require(Need::Operate)?;
     let query = query_arg(query)?;
     let letters = api.dead_letters.list(query.limit.unwrap_or(0)).await?;
     let letters: Vec<Value> = letters.iter().map(message_json).collect();
@@ -895,15 +935,21 @@ fn sequence_arg(text: &str) -> std::result::Result<u64, Problem> {
     text.parse().map_err(|_| Problem::invalid(format!("`{text}` is not a dead letter's sequence number")))
 }
 
-async fn dead_letter(State(api): State<Api>, Path(seq): Path<String>) -> Answer {
+async fn dead_letter(State(api): State<Api>, headers: HeaderMap, Path(seq): Path<String>) -> Answer {
     api.service.nats_up()?;
+    who(&api, &headers)?.require(Need::Operate)?;
     let letter = api.dead_letters.get(sequence_arg(&seq)?).await?;
     Ok(json_response(StatusCode::OK, message_json(&letter)))
 }
 
 /// `POST /v1/dead-letters/{seq}:replay`.
-async fn dead_letter_action(State(api): State<Api>, Path(target): Path<String>) -> Answer {
+async fn dead_letter_action(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(target): Path<String>,
+) -> Answer {
     api.service.nats_up()?;
+    who(&api, &headers)?.require(Need::Operate)?;
     let Some(seq) = target.strip_suffix(":replay") else {
         return Err(no_such_action("/v1/dead-letters/{seq}:replay"));
     };

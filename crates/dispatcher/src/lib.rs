@@ -18,6 +18,7 @@
 //!
 //! [`service`] is the process: its settings and the runtime's `Service`.
 
+pub mod access;
 mod dead_letters;
 mod effects;
 pub mod engine;
@@ -78,6 +79,8 @@ pub struct DispatcherConfig {
     pub http: Option<http::HttpConfig>,
     /// Goal event streams (gRPC, SSE, WebSocket) one client may hold open at once.
     pub max_watches_per_client: usize,
+    /// Who may call the API doors (API tokens; open when none are configured).
+    pub access: Arc<access::Access>,
 }
 
 impl Default for DispatcherConfig {
@@ -96,6 +99,7 @@ impl Default for DispatcherConfig {
             grpc_max_message_bytes: hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES,
             http: None,
             max_watches_per_client: 256,
+            access: Arc::new(access::Access::open()),
         }
     }
 }

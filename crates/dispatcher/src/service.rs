@@ -29,6 +29,8 @@ pub struct DispatchSettings {
     pub catalog_ttl_ms: u64,
     /// Goal event streams one client (peer address) may hold open at once.
     pub max_watches_per_client: usize,
+    /// The API tokens file (docs/security.md); empty: auth off.
+    pub api_tokens_file: String,
     /// The HTTP API (docs/http.md).
     pub http: HttpSettings,
 }
@@ -85,6 +87,7 @@ impl Default for DispatchSettings {
             no_agent_wait_secs: config.no_agent_wait.as_secs(),
             catalog_ttl_ms: config.catalog_ttl.as_millis() as u64,
             max_watches_per_client: config.max_watches_per_client,
+            api_tokens_file: String::new(),
             http: HttpSettings::default(),
         }
     }
@@ -97,6 +100,7 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("max_nodes", "dispatcher.max_nodes"),
     ("planner_service", "dispatcher.planner_service"),
     ("http_listen", "dispatcher.http.listen"),
+    ("api_tokens_file", "dispatcher.api_tokens_file"),
     ("http_max_body_bytes", "dispatcher.http.max_body_bytes"),
     ("http_cors_allow_origins", "dispatcher.http.cors_allow_origins"),
 ];
@@ -117,6 +121,9 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "dispatcher.catalog_ttl_ms" => "Milliseconds a catalogue snapshot is reused for plan validation.",
         "dispatcher.max_watches_per_client" => {
             "Goal event streams (gRPC, SSE, WebSocket) one client may hold open at once."
+        }
+        "dispatcher.api_tokens_file" => {
+            "API tokens (TOML, hashed, each with a tenant and roles; docs/security.md); unset: auth off."
         }
         "dispatcher.http.listen" => "The HTTP API's address (docs/http.md); `off`: none.",
         "dispatcher.http.max_body_bytes" => "Largest HTTP request body in bytes; larger is 413.",
@@ -140,6 +147,10 @@ impl DispatchSettings {
             planner: self.planner_service,
             http: self.http.config()?,
             max_watches_per_client: self.max_watches_per_client.max(1),
+            access: std::sync::Arc::new(match self.api_tokens_file.trim() {
+                "" => crate::access::Access::open(),
+                path => crate::access::Access::load(std::path::Path::new(path))?,
+            }),
             summarizer: llm.summarizer_model()?.map(crate::Summarizer),
             prices: crate::engine::Prices {
                 input_per_mtok: llm.price_input_per_mtok,

@@ -7,6 +7,7 @@
 mod approval_restart;
 mod approvals;
 mod artifacts;
+mod auth;
 mod bad_input;
 mod deadlines;
 mod dlq;

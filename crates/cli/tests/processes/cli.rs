@@ -482,3 +482,34 @@ fn the_local_nats_server_refuses_anonymous_clients_and_takes_its_generated_passw
     });
     drop(up);
 }
+
+/// With an API tokens file, `hermes` client commands are refused without a token and work with
+/// `--token` (or `HERMES_TOKEN`).
+#[test]
+fn client_commands_carry_the_api_token() {
+    use sha2::Digest;
+    let nats = hermes_test_util::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let sha: String = sha2::Sha256::digest(b"cli-secret").iter().map(|b| format!("{b:02x}")).collect();
+    let tokens = data.path().join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "[[token]]\nname = \"me\"\nsha256 = \"{sha}\"\ntenant = \"team-a\"\nroles = [\"submitter\"]\n"
+        ),
+    )
+    .unwrap();
+    let tokens = tokens.to_str().unwrap().to_owned();
+    let (_up, grpc) = hermes_up_with(&nats.url(), data.path(), &["--dispatcher-api-tokens-file", &tokens]);
+    let refused = hermes(&["list", "--server", &grpc]);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(text(&refused).contains("UNAUTHENTICATED"), "{}", text(&refused));
+    let listed = hermes(&["list", "--server", &grpc, "--token", "cli-secret"]);
+    assert!(listed.status.success(), "{}", text(&listed));
+    let by_env = Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .args(["list", "--server", &grpc])
+        .env("HERMES_TOKEN", "cli-secret")
+        .output()
+        .unwrap();
+    assert!(by_env.status.success(), "{}", text(&by_env));
+}

@@ -31,6 +31,7 @@ use hermes_proto::{Approval, Event, GoalSpec, GoalState, GoalStatus};
 use serde_json::{Value, json};
 
 use super::{Api, HEARTBEAT, goal_id_arg, json_response};
+use crate::access::Principal;
 
 /// The protocol version served, as A2A names it in the card and the `A2A-Version` header.
 const PROTOCOL_VERSION: &str = "1.0";
@@ -62,6 +63,11 @@ struct RpcError {
 impl RpcError {
     fn new(code: i64, message: impl Into<String>) -> RpcError {
         RpcError { code, message: message.into(), info: None }
+    }
+
+    /// A call the caller's roles do not allow.
+    fn denied(&self) -> bool {
+        self.info.as_ref().is_some_and(|(code, _)| code == "DENIED")
     }
 
     fn invalid(message: impl Into<String>) -> RpcError {
@@ -173,6 +179,14 @@ pub(super) async fn agent_card(State(api): State<Api>, headers: HeaderMap) -> Re
         "defaultOutputModes": ["application/json", "text/plain"],
         "skills": skills,
     });
+    let mut card = card;
+    if api.service.auth_enabled() {
+        card["securitySchemes"] = json!({"bearer": {"httpAuthSecurityScheme": {
+            "scheme": "Bearer",
+            "description": "A Hermes API token (docs/security.md), as `Authorization: Bearer <token>`",
+        }}});
+        card["securityRequirements"] = json!([{"schemes": {"bearer": {"list": []}}}]);
+    }
     let mut response = json_response(StatusCode::OK, card);
     if let Err(e) = catalogue {
         // The card is still useful without the task types; say why they are missing.
@@ -213,7 +227,16 @@ pub(super) async fn rpc(
         }
     };
     let id = request.get("id").cloned().unwrap_or(Value::Null);
-    match call(&api, &peer, &headers, &request).await {
+    // Credentials are the HTTP layer's business, as A2A has them: 401 and 403, not JSON-RPC.
+    let caller = match super::who(&api, &headers) {
+        Ok(caller) => caller,
+        Err(problem) => return problem.into_response(),
+    };
+    match call(&api, &caller, &peer, &headers, &request).await {
+        Err(error) if error.denied() => {
+            super::Problem::new(StatusCode::FORBIDDEN, hermes_core::error::ErrorCode::Denied, error.message)
+                .into_response()
+        }
         Ok(Answer::Result(result)) => rpc_answer(json!({"jsonrpc": "2.0", "id": id, "result": result})),
         Ok(Answer::Stream(stream)) => stream_answer(&api, id, *stream),
         Err(error) => rpc_answer(error.body(&id)),
@@ -231,6 +254,7 @@ enum Answer {
 
 async fn call(
     api: &Api,
+    who: &Principal,
     peer: &SocketAddr,
     headers: &HeaderMap,
     request: &Value,
@@ -263,19 +287,19 @@ async fn call(
     api.service.nats_up()?;
     let client = peer.ip().to_string();
     match method {
-        "SendMessage" | "message/send" => send(api, &params, headers, false, &client).await,
-        "SendStreamingMessage" | "message/stream" => send(api, &params, headers, true, &client).await,
-        "GetTask" | "tasks/get" => {
-            Ok(Answer::Result(task_json(api, &api.service.get(task_id(&params)?).await?, headers).await?))
-        }
-        "CancelTask" | "tasks/cancel" => cancel(api, &params, headers).await,
+        "SendMessage" | "message/send" => send(api, who, &params, headers, false, &client).await,
+        "SendStreamingMessage" | "message/stream" => send(api, who, &params, headers, true, &client).await,
+        "GetTask" | "tasks/get" => Ok(Answer::Result(
+            task_json(api, &api.service.get_as(who, task_id(&params)?).await?, headers).await?,
+        )),
+        "CancelTask" | "tasks/cancel" => cancel(api, who, &params, headers).await,
         "SubscribeToTask" | "tasks/resubscribe" => {
-            let state = api.service.get(task_id(&params)?).await?;
+            let state = api.service.get_as(who, task_id(&params)?).await?;
             Ok(Answer::Stream(Box::new(
-                subscribe(api, state, base_url(headers), last_event_id(headers)?, &client).await?,
+                subscribe(api, who, state, base_url(headers), last_event_id(headers)?, &client).await?,
             )))
         }
-        "ListTasks" | "tasks/list" => list(api, &params, headers).await,
+        "ListTasks" | "tasks/list" => list(api, who, &params, headers).await,
         m if m.contains("PushNotification") || m.starts_with("tasks/pushNotificationConfig") => {
             Err(RpcError::new(
                 PUSH_NOT_SUPPORTED,
@@ -307,6 +331,7 @@ fn task_id(params: &Value) -> Result<&str, RpcError> {
 /// `messageId`, or a decision on the approval a task waits for.
 async fn send(
     api: &Api,
+    who: &Principal,
     params: &Value,
     headers: &HeaderMap,
     stream: bool,
@@ -332,7 +357,7 @@ async fn send(
     let state = if let Some(task) = message.get("taskId").and_then(Value::as_str).filter(|t| !t.is_empty()) {
         let goal_id =
             goal_id_arg(task).map_err(|_| RpcError::new(TASK_NOT_FOUND, format!("no task `{task}`")))?;
-        answer_approval(api, goal_id, &text, plan.is_some()).await?
+        answer_approval(api, who, goal_id, &text, plan.is_some()).await?
     } else {
         let session_id = message.get("contextId").and_then(Value::as_str).unwrap_or("").to_owned();
         let spec = GoalSpec {
@@ -342,17 +367,20 @@ async fn send(
             idempotency_key: format!("a2a:{message_id}"),
             ..Default::default()
         };
-        let submitted = api.service.submit(spec).await?;
+        let submitted = api.service.submit_as(who, spec).await?;
         api.service.get(&submitted.goal_id).await?
     };
     if stream {
-        return Ok(Answer::Stream(Box::new(subscribe(api, state, base_url(headers), None, client).await?)));
+        return Ok(Answer::Stream(Box::new(
+            subscribe(api, who, state, base_url(headers), None, client).await?,
+        )));
     }
     if return_immediately || is_final(&state) {
         return Ok(Answer::Result(json!({"task": task_json(api, &state, headers).await?})));
     }
     // Blocking: wait until the task is final or needs input, then answer with it.
-    let mut events = std::pin::pin!(api.service.watch(&state.goal_id, state.event_seq, client).await?);
+    let mut events =
+        std::pin::pin!(api.service.watch_as(who, &state.goal_id, state.event_seq, client).await?);
     while let Some(event) = events.next().await {
         let event = event?;
         if matches!(event.kind, Some(Kind::ApprovalRequired(_)))
@@ -409,11 +437,12 @@ fn read_parts(parts: &[Value]) -> Result<(String, Option<hermes_proto::TaskPlan>
 /// reason after it. The task's other states take no messages.
 async fn answer_approval(
     api: &Api,
+    who: &Principal,
     goal_id: &str,
     text: &str,
     has_plan: bool,
 ) -> Result<GoalState, RpcError> {
-    let state = api.service.get(goal_id).await?;
+    let state = api.service.get_as(who, goal_id).await?;
     let pending = pending_approvals(api, goal_id).await?;
     let Some(approval) = pending.first() else {
         let why = if is_final(&state) { "it has ended" } else { "it waits on no input" };
@@ -436,7 +465,7 @@ async fn answer_approval(
             )));
         }
     };
-    api.service.decide_approval(goal_id, &approval.call_id, approve, rest.trim()).await?;
+    api.service.decide_approval_as(who, goal_id, &approval.call_id, approve, rest.trim()).await?;
     Ok(api.service.get(goal_id).await?)
 }
 
@@ -446,9 +475,9 @@ async fn pending_approvals(api: &Api, goal_id: &str) -> Result<Vec<Approval>, Rp
     Ok(pending)
 }
 
-async fn cancel(api: &Api, params: &Value, headers: &HeaderMap) -> Result<Answer, RpcError> {
+async fn cancel(api: &Api, who: &Principal, params: &Value, headers: &HeaderMap) -> Result<Answer, RpcError> {
     let id = task_id(params)?;
-    let before = api.service.get(id).await?;
+    let before = api.service.get_as(who, id).await?;
     if is_final(&before) {
         return Err(RpcError::new(
             TASK_NOT_CANCELABLE,
@@ -459,16 +488,16 @@ async fn cancel(api: &Api, params: &Value, headers: &HeaderMap) -> Result<Answer
         ));
     }
     let reason = params.pointer("/metadata/reason").and_then(Value::as_str).unwrap_or("cancelled over A2A");
-    let state = api.service.cancel(id, reason).await?;
+    let state = api.service.cancel_as(who, id, reason).await?;
     Ok(Answer::Result(task_json(api, &state, headers).await?))
 }
 
-async fn list(api: &Api, params: &Value, headers: &HeaderMap) -> Result<Answer, RpcError> {
+async fn list(api: &Api, who: &Principal, params: &Value, headers: &HeaderMap) -> Result<Answer, RpcError> {
     let page_size = params.get("pageSize").and_then(Value::as_u64).unwrap_or(50).clamp(1, 100) as usize;
     let context = params.get("contextId").and_then(Value::as_str).filter(|c| !c.is_empty());
     let status = params.get("status").and_then(Value::as_str).filter(|s| *s != "TASK_STATE_UNSPECIFIED");
     let after = params.get("pageToken").and_then(Value::as_str).filter(|t| !t.is_empty());
-    let mut goals = api.service.list(usize::MAX).await?;
+    let mut goals = api.service.list_as(who, usize::MAX).await?;
     goals.retain(|g| context.is_none_or(|c| context_id(g) == c));
     let mut tasks = Vec::new();
     for goal in goals {
@@ -648,6 +677,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, RpcError> {
 /// The task's stream: from the task as it stands, or after event `resume`.
 async fn subscribe(
     api: &Api,
+    who: &Principal,
     state: GoalState,
     base: String,
     resume: Option<u64>,
@@ -661,7 +691,7 @@ async fn subscribe(
             (Some((state.event_seq, json!({"task": task_value(&state, &pending, &base)}))), state.event_seq)
         }
     };
-    let events = api.service.watch(&state.goal_id, after, client).await?;
+    let events = api.service.watch_as(who, &state.goal_id, after, client).await?;
     Ok(TaskStream { first, state, base, events: Box::pin(events) })
 }
 

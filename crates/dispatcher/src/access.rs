@@ -1,0 +1,254 @@
+//! Who may do what through the API doors (gRPC, HTTP, A2A): API tokens, each bound to a tenant
+//! and a set of roles, checked by [`GoalService`](crate::GoalService)'s `*_as` calls, so both
+//! doors apply one rule.
+//!
+//! Tokens live in a TOML file (`dispatcher.api_tokens_file`, `HERMES_API_TOKENS_FILE`), hashed:
+//!
+//! ```toml
+//! [[token]]
+//! name = "ci-bot"                 # who, in logs and errors
+//! sha256 = "9f86d08..."           # hex SHA-256 of the token: `printf %s "$TOKEN" | sha256sum`
+//! tenant = "team-a"
+//! roles = ["submitter", "viewer"]
+//! ```
+//!
+//! A caller sends `Authorization: Bearer <token>` (gRPC metadata `authorization`). Without the
+//! file, auth is off: every caller is the one default principal with every role, and goals carry
+//! no tenant. With it, a missing or unknown token is `UNAUTHENTICATED` (HTTP 401), a role
+//! missing for the call is `DENIED` (gRPC `PERMISSION_DENIED`, HTTP 403), and a goal of another
+//! tenant is `NOT_FOUND`, as one that does not exist.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::Context as _;
+use hermes_core::Error;
+use hermes_proto::GoalState;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// The label a goal's tenant is kept under.
+pub const TENANT_LABEL: &str = "tenant";
+
+/// What a call needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Reading goals, their events and outputs, approvals, agents, sessions: any role.
+    Read,
+    /// Submitting and cancelling goals.
+    Submit,
+    /// Deciding approvals.
+    Approve,
+    /// Dead letters: listing, reading and replaying them.
+    Operate,
+}
+
+/// A role a token grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Viewer,
+    Submitter,
+    Approver,
+    Operator,
+}
+
+impl Role {
+    fn grants(self, need: Need) -> bool {
+        match need {
+            Need::Read => true,
+            Need::Submit => self == Role::Submitter,
+            Need::Approve => self == Role::Approver,
+            Need::Operate => self == Role::Operator,
+        }
+    }
+}
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Principal {
+    /// The token's name, or `anonymous` with auth off.
+    pub name: String,
+    /// `None` with auth off: no tenant, every goal.
+    pub tenant: Option<String>,
+    roles: Vec<Role>,
+}
+
+impl Principal {
+    /// The caller when auth is off: every role, every goal.
+    pub fn anyone() -> Principal {
+        Principal {
+            name: "anonymous".into(),
+            tenant: None,
+            roles: vec![Role::Viewer, Role::Submitter, Role::Approver, Role::Operator],
+        }
+    }
+
+    /// `DENIED` naming the role the call needs, unless a role of this principal grants it.
+    pub fn require(&self, need: Need) -> Result<(), Error> {
+        if self.roles.iter().any(|r| r.grants(need)) {
+            return Ok(());
+        }
+        let role = match need {
+            Need::Read => "any role",
+            Need::Submit => "the submitter role",
+            Need::Approve => "the approver role",
+            Need::Operate => "the operator role",
+        };
+        Err(Error::Denied { reason: format!("`{}` may not do this: it needs {role}", self.name) })
+    }
+
+    /// Whether the goal belongs to this principal's tenant (every goal, with auth off).
+    pub fn sees(&self, goal: &GoalState) -> bool {
+        match &self.tenant {
+            None => true,
+            Some(tenant) => goal.spec.as_ref().and_then(|s| s.labels.get(TENANT_LABEL)) == Some(tenant),
+        }
+    }
+}
+
+/// The tokens, or none (auth off).
+#[derive(Debug, Default)]
+pub struct Access {
+    tokens: Option<HashMap<[u8; 32], Principal>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokensFile {
+    #[serde(default)]
+    token: Vec<TokenEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenEntry {
+    name: String,
+    sha256: String,
+    tenant: String,
+    roles: Vec<Role>,
+}
+
+impl Access {
+    /// No tokens: auth off.
+    pub fn open() -> Access {
+        Access::default()
+    }
+
+    /// The tokens of `path`; any problem with the file is an error naming it, so a server never
+    /// starts with auth silently off.
+    pub fn load(path: &Path) -> anyhow::Result<Access> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Access::parse(&text).with_context(|| format!("in the API tokens file {}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Access> {
+        let file: TokensFile = toml::from_str(text)?;
+        anyhow::ensure!(!file.token.is_empty(), "it names no token ([[token]] entries)");
+        let mut tokens = HashMap::new();
+        for entry in file.token {
+            let digest = decode_sha256(&entry.sha256)
+                .with_context(|| format!("token `{}`: sha256 must be 64 hex digits", entry.name))?;
+            hermes_core::ids::check_id("tenant", &entry.tenant, 64, hermes_core::ids::IdShape::Word)
+                .with_context(|| format!("token `{}`", entry.name))?;
+            anyhow::ensure!(!entry.roles.is_empty(), "token `{}` has no roles", entry.name);
+            let principal =
+                Principal { name: entry.name.clone(), tenant: Some(entry.tenant), roles: entry.roles };
+            anyhow::ensure!(
+                tokens.insert(digest, principal).is_none(),
+                "token `{}` repeats a hash",
+                entry.name
+            );
+        }
+        Ok(Access { tokens: Some(tokens) })
+    }
+
+    /// Whether callers must authenticate.
+    pub fn enabled(&self) -> bool {
+        self.tokens.is_some()
+    }
+
+    /// The principal of a call's `Authorization` value (`Bearer <token>`).
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, Error> {
+        let Some(tokens) = &self.tokens else { return Ok(Principal::anyone()) };
+        let token = authorization
+            .and_then(|v| v.trim().strip_prefix("Bearer ").or_else(|| v.trim().strip_prefix("bearer ")))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                Error::Unauthenticated("send an API token as `Authorization: Bearer <token>`".into())
+            })?;
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        tokens
+            .get(&digest)
+            .cloned()
+            .ok_or_else(|| Error::Unauthenticated("the API token is not known".into()))
+    }
+}
+
+fn decode_sha256(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.trim();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sha(token: &str) -> String {
+        Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn tokens_map_to_their_tenant_and_roles_and_others_are_refused() {
+        let access = Access::parse(&format!(
+            "[[token]]\nname = \"viewer-a\"\nsha256 = \"{}\"\ntenant = \"team-a\"\nroles = [\"viewer\"]\n",
+            sha("s3cret")
+        ))
+        .unwrap();
+        let who = access.authenticate(Some("Bearer s3cret")).unwrap();
+        assert_eq!(who.tenant.as_deref(), Some("team-a"));
+        assert!(who.require(Need::Read).is_ok());
+        let denied = who.require(Need::Submit).unwrap_err();
+        assert_eq!(denied.code(), hermes_core::ErrorCode::Denied);
+        assert!(denied.to_string().contains("submitter"), "{denied}");
+        for bad in [None, Some("Bearer nope"), Some("s3cret"), Some("Bearer ")] {
+            let refused = access.authenticate(bad).unwrap_err();
+            assert_eq!(refused.code(), hermes_core::ErrorCode::Unauthenticated, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_broken_tokens_file_is_an_error_not_auth_off() {
+        for text in [
+            "",
+            "[[token]]\nname = \"x\"\nsha256 = \"abc\"\ntenant = \"t\"\nroles = [\"viewer\"]\n",
+            "[[token]]\nname = \"x\"\nsha256 = \"00\"\ntenant = \"t\"\nroles = [\"root\"]\n",
+        ] {
+            assert!(Access::parse(text).is_err(), "{text}");
+        }
+        assert!(!Access::open().enabled());
+        assert_eq!(Access::open().authenticate(None).unwrap(), Principal::anyone());
+    }
+
+    #[test]
+    fn a_principal_sees_only_its_tenants_goals() {
+        let mut goal = GoalState::default();
+        let who = Principal { name: "a".into(), tenant: Some("team-a".into()), roles: vec![Role::Viewer] };
+        assert!(!who.sees(&goal));
+        goal.spec = Some(hermes_proto::GoalSpec {
+            labels: [(TENANT_LABEL.to_owned(), "team-a".to_owned())].into(),
+            ..Default::default()
+        });
+        assert!(who.sees(&goal));
+        assert!(Principal::anyone().sees(&GoalState::default()));
+    }
+}

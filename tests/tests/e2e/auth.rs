@@ -1,0 +1,257 @@
+//! Auth on, over gRPC and HTTP (and A2A): no token is refused, a viewer cannot submit, and one
+//! tenant cannot see, watch, cancel or approve another tenant's goals, which are `NOT_FOUND` to
+//! it as goals that do not exist.
+
+use std::time::Duration;
+
+use hermes_proto::dispatcher_client::DispatcherClient;
+use hermes_proto::{
+    ApproveToolCallRequest, CancelGoalRequest, GetGoalRequest, GoalSpec, ListDeadLettersRequest,
+    ListGoalsRequest, SubmitGoalRequest, WatchGoalRequest,
+};
+use hermes_tests::{Sandbox, node};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tonic::transport::Channel;
+
+const SUBMITTER_A: &str = "token-submitter-a";
+const VIEWER_A: &str = "token-viewer-a";
+const SUBMITTER_B: &str = "token-submitter-b";
+const APPROVER_B: &str = "token-approver-b";
+const OPERATOR_A: &str = "token-operator-a";
+
+fn tokens() -> String {
+    let entry = |name: &str, token: &str, tenant: &str, roles: &str| {
+        let sha: String = Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "[[token]]\nname = \"{name}\"\nsha256 = \"{sha}\"\ntenant = \"{tenant}\"\nroles = {roles}\n\n"
+        )
+    };
+    [
+        entry("ci-a", SUBMITTER_A, "team-a", "[\"submitter\"]"),
+        entry("dash-a", VIEWER_A, "team-a", "[\"viewer\"]"),
+        entry("ci-b", SUBMITTER_B, "team-b", "[\"submitter\"]"),
+        entry("lead-b", APPROVER_B, "team-b", "[\"approver\"]"),
+        entry("ops-a", OPERATOR_A, "team-a", "[\"operator\"]"),
+    ]
+    .concat()
+}
+
+fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+fn sleep_spec(ms: u64) -> GoalSpec {
+    GoalSpec {
+        plan: Some(hermes_proto::TaskPlan {
+            nodes: vec![node("nap", "time.sleep", json!({"ms": ms}), &[])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn submit(client: &mut DispatcherClient<Channel>, token: &str, spec: GoalSpec) -> String {
+    client
+        .submit_goal(with_token(SubmitGoalRequest { spec: Some(spec) }, token))
+        .await
+        .unwrap()
+        .into_inner()
+        .goal_id
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn over_grpc_no_token_is_unauthenticated_a_viewer_cannot_submit_and_tenants_do_not_see_each_other() {
+    let t = Sandbox::builder().api_tokens(&tokens()).start().await;
+    let mut client = t.client.clone();
+
+    let refused = client.list_goals(ListGoalsRequest::default()).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    let refused =
+        client.list_goals(with_token(ListGoalsRequest::default(), "not-a-token")).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+
+    let viewer = client
+        .submit_goal(with_token(SubmitGoalRequest { spec: Some(sleep_spec(10)) }, VIEWER_A))
+        .await
+        .unwrap_err();
+    assert_eq!(viewer.code(), tonic::Code::PermissionDenied, "{viewer:?}");
+    assert!(viewer.message().contains("submitter"), "{}", viewer.message());
+
+    let a = submit(&mut client, SUBMITTER_A, sleep_spec(30_000)).await;
+    // The viewer of the same tenant reads it; tenant B does not see it at all.
+    let goal = client.get_goal(with_token(GetGoalRequest { goal_id: a.clone() }, VIEWER_A)).await.unwrap();
+    assert_eq!(goal.into_inner().goal_id, a);
+    for (what, status) in [
+        (
+            "get",
+            client.get_goal(with_token(GetGoalRequest { goal_id: a.clone() }, SUBMITTER_B)).await.map(|_| ()),
+        ),
+        (
+            "watch",
+            client
+                .watch_goal(with_token(WatchGoalRequest { goal_id: a.clone(), after_seq: 0 }, SUBMITTER_B))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "cancel",
+            client
+                .cancel_goal(with_token(
+                    CancelGoalRequest { goal_id: a.clone(), reason: "b".into() },
+                    SUBMITTER_B,
+                ))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "approve",
+            client
+                .approve_tool_call(with_token(
+                    ApproveToolCallRequest {
+                        goal_id: a.clone(),
+                        call_id: "c1".into(),
+                        approve: true,
+                        note: String::new(),
+                    },
+                    APPROVER_B,
+                ))
+                .await
+                .map(|_| ()),
+        ),
+    ] {
+        let status = status.expect_err(what);
+        assert_eq!(status.code(), tonic::Code::NotFound, "{what}: {status:?}");
+    }
+    let b_list = client.list_goals(with_token(ListGoalsRequest::default(), SUBMITTER_B)).await.unwrap();
+    assert!(b_list.into_inner().goals.is_empty());
+    let a_list = client.list_goals(with_token(ListGoalsRequest::default(), VIEWER_A)).await.unwrap();
+    let ids: Vec<String> = a_list.into_inner().goals.into_iter().map(|g| g.goal_id).collect();
+    assert_eq!(ids, [a.as_str()]);
+
+    // The same idempotency key in two tenants is two goals.
+    let keyed = |key: &str| GoalSpec { idempotency_key: key.into(), ..sleep_spec(10) };
+    let ka = submit(&mut client, SUBMITTER_A, keyed("nightly")).await;
+    let kb = submit(&mut client, SUBMITTER_B, keyed("nightly")).await;
+    assert_ne!(ka, kb);
+    assert_eq!(submit(&mut client, SUBMITTER_A, keyed("nightly")).await, ka);
+
+    // Dead letters are the operator's.
+    let denied = client
+        .list_dead_letters(with_token(ListDeadLettersRequest::default(), SUBMITTER_A))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+    client.list_dead_letters(with_token(ListDeadLettersRequest::default(), OPERATOR_A)).await.unwrap();
+
+    let cancelled = client
+        .cancel_goal(with_token(CancelGoalRequest { goal_id: a.clone(), reason: "done".into() }, SUBMITTER_A))
+        .await
+        .unwrap();
+    assert_eq!(cancelled.into_inner().status, hermes_proto::GoalStatus::Cancelled as i32);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn over_http_no_token_is_401_a_viewer_cannot_submit_and_tenants_do_not_see_each_other() {
+    let t = Sandbox::builder().api_tokens(&tokens()).start().await;
+    let base = t.http_url();
+    let plan =
+        json!({"plan": {"nodes": [{"id": "nap", "task_type": "time.sleep", "inputs": {"ms": 30000}}]}});
+
+    let response = http().get(format!("{base}/v1/goals")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(response.headers()["www-authenticate"], "Bearer realm=\"hermes\"");
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "UNAUTHENTICATED");
+
+    let response =
+        http().post(format!("{base}/v1/goals")).bearer_auth(VIEWER_A).json(&plan).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "DENIED", "{problem}");
+
+    let response =
+        http().post(format!("{base}/v1/goals")).bearer_auth(SUBMITTER_A).json(&plan).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let goal: Value = response.json().await.unwrap();
+    let a = goal["goalId"].as_str().unwrap().to_owned();
+
+    let get = |token: &'static str, path: String| {
+        let url = format!("{base}{path}");
+        async move { http().get(url).bearer_auth(token).send().await.unwrap().status() }
+    };
+    assert_eq!(get(VIEWER_A, format!("/v1/goals/{a}")).await, StatusCode::OK);
+    assert_eq!(get(SUBMITTER_B, format!("/v1/goals/{a}")).await, StatusCode::NOT_FOUND);
+    assert_eq!(get(SUBMITTER_B, format!("/v1/goals/{a}/events")).await, StatusCode::NOT_FOUND);
+    let cancel =
+        http().post(format!("{base}/v1/goals/{a}:cancel")).bearer_auth(SUBMITTER_B).send().await.unwrap();
+    assert_eq!(cancel.status(), StatusCode::NOT_FOUND);
+    let approve = http()
+        .post(format!("{base}/v1/approvals/{a}/c1:approve"))
+        .bearer_auth(APPROVER_B)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approve.status(), StatusCode::NOT_FOUND);
+    let page: Value = http()
+        .get(format!("{base}/v1/goals"))
+        .bearer_auth(SUBMITTER_B)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["goals"], json!([]));
+    assert_eq!(get(SUBMITTER_A, "/v1/dead-letters".into()).await, StatusCode::FORBIDDEN);
+    assert_eq!(get(OPERATOR_A, "/v1/dead-letters".into()).await, StatusCode::OK);
+    // The OpenAPI document and the A2A card stay public; the card says how to authenticate.
+    assert_eq!(http().get(format!("{base}/v1/openapi.json")).send().await.unwrap().status(), StatusCode::OK);
+    let card: Value =
+        http().get(format!("{base}/.well-known/agent-card.json")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"], "Bearer");
+
+    // A2A: no token is 401; tenant B's GetTask of A's goal is task-not-found.
+    let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": a}});
+    let response = http().post(format!("{base}/a2a")).json(&rpc).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let answer: Value = http()
+        .post(format!("{base}/a2a"))
+        .bearer_auth(SUBMITTER_B)
+        .json(&rpc)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["error"]["code"], -32001, "{answer}");
+    let answer: Value = http()
+        .post(format!("{base}/a2a"))
+        .bearer_auth(VIEWER_A)
+        .json(&rpc)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["result"]["id"], a.as_str(), "{answer}");
+    let send = json!({"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": {
+        "messageId": "m-1", "role": "ROLE_USER", "parts": [{"data": {"nodes": [
+            {"id": "x", "task_type": "math.evaluate", "inputs": {"expression": "1"}}]}}]}}});
+    let response = http().post(format!("{base}/a2a")).bearer_auth(VIEWER_A).json(&send).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let cancel =
+        http().post(format!("{base}/v1/goals/{a}:cancel")).bearer_auth(SUBMITTER_A).send().await.unwrap();
+    assert_eq!(cancel.status(), StatusCode::OK);
+    t.stop().await;
+}
