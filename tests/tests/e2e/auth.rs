@@ -223,27 +223,16 @@ async fn over_http_no_token_is_401_a_viewer_cannot_submit_and_tenants_do_not_see
     let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": a}});
     let response = http().post(format!("{base}/a2a")).json(&rpc).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-    let answer: Value = http()
-        .post(format!("{base}/a2a"))
-        .bearer_auth(SUBMITTER_B)
-        .json(&rpc)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rpc_as = |token: &'static str| {
+        let (url, rpc) = (format!("{base}/a2a"), rpc.clone());
+        async move {
+            let response = http().post(url).bearer_auth(token).json(&rpc).send().await.unwrap();
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let answer = rpc_as(SUBMITTER_B).await;
     assert_eq!(answer["error"]["code"], -32001, "{answer}");
-    let answer: Value = http()
-        .post(format!("{base}/a2a"))
-        .bearer_auth(VIEWER_A)
-        .json(&rpc)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer = rpc_as(VIEWER_A).await;
     assert_eq!(answer["result"]["id"], a.as_str(), "{answer}");
     let send = json!({"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": {
         "messageId": "m-1", "role": "ROLE_USER", "parts": [{"data": {"nodes": [
