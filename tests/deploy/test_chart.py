@@ -228,6 +228,13 @@ class Invariants(unittest.TestCase):
         for config in config_maps(docs).values():
             settings.update(config)
         self.assertEqual(settings.get("HERMES_HTTP_LISTEN"), "0.0.0.0:8080")
+        # The dispatcher refuses 0.0.0.0 with auth off unless told that is meant.
+        self.assertEqual(settings.get("HERMES_ALLOW_UNAUTHENTICATED"), "true")
+        closed = dict(values, dispatcher=dict(values.get("dispatcher", {}), allowUnauthenticated=False))
+        closed_settings = {}
+        for config in config_maps(render(closed)[0]).values():
+            closed_settings.update(config)
+        self.assertNotIn("HERMES_ALLOW_UNAUTHENTICATED", closed_settings)
         service = next(d for d in by_kind(docs, "Service") if d["metadata"]["name"] == "hermes-dispatcher")
         self.assertIn("http", [p["name"] for p in service["spec"]["ports"]])
         self.assertEqual(by_kind(docs, "Ingress"), [], "no Ingress unless asked for")

@@ -81,6 +81,8 @@ pub struct DispatcherConfig {
     pub max_watches_per_client: usize,
     /// Who may call the API doors (API tokens; open when none are configured).
     pub access: Arc<access::Access>,
+    /// Serve a non-loopback address with auth off (behind a proxy that authenticates).
+    pub allow_unauthenticated: bool,
 }
 
 impl Default for DispatcherConfig {
@@ -100,6 +102,7 @@ impl Default for DispatcherConfig {
             http: None,
             max_watches_per_client: 256,
             access: Arc::new(access::Access::open()),
+            allow_unauthenticated: false,
         }
     }
 }
@@ -111,6 +114,27 @@ pub struct Started {
     pub http_addr: Option<SocketAddr>,
 }
 
+/// With auth off, anyone who reaches the API may submit, read and cancel every goal: refuses
+/// to listen anywhere but on loopback then, unless `allow_unauthenticated` says a proxy in front
+/// authenticates.
+fn refuse_open_doors(config: &DispatcherConfig) -> anyhow::Result<()> {
+    if config.access.enabled() || config.allow_unauthenticated {
+        return Ok(());
+    }
+    let doors =
+        std::iter::once(("gRPC", config.grpc_listen)).chain(config.http.as_ref().map(|h| ("HTTP", h.listen)));
+    for (door, addr) in doors {
+        if !addr.ip().is_loopback() {
+            anyhow::bail!(
+                "refusing to serve the {door} API on {addr} with auth off: anyone who reaches it could submit, read, cancel and approve every goal. \
+                 Set dispatcher.api_tokens_file (HERMES_API_TOKENS_FILE; docs/security.md), listen on 127.0.0.1, \
+                 or set dispatcher.allow_unauthenticated (HERMES_ALLOW_UNAUTHENTICATED=true) when a proxy in front authenticates"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Starts the dispatcher on `cx`, which must be connected: binds the gRPC port (unless a service
 /// composed before it did), the results and plan-result consumers, spawns the workers as named
 /// tasks and adds the `hermes.v1.Dispatcher` API to the context's gRPC server. Fails fast with a
@@ -118,6 +142,7 @@ pub struct Started {
 pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -> anyhow::Result<Started> {
     use anyhow::Context as _;
     let bus = cx.bus().cloned().context("connect before starting the dispatcher")?;
+    refuse_open_doors(&config)?;
     let listen = config.grpc_listen;
     cx.grpc_listen(listen, config.grpc_max_message_bytes, hermes_runtime::GRPC_LIMIT_SETTING).await?;
     let http_listener = match &config.http {

@@ -31,6 +31,8 @@ pub struct DispatchSettings {
     pub max_watches_per_client: usize,
     /// The API tokens file (docs/security.md); empty: auth off.
     pub api_tokens_file: String,
+    /// Serve a non-loopback address with auth off, when a proxy in front authenticates.
+    pub allow_unauthenticated: bool,
     /// The HTTP API (docs/http.md).
     pub http: HttpSettings,
 }
@@ -88,6 +90,7 @@ impl Default for DispatchSettings {
             catalog_ttl_ms: config.catalog_ttl.as_millis() as u64,
             max_watches_per_client: config.max_watches_per_client,
             api_tokens_file: String::new(),
+            allow_unauthenticated: false,
             http: HttpSettings::default(),
         }
     }
@@ -101,6 +104,7 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("planner_service", "dispatcher.planner_service"),
     ("http_listen", "dispatcher.http.listen"),
     ("api_tokens_file", "dispatcher.api_tokens_file"),
+    ("allow_unauthenticated", "dispatcher.allow_unauthenticated"),
     ("http_max_body_bytes", "dispatcher.http.max_body_bytes"),
     ("http_cors_allow_origins", "dispatcher.http.cors_allow_origins"),
 ];
@@ -124,6 +128,9 @@ pub fn describe(key: &str) -> Option<&'static str> {
         }
         "dispatcher.api_tokens_file" => {
             "API tokens (TOML, hashed, each with a tenant and roles; docs/security.md); unset: auth off."
+        }
+        "dispatcher.allow_unauthenticated" => {
+            "Serve a non-loopback address with auth off (only behind a proxy that authenticates)."
         }
         "dispatcher.http.listen" => "The HTTP API's address (docs/http.md); `off`: none.",
         "dispatcher.http.max_body_bytes" => "Largest HTTP request body in bytes; larger is 413.",
@@ -151,6 +158,7 @@ impl DispatchSettings {
                 "" => crate::access::Access::open(),
                 path => crate::access::Access::load(std::path::Path::new(path))?,
             }),
+            allow_unauthenticated: self.allow_unauthenticated,
             summarizer: llm.summarizer_model()?.map(crate::Summarizer),
             prices: crate::engine::Prices {
                 input_per_mtok: llm.price_input_per_mtok,

@@ -513,3 +513,28 @@ fn client_commands_carry_the_api_token() {
         .unwrap();
     assert!(by_env.status.success(), "{}", text(&by_env));
 }
+
+/// With auth off, the API is served on loopback only: a wider address is refused with the way
+/// out, unless `--dispatcher-allow-unauthenticated` says a proxy in front authenticates.
+#[test]
+fn an_open_address_with_auth_off_is_refused_unless_allowed() {
+    let nats = hermes_test_util::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let wide = format!("0.0.0.0:{}", hermes_test_util::free_port());
+    let refused = Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .args(["up", "--grpc-listen", &wide, "--http-listen", "off", "--agents-count", "0"])
+        .args(["--nats-url", &nats.url(), "--data-dir"])
+        .arg(data.path())
+        .current_dir(repo_root())
+        .env("HERMES_LLM_PROVIDER", "none")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "{}", text(&refused));
+    let said = text(&refused);
+    assert!(said.contains(&format!("refusing to serve the gRPC API on {wide} with auth off")), "{said}");
+    assert!(
+        said.contains("HERMES_API_TOKENS_FILE") && said.contains("HERMES_ALLOW_UNAUTHENTICATED"),
+        "{said}"
+    );
+    let (_up, _) = hermes_up_with(&nats.url(), data.path(), &["--dispatcher-allow-unauthenticated"]);
+}
