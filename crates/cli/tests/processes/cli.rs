@@ -146,7 +146,7 @@ fn submit_watch_resumes_after_a_dispatcher_restart() {
         .unwrap();
     let stdout = watch.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let _ = tx.send(line);
         }
@@ -160,7 +160,10 @@ fn submit_watch_resumes_after_a_dispatcher_restart() {
     assert!(up.wait_exit(Duration::from_secs(60)).is_some(), "hermes up drains");
     up.restart();
     let status = watch.wait().unwrap();
+    // Everything it printed, to the end, so a failure shows the whole story.
+    reader.join().unwrap();
     lines.extend(rx.try_iter());
+    lines.push(format!("(exit: {status})"));
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut watch.stderr.take().unwrap(), &mut stderr).unwrap();
     let shown = lines.join("\n");
