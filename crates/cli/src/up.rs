@@ -220,17 +220,18 @@ impl hermes_runtime::Service for UpService {
             ),
             None => {}
         }
-        let nats_shown = crate::nats::without_credentials(&nats.url);
-        match parts.http_addr() {
-            Some(http) => println!("hermes up: grpc {} nats {nats_shown} http {http}", parts.grpc_addr()),
-            None => println!("hermes up: grpc {} nats {nats_shown}", parts.grpc_addr()),
-        }
         if let Some(path) = local_credentials {
             println!(
                 "hermes up: the local nats-server refuses anonymous clients; its user `{}` has the password in {}",
                 crate::nats::LOCAL_USER,
                 path.display()
             );
+        }
+        // The ready line comes last: whoever waits for it may stop reading there.
+        let nats_shown = crate::nats::without_credentials(&nats.url);
+        match parts.http_addr() {
+            Some(http) => println!("hermes up: grpc {} nats {nats_shown} http {http}", parts.grpc_addr()),
+            None => println!("hermes up: grpc {} nats {nats_shown}", parts.grpc_addr()),
         }
         Ok(())
     }

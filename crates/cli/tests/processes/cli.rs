@@ -450,9 +450,18 @@ fn the_local_nats_server_refuses_anonymous_clients_and_takes_its_generated_passw
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let up = Up(child);
-    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
-    let ready = lines.by_ref().find(|l| l.starts_with("hermes up: grpc")).expect("hermes up becomes ready");
-    let note = lines.next().unwrap_or_default();
+    // Everything up to and including the ready line, which comes last.
+    let mut said: Vec<String> = Vec::new();
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        let ready = line.starts_with("hermes up: grpc");
+        said.push(line);
+        if ready {
+            break;
+        }
+    }
+    let ready =
+        said.last().filter(|l| l.starts_with("hermes up: grpc")).expect("hermes up becomes ready").clone();
+    let note = said.iter().find(|l| l.contains("refuses anonymous clients")).cloned().unwrap_or_default();
     let url = ready.split_whitespace().skip_while(|w| *w != "nats").nth(1).unwrap().to_owned();
     assert!(url.starts_with("nats://127.0.0.1:"), "{ready}");
 
