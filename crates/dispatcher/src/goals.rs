@@ -123,6 +123,7 @@ impl GoalService {
         after_seq: u64,
         peer: &str,
     ) -> Result<impl Stream<Item = Result<Event>> + Send + use<>> {
+        // The one read of the goal: it exists, and is this principal's.
         self.get_as(who, goal_id).await?;
         let client = if who.tenant.is_some() { format!("token:{}", who.name) } else { peer.to_owned() };
         self.watch(goal_id, after_seq, &client).await
@@ -407,17 +408,17 @@ impl GoalService {
 
     /// The goal's events from the start, or those after `after_seq`, ending with its terminal
     /// event. Everything up to and including `after_seq` is skipped (agent events, which have no
-    /// `seq`, among them), so a watcher that resumes gets exactly what came after. A goal that
-    /// never existed is `NotFound` at once rather than a wait for ever. `client` (its peer
-    /// address) holds one of its places under `max_watches_per_client` while the stream lives.
-    pub async fn watch(
+    /// `seq`, among them), so a watcher that resumes gets exactly what came after. The caller
+    /// ([`GoalService::watch_as`]) has loaded the goal, so one that never existed is `NotFound` at
+    /// once rather than a wait for ever. `client` holds one of its places under
+    /// `max_watches_per_client` while the stream lives.
+    async fn watch(
         &self,
         goal_id: &str,
         after_seq: u64,
         client: &str,
     ) -> Result<impl Stream<Item = Result<Event>> + Send + use<>> {
         let permit = self.watchers.acquire(client)?;
-        self.get(goal_id).await?;
         let lease = self.hub.subscribe(goal_id).await?;
         info!(goal_id, "watch started");
         struct Cursor {

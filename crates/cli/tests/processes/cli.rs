@@ -450,15 +450,7 @@ fn the_local_nats_server_refuses_anonymous_clients_and_takes_its_generated_passw
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let up = Up(child);
-    // Everything up to and including the ready line, which comes last.
-    let mut said: Vec<String> = Vec::new();
-    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-        let ready = line.starts_with("hermes up: grpc");
-        said.push(line);
-        if ready {
-            break;
-        }
-    }
+    let said = crate::said_until_ready(stdout);
     let ready =
         said.last().filter(|l| l.starts_with("hermes up: grpc")).expect("hermes up becomes ready").clone();
     let note = said.iter().find(|l| l.contains("refuses anonymous clients")).cloned().unwrap_or_default();

@@ -6,7 +6,6 @@
 //! exist fails the test. Slow: the first plan of a process reads the whole catalogue (about
 //! 100 s on 2 cores), each later one about 20 s.
 
-use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -87,15 +86,7 @@ fn hermes_up_without_the_embedded_model_says_so_and_refuses_text_goals() {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let _up = Killed(child);
-    // Everything it says up to its ready line.
-    let mut said = Vec::new();
-    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-        let ready = line.starts_with("hermes up: grpc");
-        said.push(line);
-        if ready {
-            break;
-        }
-    }
+    let said = crate::said_until_ready(stdout);
     assert!(
         said.iter().any(|l| l.contains("no model configured and the embedded model")
             && l.contains("is not installed (run `make models`)")),

@@ -15,3 +15,17 @@ mod observability;
 fn repo_root() -> std::path::PathBuf {
     hermes_test_util::process::repo_root_from(env!("CARGO_MANIFEST_DIR"))
 }
+
+/// What `hermes up` prints on stdout up to and including its ready line, which it prints last.
+fn said_until_ready(stdout: std::process::ChildStdout) -> Vec<String> {
+    use std::io::BufRead;
+    let mut said = Vec::new();
+    for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        let ready = line.starts_with("hermes up: grpc");
+        said.push(line);
+        if ready {
+            break;
+        }
+    }
+    said
+}
