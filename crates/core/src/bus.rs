@@ -48,6 +48,11 @@ pub struct BusConfig {
     /// A NATS credentials file (JWT and NKey seed) to authenticate with. User and password can
     /// instead be given in the URL (`nats://user:password@host:4222`).
     pub credentials_file: Option<std::path::PathBuf>,
+    /// The prefix of this connection's reply subjects (every request, JetStream API call and
+    /// publish ack answers there). `None`: `_INBOX_<user>` when the URL names a user, else
+    /// `_INBOX`. With one inbox prefix per NATS user, a server can forbid each user the others'
+    /// replies (`deploy/nats/accounts.conf`).
+    pub inbox_prefix: Option<String>,
 }
 
 impl BusConfig {
@@ -64,6 +69,7 @@ impl BusConfig {
             inline_limit: crate::artifacts::DEFAULT_INLINE_LIMIT,
             artifacts_max_age: Duration::from_secs(7 * 24 * 3600),
             credentials_file: None,
+            inbox_prefix: None,
         }
     }
 
@@ -98,6 +104,10 @@ pub struct PublishOutcome {
     pub duplicate: bool,
 }
 
+fn is_subject_token(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 /// `url` with any `user:password@` taken out, for messages.
 pub fn without_credentials(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -116,16 +126,35 @@ impl Bus {
             });
         }
         let mut options = async_nats::ConnectOptions::new();
+        let mut inbox_prefix = config.inbox_prefix.clone().unwrap_or_else(|| "_INBOX".to_owned());
         // async-nats reads no credentials from the URL itself: `user:password@` (or a lone
         // `token@`) is applied here.
         if let Ok(addr) = config.url.parse::<async_nats::ServerAddr>()
             && let Some(user) = addr.username()
         {
             options = match addr.password() {
-                Some(password) => options.user_and_password(user.to_owned(), password.to_owned()),
+                Some(password) => {
+                    if config.inbox_prefix.is_none() {
+                        inbox_prefix = format!("_INBOX_{user}");
+                    }
+                    options.user_and_password(user.to_owned(), password.to_owned())
+                }
                 None => options.token(user.to_owned()),
             };
         }
+        if !is_subject_token(inbox_prefix.trim_start_matches('_')) {
+            return Err(Error::InvalidArgument {
+                field: "nats.inbox_prefix (HERMES_NATS_INBOX_PREFIX)".into(),
+                reason: format!("`{inbox_prefix}` must be one subject token of [A-Za-z0-9_-]"),
+            });
+        }
+        // A server refuses a forbidden publish or subscription with an -ERR on the connection,
+        // not on the request, which then times out: say what was refused.
+        options = options.custom_inbox_prefix(inbox_prefix).event_callback(|event| async move {
+            if let async_nats::Event::ServerError(e) = event {
+                tracing::warn!(error = %e, "the NATS server refused an operation of this connection");
+            }
+        });
         if let Some(path) = &config.credentials_file {
             options = options.credentials_file(path).await.map_err(|e| Error::InvalidArgument {
                 field: "nats.creds (HERMES_NATS_CREDS)".into(),

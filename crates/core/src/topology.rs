@@ -226,6 +226,16 @@ impl Topology {
     pub fn agents_list(&self) -> String {
         format!("{}.registry.agents", self.prefix)
     }
+    /// Where agents send `AgentReport`s about the attempts they run: the events of their agent
+    /// loops and their approvals, which agents may not publish or write themselves (core NATS
+    /// request/reply, answered by one dispatcher of [`Topology::dispatcher_queue`]).
+    pub fn agent_report(&self) -> String {
+        format!("{}.agent.report", self.prefix)
+    }
+    /// Queue group shared by dispatcher replicas for agent reports.
+    pub fn dispatcher_queue(&self) -> String {
+        format!("{}-dispatcher", self.prefix)
+    }
     /// Queue group shared by registry replicas.
     pub fn registry_queue(&self) -> String {
         format!("{}-registry", self.prefix)

@@ -20,10 +20,10 @@ use hermes_core::{Bus, Error, GoalId, Result, now_unix_ms};
 use hermes_proto::event::Kind;
 use hermes_proto::plan_result::Outcome;
 use hermes_proto::{
-    Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup, PlanCreated, PlanResult, TaskResult,
+    AgentReport, Approval, Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup, PlanCreated, PlanResult, TaskResult,
     TokenUsage,
 };
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::access::{Need, Principal, TENANT_LABEL};
 use crate::effects::{EffectsPublisher, Followups};
@@ -336,6 +336,7 @@ impl GoalService {
             deadline_unix_ms: now + timeout_ms,
             traceparent: trace.to_header(),
             spec: Some(GoalSpec { plan: None, ..spec.clone() }),
+            result_key: rand::random::<[u8; 32]>().to_vec(),
             ..Default::default()
         };
         let mut effects = Effects::default();
@@ -492,23 +493,134 @@ impl GoalService {
         };
         let decided = self.bus.approvals().decide(goal_id, call_id, decision).await?.ok_or_else(not_found)?;
         if decided.recorded {
-            let event = Event {
-                goal_id: goal_id.to_owned(),
-                at_unix_ms: now_unix_ms(),
-                kind: Some(Kind::ApprovalDecided(hermes_proto::ApprovalDecided {
-                    call_id: call_id.to_owned(),
-                    approved: approve,
-                    note: note.to_owned(),
-                    timed_out: false,
-                })),
-                seq: 0,
-                session_id: String::new(),
-            };
-            let msg_id = engine::event_msg_id(&event);
-            self.bus.publish_event(&event, &msg_id).await?;
-            info!(goal_id, call_id, approved = approve, event = "approval_decided", "approval decided");
+            self.announce_decision(goal_id, call_id, &decided.decision).await?;
         }
         Ok(decided.decision)
+    }
+
+    /// Publishes `ApprovalDecided` for a decision just recorded.
+    async fn announce_decision(
+        &self,
+        goal_id: &str,
+        call_id: &str,
+        decision: &hermes_proto::ApprovalDecision,
+    ) -> Result<()> {
+        let event = Event {
+            goal_id: goal_id.to_owned(),
+            at_unix_ms: now_unix_ms(),
+            kind: Some(Kind::ApprovalDecided(hermes_proto::ApprovalDecided {
+                call_id: call_id.to_owned(),
+                approved: decision.approved,
+                note: decision.note.clone(),
+                timed_out: decision.timed_out,
+            })),
+            seq: 0,
+            session_id: String::new(),
+        };
+        let msg_id = engine::event_msg_id(&event);
+        self.bus.publish_event(&event, &msg_id).await?;
+        info!(goal_id, call_id, approved = decision.approved, timed_out = decision.timed_out,
+            event = "approval_decided", "approval decided");
+        Ok(())
+    }
+
+    /// Acts for an agent on the attempt it runs (see `AgentReport`): publishes its agent loop's
+    /// `ToolCalled` events, stores and announces the approvals it asks for, and records a
+    /// timed-out approval. The report must name the node's current attempt with that attempt's
+    /// `result_token`, so only the agent that pulled the task is heard; anything else is
+    /// `DENIED`. Returns the approval as stored, for approval reports.
+    pub async fn agent_report(&self, report: &AgentReport) -> Result<Option<Approval>> {
+        use hermes_proto::agent_report::Kind as Report;
+        let goal_id = report.goal_id.as_str();
+        let state = self.get(goal_id).await?;
+        let index = match engine::authentic_attempt(&state, &report.node_id, &report.task_id, &report.result_token)
+        {
+            Ok(index) => index,
+            Err(why) => {
+                warn!(goal_id, task_id = %report.task_id, claimed_agent = %report.agent_id, event = "report_refused", ?why,
+                    "refused an agent report that does not carry its attempt's token");
+                return Err(Error::Denied {
+                    reason: format!("task {} is not a running attempt of this agent", report.task_id),
+                });
+            }
+        };
+        match &report.kind {
+            Some(Report::Event(event)) => {
+                let Some(Kind::ToolCalled(called)) = &event.kind else {
+                    return Err(Error::Denied { reason: "agents may report only ToolCalled events".into() });
+                };
+                // The goal, node and attempt are the verified ones, whatever the report said.
+                let called = hermes_proto::ToolCalled {
+                    node_id: report.node_id.clone(),
+                    attempt: state.nodes[index].attempt,
+                    ..called.clone()
+                };
+                let event = Event {
+                    goal_id: goal_id.to_owned(),
+                    at_unix_ms: now_unix_ms(),
+                    kind: Some(Kind::ToolCalled(called)),
+                    seq: 0,
+                    session_id: String::new(),
+                };
+                self.bus.publish_event(&event, &engine::event_msg_id(&event)).await?;
+                Ok(None)
+            }
+            Some(Report::RequestApproval(asked)) => {
+                hermes_core::ids::check_id("call_id", &asked.call_id, 256, IdShape::Dotted)?;
+                let approval = Approval {
+                    goal_id: goal_id.to_owned(),
+                    node_id: report.node_id.clone(),
+                    decision: None,
+                    ..asked.clone()
+                };
+                let (stored, _, created) = self.bus.approvals().create(&approval).await?;
+                if stored.goal_id != goal_id {
+                    return Err(Error::Denied { reason: format!("approval {} is another goal's", asked.call_id) });
+                }
+                if created {
+                    let event = Event {
+                        goal_id: goal_id.to_owned(),
+                        at_unix_ms: now_unix_ms(),
+                        kind: Some(Kind::ApprovalRequired(hermes_proto::ApprovalRequired {
+                            call_id: stored.call_id.clone(),
+                            node_id: stored.node_id.clone(),
+                            tool: stored.tool.clone(),
+                            arguments_json: stored.arguments_json.clone(),
+                            reason: stored.reason.clone(),
+                            expires_unix_ms: stored.expires_unix_ms,
+                        })),
+                        seq: 0,
+                        session_id: String::new(),
+                    };
+                    self.bus.publish_event(&event, &engine::event_msg_id(&event)).await?;
+                    info!(goal_id, node_id = %stored.node_id, call_id = %stored.call_id, tool = %stored.tool,
+                        event = "approval_required", "waiting for approval");
+                }
+                Ok(Some(stored))
+            }
+            Some(Report::ApprovalTimedOut(call_id)) => {
+                let not_found = || Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") };
+                let Some((approval, _)) = self.bus.approvals().load(call_id).await? else { return Err(not_found()) };
+                if approval.goal_id != goal_id {
+                    return Err(not_found());
+                }
+                if approval.decision.is_none() && now_unix_ms() < approval.expires_unix_ms {
+                    return Err(Error::FailedPrecondition(format!("approval {call_id} has not expired yet")));
+                }
+                let timeout = hermes_proto::ApprovalDecision {
+                    approved: false,
+                    note: "no decision in time".into(),
+                    decided_unix_ms: now_unix_ms(),
+                    timed_out: true,
+                };
+                let decided = self.bus.approvals().decide(goal_id, call_id, timeout).await?.ok_or_else(not_found)?;
+                if decided.recorded {
+                    self.announce_decision(goal_id, call_id, &decided.decision).await?;
+                }
+                Ok(Some(Approval { decision: Some(decided.decision), ..decided.approval }))
+            }
+            None => Err(Error::InvalidArgument { field: "kind".into(), reason: "the report is empty".into() }),
+        }
     }
 
     /// Applies a batch of results for one goal in a single compare-and-set. Duplicates and
@@ -520,7 +632,15 @@ impl GoalService {
             .transition(goal_id, |state, effects, now| {
                 let changed = results
                     .iter()
-                    .filter(|r| engine::apply_result(state, r, limits, now, effects) == Applied::Changed)
+                    .filter(|r| match engine::apply_result(state, r, limits, now, effects) {
+                        Applied::Changed => true,
+                        Applied::Forged => {
+                            warn!(goal_id, task_id = %r.task_id, claimed_agent = %r.agent_id, event = "forged_result",
+                                "ignored a result without its attempt's token: it did not come from the agent that pulled the task");
+                            false
+                        }
+                        Applied::Stale => false,
+                    })
                     .count();
                 (changed > 0).then_some(changed)
             })

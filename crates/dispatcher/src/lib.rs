@@ -188,6 +188,8 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let s = service.clone();
     cx.spawn_loop("dlq", move |stop| workers::dlq::run(s, stop));
     let s = service.clone();
+    cx.spawn_loop("agent-reports", move |stop| workers::reports::run(s, stop));
+    let s = service.clone();
     cx.spawn_loop("timers", move |stop| workers::timers::run(s, deadlines, stop));
     let b = bus.clone();
     cx.spawn_loop("queue-depth", move |stop| workers::queue_depth::run(b, stop));

@@ -395,9 +395,10 @@ async fn publish_tool_called(
             elapsed_ms: started.elapsed().as_millis() as u64,
         })),
     };
-    let msg_id = format!("{}:tool:{}:{}:{step}:{index}", scope.goal_id, scope.node_id, scope.attempt);
-    if let Err(e) = scope.bus.publish_event(&event, &msg_id).await {
-        tracing::warn!(error = %e, "cannot publish a tool call event");
+    // A dispatcher publishes it for the agent (agents publish no goal events themselves).
+    let kind = hermes_proto::agent_report::Kind::Event(event);
+    if let Err(e) = crate::approval::report(scope, kind).await {
+        tracing::warn!(error = %e.message, "cannot report a tool call event");
     }
 }
 

@@ -3,13 +3,15 @@
 //! is stored in the `hermes_approvals` KV bucket under an id that is the same for every attempt of
 //! the node, so a restarted or replacement agent finds it and keeps waiting for the same decision.
 //! Nobody deciding before the deadline counts as a denial. The task stays alive meanwhile: the
-//! agent keeps sending progress acks.
+//! agent keeps sending progress acks. The agent only reads the bucket: a dispatcher stores the
+//! request and records the timeout for it ([`report`]), so an agent cannot approve its own calls.
 
 use std::time::Duration;
 
 use hermes_core::{ErrorCode, now_unix_ms};
-use hermes_proto::event::Kind;
-use hermes_proto::{Approval, ApprovalDecided, ApprovalDecision, ApprovalRequired, Event};
+use hermes_proto::agent_report::Kind;
+use hermes_proto::{AgentReport, AgentReportReply, Approval, ApprovalDecision};
+use prost::Message as _;
 use serde_json::Value;
 use tracing::info;
 
@@ -17,6 +19,8 @@ use crate::tool::{TaskScope, ToolError};
 
 /// How often a waiting call looks for the decision.
 const POLL: Duration = Duration::from_millis(100);
+/// How long an agent waits for a dispatcher to answer a report.
+const REPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn unavailable(e: impl std::fmt::Display) -> ToolError {
     ToolError { code: ErrorCode::Unavailable, message: format!("approvals: {e}") }
@@ -39,22 +43,11 @@ pub(crate) async fn gate(
             return decided(tool, decision);
         }
         if now_unix_ms() >= approval.expires_unix_ms {
-            let timeout = ApprovalDecision {
-                approved: false,
-                note: "no decision in time".into(),
-                decided_unix_ms: now_unix_ms(),
-                timed_out: true,
-            };
-            // The first decision wins: a person deciding at the last moment beats the timeout.
-            match store.decide(&scope.goal_id, call_id, timeout).await.map_err(unavailable)? {
-                Some(decided_now) => {
-                    if decided_now.recorded {
-                        publish_decided(scope, call_id, &decided_now.decision).await;
-                    }
-                    return decided(tool, &decided_now.decision);
-                }
-                None => return Err(unavailable("the approval vanished")),
-            }
+            // A dispatcher records the timeout; the first decision wins, so a person deciding
+            // at the last moment beats it.
+            let reported = report(scope, Kind::ApprovalTimedOut(call_id.to_owned())).await?;
+            let decision = reported.and_then(|a| a.decision).ok_or_else(|| unavailable("no decision came back"))?;
+            return decided(tool, &decision);
         }
         tokio::time::sleep(POLL).await;
         if let Some((latest, _)) = store.load(call_id).await.map_err(unavailable)? {
@@ -63,8 +56,8 @@ pub(crate) async fn gate(
     }
 }
 
-/// Stores a pending approval and announces it with `ApprovalRequired` (only the delivery that
-/// created it announces it).
+/// Asks a dispatcher to store a pending approval and announce it with `ApprovalRequired` (only
+/// the first request for a call announces it); returns the approval as stored.
 async fn ask(scope: &TaskScope, call_id: &str, tool: &str, args: &Value) -> Result<Approval, ToolError> {
     let approval = Approval {
         call_id: call_id.to_owned(),
@@ -77,44 +70,39 @@ async fn ask(scope: &TaskScope, call_id: &str, tool: &str, args: &Value) -> Resu
         expires_unix_ms: now_unix_ms() + scope.approval_timeout.as_millis() as u64,
         decision: None,
     };
-    let (approval, _, created) = scope.bus.approvals().create(&approval).await.map_err(unavailable)?;
-    if !created {
-        return Ok(approval);
-    }
-    let event = Event {
-        seq: 0,
-        session_id: String::new(),
-        goal_id: scope.goal_id.clone(),
-        at_unix_ms: now_unix_ms(),
-        kind: Some(Kind::ApprovalRequired(ApprovalRequired {
-            call_id: call_id.to_owned(),
-            node_id: scope.node_id.clone(),
-            tool: tool.to_owned(),
-            arguments_json: approval.arguments_json.clone(),
-            reason: approval.reason.clone(),
-            expires_unix_ms: approval.expires_unix_ms,
-        })),
-    };
-    let msg_id = format!("{}:approval:{call_id}", scope.goal_id);
-    scope.bus.publish_event(&event, &msg_id).await.map_err(unavailable)?;
+    let stored = report(scope, Kind::RequestApproval(approval)).await?;
+    let stored = stored.ok_or_else(|| unavailable("no approval came back"))?;
     info!(goal_id = %scope.goal_id, node_id = %scope.node_id, call_id, tool, event = "approval_required", "waiting for approval");
-    Ok(approval)
+    Ok(stored)
 }
 
-async fn publish_decided(scope: &TaskScope, call_id: &str, decision: &ApprovalDecision) {
-    let event = Event {
-        seq: 0,
-        session_id: String::new(),
+/// Sends an `AgentReport` about the scope's attempt to a dispatcher and waits for its answer:
+/// agents publish no goal events and write no approvals themselves (`docs/security.md`).
+pub(crate) async fn report(scope: &TaskScope, kind: Kind) -> Result<Option<Approval>, ToolError> {
+    let request = AgentReport {
         goal_id: scope.goal_id.clone(),
-        at_unix_ms: now_unix_ms(),
-        kind: Some(Kind::ApprovalDecided(ApprovalDecided {
-            call_id: call_id.to_owned(),
-            approved: decision.approved,
-            note: decision.note.clone(),
-            timed_out: decision.timed_out,
-        })),
+        node_id: scope.node_id.clone(),
+        task_id: scope.task_id.clone(),
+        result_token: scope.result_token.clone(),
+        agent_id: scope.agent_id.clone(),
+        kind: Some(kind),
     };
-    let _ = scope.bus.publish_event(&event, &format!("{}:decided:{call_id}", scope.goal_id)).await;
+    let subject = scope.bus.topology().agent_report();
+    let answer = tokio::time::timeout(
+        REPORT_TIMEOUT,
+        scope.bus.client().request(subject, request.encode_to_vec().into()),
+    )
+    .await
+    .map_err(|_| unavailable("no dispatcher answered the report in time"))?
+    .map_err(|e| unavailable(format!("no dispatcher answered the report: {e}")))?;
+    let reply = AgentReportReply::decode(answer.payload).map_err(|e| unavailable(format!("unreadable answer: {e}")))?;
+    match reply.error {
+        Some(error) => Err(ToolError {
+            code: ErrorCode::parse(&error.code).unwrap_or(ErrorCode::Unavailable),
+            message: format!("the dispatcher refused the report: {}", error.message),
+        }),
+        None => Ok(reply.approval),
+    }
 }
 
 fn decided(tool: &str, decision: &ApprovalDecision) -> Result<(), ToolError> {

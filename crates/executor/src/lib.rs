@@ -433,7 +433,9 @@ async fn publish_result(
     let task = &delivery.message;
     let subject = shared.bus.topology().result(&task.goal_id);
     let trace = hermes_core::trace::propagate(delivery.trace.as_ref());
-    shared.bus.publish(subject, result, &format!("result:{}", task.task_id), trace.as_ref()).await
+    // The attempt's token proves the result comes from the agent that pulled the task.
+    let result = TaskResult { result_token: task.result_token.clone(), ..result.clone() };
+    shared.bus.publish(subject, &result, &format!("result:{}", task.task_id), trace.as_ref()).await
 }
 
 /// Crashes with one node in flight after which its task is quarantined.
@@ -718,6 +720,9 @@ async fn run_tool(
             goal_id: task.goal_id.clone(),
             node_id: task.node_id.clone(),
             attempt: task.attempt,
+            task_id: task.task_id.clone(),
+            result_token: task.result_token.clone(),
+            agent_id: shared.agent_id.clone(),
             calls: Default::default(),
             approval_timeout: shared.approval_timeout,
             cancel,

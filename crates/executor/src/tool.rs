@@ -106,6 +106,11 @@ pub struct TaskScope {
     pub goal_id: String,
     pub node_id: String,
     pub attempt: u32,
+    pub task_id: String,
+    /// The attempt's secret from its task message: the dispatchers hear this agent's reports on
+    /// the task (events, approvals) only with it.
+    pub result_token: String,
+    pub agent_id: String,
     /// Calls made so far in this task, for the call index.
     pub calls: Arc<std::sync::atomic::AtomicU32>,
     /// How long a call needing confirmation waits for a human before it counts as denied.

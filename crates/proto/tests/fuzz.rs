@@ -253,11 +253,12 @@ fn token_usage() -> BoxedStrategy<pb::TokenUsage> {
 }
 
 fn task_message() -> BoxedStrategy<pb::TaskMessage> {
-    ((text(), text(), text(), any::<u32>()), (text(), text(), any::<u64>(), texts(), text()))
+    ((text(), text(), text(), any::<u32>()), (text(), text(), any::<u64>(), texts(), text()), text())
         .prop_map(
             |(
                 (goal_id, node_id, task_id, attempt),
                 (task_type, inputs_json, deadline_unix_ms, memory_refs, session_id),
+                result_token,
             )| pb::TaskMessage {
                 goal_id,
                 node_id,
@@ -268,6 +269,7 @@ fn task_message() -> BoxedStrategy<pb::TaskMessage> {
                 deadline_unix_ms,
                 memory_refs,
                 session_id,
+                result_token,
             },
         )
         .boxed()
@@ -278,12 +280,14 @@ fn task_result() -> BoxedStrategy<pb::TaskResult> {
         (text(), text(), text(), any::<u32>()),
         (any::<i32>(), text(), prop::option::of(wire_error()), any::<u64>()),
         (text(), prop::option::of(token_usage()), text(), any::<u64>()),
+        text(),
     )
         .prop_map(
             |(
                 (goal_id, node_id, task_id, attempt),
                 (status, output_json, error, elapsed_ms),
                 (agent_id, tokens, memory_ref, started_unix_ms),
+                result_token,
             )| pb::TaskResult {
                 goal_id,
                 node_id,
@@ -297,6 +301,7 @@ fn task_result() -> BoxedStrategy<pb::TaskResult> {
                 tokens,
                 memory_ref,
                 started_unix_ms,
+                result_token,
             },
         )
         .boxed()

@@ -15,11 +15,14 @@ pub struct NatsSettings {
     pub replicas: usize,
     /// A NATS credentials file (JWT and NKey seed).
     pub creds: Option<std::path::PathBuf>,
+    /// The prefix of the connection's reply subjects; unset: `_INBOX_<user>` with a user in the
+    /// URL, else `_INBOX`.
+    pub inbox_prefix: Option<String>,
 }
 
 impl Default for NatsSettings {
     fn default() -> Self {
-        NatsSettings { url: "nats://127.0.0.1:4222".to_owned(), replicas: 1, creds: None }
+        NatsSettings { url: "nats://127.0.0.1:4222".to_owned(), replicas: 1, creds: None, inbox_prefix: None }
     }
 }
 
@@ -29,6 +32,7 @@ impl NatsSettings {
         let mut config = hermes_core::BusConfig::new(&self.url).with_name(name);
         config.replicas = self.replicas;
         config.credentials_file = self.creds.clone();
+        config.inbox_prefix = self.inbox_prefix.clone();
         config
     }
 }
@@ -81,6 +85,7 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "nats.url" => "NATS server URL (user and password may be given in it).",
         "nats.replicas" => "Replicas of the streams and buckets Hermes creates (1, or 3 on a cluster).",
         "nats.creds" => "A NATS credentials file.",
+        "nats.inbox_prefix" => "Prefix of the connection's reply subjects; unset: _INBOX_<user> with a user in the URL.",
         "metrics_listen" => "Serve /metrics and /healthz on this address; unset: nowhere.",
         "drain_timeout_secs" => "Longest each shutdown step may take, in seconds.",
         "grpc.listen" => "Address the gRPC API listens on.",

@@ -18,6 +18,8 @@ pub struct NatsServer {
     port: u16,
     store: tempfile::TempDir,
     binary: PathBuf,
+    /// A config file (`-c`), for servers with accounts and users.
+    config: Option<PathBuf>,
 }
 
 impl NatsServer {
@@ -27,11 +29,32 @@ impl NatsServer {
         let binary = nats_server_binary().unwrap_or_else(|e| panic!("{e}"));
         let store = tempfile::tempdir().expect("temp store dir");
         let ports = tempfile::tempdir().expect("temp ports dir");
-        let child = spawn(&binary, "-1", store.path(), Some(ports.path()));
-        let mut server = NatsServer { child, port: 0, store, binary };
+        let child = spawn(&binary, "-1", store.path(), Some(ports.path()), None);
+        let mut server = NatsServer { child, port: 0, store, binary, config: None };
         server.port = server.read_port(ports.path());
         server.wait_ready();
         server
+    }
+
+    /// Starts a server with `config` (nats-server's config syntax: accounts, users and their
+    /// permissions) on a port of its own choosing. Its log goes to [`NatsServer::log`], where
+    /// tests find the permission violations the server reported.
+    pub fn start_with_config(config: &str) -> NatsServer {
+        let binary = nats_server_binary().unwrap_or_else(|e| panic!("{e}"));
+        let store = tempfile::tempdir().expect("temp store dir");
+        let ports = tempfile::tempdir().expect("temp ports dir");
+        let path = store.path().join("server.conf");
+        std::fs::write(&path, config).expect("write the server config");
+        let child = spawn(&binary, "-1", store.path(), Some(ports.path()), Some(&path));
+        let mut server = NatsServer { child, port: 0, store, binary, config: Some(path) };
+        server.port = server.read_port(ports.path());
+        server.wait_ready();
+        server
+    }
+
+    /// The server's log (for servers started with a config).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.store.path().join("server.log")).unwrap_or_default()
     }
 
     pub fn url(&self) -> String {
@@ -51,7 +74,7 @@ impl NatsServer {
     /// Starts the server again on the same port and store dir, as a restarted pod would.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = spawn(&self.binary, &self.port.to_string(), self.store.path(), None);
+        self.child = spawn(&self.binary, &self.port.to_string(), self.store.path(), None, self.config.as_deref());
         self.wait_ready();
     }
 
@@ -99,8 +122,11 @@ impl Drop for NatsServer {
     }
 }
 
-fn spawn(binary: &Path, port: &str, store: &Path, ports_dir: Option<&Path>) -> Child {
+fn spawn(binary: &Path, port: &str, store: &Path, ports_dir: Option<&Path>, config: Option<&Path>) -> Child {
     let mut command = Command::new(binary);
+    if let Some(config) = config {
+        command.arg("-c").arg(config).arg("-l").arg(store.join("server.log"));
+    }
     command.args(["-a", "127.0.0.1", "-p", port, "-js", "-sd"]).arg(store);
     if let Some(dir) = ports_dir {
         command.arg("--ports_file_dir").arg(dir);

@@ -101,6 +101,15 @@ impl HermesProcess {
         HermesProcess { child: recipe.spawn(), recipe }
     }
 
+    /// Like [`HermesProcess::start`], with the process's stderr (its JSON log lines) written to
+    /// `stderr`, emptied first.
+    pub fn start_logged(binary: impl AsRef<Path>, args: &[&str], stderr: &Path) -> HermesProcess {
+        std::fs::File::create(stderr).expect("stderr file");
+        let mut recipe = Recipe::new(binary.as_ref(), "hermes", args);
+        recipe.stderr = Some(stderr.to_path_buf());
+        HermesProcess { child: recipe.spawn(), recipe }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -5,6 +5,7 @@
 //! One test binary, not one per file: each links the whole stack, and CI machines have two cores
 //! and a bounded disk.
 
+mod bus;
 mod cli;
 mod embedded;
 mod grpcurl;

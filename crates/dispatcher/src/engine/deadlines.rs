@@ -86,6 +86,7 @@ pub fn expire(
             attempt: node.attempt,
             status: TaskStatus::Failed as i32,
             agent_id: node.agent_id.clone(),
+            result_token: result_token(&state.result_key, &node.task_id),
             error: Some(wire_error(
                 ErrorCode::Timeout,
                 format!(

@@ -202,6 +202,36 @@ pub enum Applied {
     Changed,
     /// The result is for an attempt that is no longer current, or was already applied.
     Stale,
+    /// The result names the current attempt but not with its `result_token`: it did not come
+    /// from the agent that pulled the task, and is ignored.
+    Forged,
+}
+
+/// The secret of attempt `task_id` of a goal whose result key is `key`: SHA-256 over the key and
+/// the task id, in hex, cut to 32 characters. Empty when the goal has no key (it was stored
+/// before result tokens existed).
+pub fn result_token(key: &[u8], task_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    if key.is_empty() {
+        return String::new();
+    }
+    let digest = Sha256::new().chain_update(key).chain_update(b"\0").chain_update(task_id).finalize();
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `token` is the `result_token` of attempt `task_id` of `state`, compared in constant
+/// time.
+pub fn token_matches(state: &GoalState, task_id: &str, token: &str) -> bool {
+    let expected = result_token(&state.result_key, task_id);
+    expected.len() == token.len()
+        && expected.bytes().zip(token.bytes()).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+}
+
+/// The index of the node whose current attempt is `task_id` of node `node_id`, when `token` is
+/// that attempt's: what an agent's result or report must name to be heard.
+pub fn authentic_attempt(state: &GoalState, node_id: &str, task_id: &str, token: &str) -> Result<usize, Applied> {
+    let index = current_attempt(state, node_id, task_id).ok_or(Applied::Stale)?;
+    if token_matches(state, task_id, token) { Ok(index) } else { Err(Applied::Forged) }
 }
 
 /// A fresh node table for a plan.

@@ -12,8 +12,9 @@ pub fn apply_result(
     now_ms: u64,
     effects: &mut Effects,
 ) -> Applied {
-    let Some(index) = current_attempt(state, &result.node_id, &result.task_id) else {
-        return Applied::Stale;
+    let index = match authentic_attempt(state, &result.node_id, &result.task_id, &result.result_token) {
+        Ok(index) => index,
+        Err(ignored) => return ignored,
     };
     let goal_id = state.goal_id.clone();
     if result.status == TaskStatus::Succeeded as i32 {

@@ -107,6 +107,30 @@ fn duplicate_and_stale_results_are_ignored() {
 }
 
 #[test]
+fn a_result_without_its_attempts_token_is_forged_and_changes_nothing() {
+    let mut s = GoalState { result_key: vec![7; 32], ..state() };
+    let mut fx = Effects::default();
+    dispatch_ready(&mut s, LIMITS, 10, &mut fx);
+    let token = fx.tasks[0].result_token.clone();
+    assert_eq!(token.len(), 32, "every task carries its attempt's token");
+    assert_ne!(token, fx.tasks[1].result_token, "each attempt has its own");
+    assert_eq!(token, result_token(&s.result_key, "g-1.a.1"), "the token is the same when recomputed");
+
+    for forged in ["", "0123456789abcdef0123456789abcdef", fx.tasks[1].result_token.as_str()] {
+        let result = TaskResult { result_token: forged.into(), ..ok("a", 1, json!({"v": "forged"})) };
+        let mut fx = Effects::default();
+        assert_eq!(apply_result(&mut s, &result, LIMITS, 11, &mut fx), Applied::Forged, "{forged:?}");
+        assert!(fx.events.is_empty() && fx.tasks.is_empty());
+        assert_eq!(s.nodes[0].status, NodeStatus::Dispatched as i32);
+    }
+    let real = TaskResult { result_token: token, ..ok("a", 1, json!({"v": 1})) };
+    assert_eq!(apply_result(&mut s, &real, LIMITS, 12, &mut Effects::default()), Applied::Changed);
+    assert_eq!(s.nodes[0].output_json, json!({"v": 1}).to_string());
+    // A stale attempt stays stale, token or not.
+    assert_eq!(apply_result(&mut s, &real, LIMITS, 13, &mut Effects::default()), Applied::Stale);
+}
+
+#[test]
 fn retryable_failures_retry_then_fail_the_goal() {
     let mut s = state();
     dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());

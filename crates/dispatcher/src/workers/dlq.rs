@@ -54,11 +54,13 @@ async fn poison(service: &GoalService, advisory: MaxDeliveries) -> Result<()> {
     }
     warn!(origin, kind, reason, event = "dead_lettered", "poison message moved to the dlq");
     let error = |subject: &str| wire_error(ErrorCode::PoisonMessage, format!("{subject}: {reason}"));
-    let poisoned = |goal_id: &str, node_id: &str, task_id: &str, attempt: u32| TaskResult {
+    // The poisoned message's own token answers its attempt (a task's, or a late result's).
+    let poisoned = |goal_id: &str, node_id: &str, task_id: &str, attempt: u32, token: &str| TaskResult {
         goal_id: goal_id.to_owned(),
         node_id: node_id.to_owned(),
         task_id: task_id.to_owned(),
         attempt,
+        result_token: token.to_owned(),
         status: TaskStatus::Failed as i32,
         error: Some(error(&message.subject)),
         ..Default::default()
@@ -66,13 +68,13 @@ async fn poison(service: &GoalService, advisory: MaxDeliveries) -> Result<()> {
     match kind {
         "task" => {
             if let Ok(task) = TaskMessage::decode(message.payload.clone()) {
-                let result = poisoned(&task.goal_id, &task.node_id, &task.task_id, task.attempt);
+                let result = poisoned(&task.goal_id, &task.node_id, &task.task_id, task.attempt, &task.result_token);
                 service.apply_results(&task.goal_id, &[result]).await?;
             }
         }
         "result" => {
             if let Ok(late) = TaskResult::decode(message.payload.clone()) {
-                let result = poisoned(&late.goal_id, &late.node_id, &late.task_id, late.attempt);
+                let result = poisoned(&late.goal_id, &late.node_id, &late.task_id, late.attempt, &late.result_token);
                 service.apply_results(&late.goal_id, &[result]).await?;
             }
         }

@@ -8,6 +8,7 @@
 //! - [`plans`]: the plan results consumer;
 //! - [`timers`]: goal and attempt deadlines, rebuilt from KV at start and rescanned every minute;
 //! - [`takeover`]: agents that went offline, and tasks no live agent serves;
+//! - [`reports`]: agents' reports on the attempts they run (tool call events, approvals);
 //! - [`dlq`]: poison messages (MaxDeliver advisories) moved to the DLQ;
 //! - [`summaries`]: the written answers of goals given as text;
 //! - [`queue_depth`]: the task queues' backlog, as metrics.
@@ -15,6 +16,7 @@
 pub(crate) mod dlq;
 pub(crate) mod plans;
 pub(crate) mod queue_depth;
+pub(crate) mod reports;
 pub(crate) mod results;
 pub mod summaries;
 pub(crate) mod takeover;

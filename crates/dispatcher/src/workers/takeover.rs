@@ -39,7 +39,7 @@ pub(crate) async fn run(
     shutdown: CancellationToken,
 ) {
     let subject = service.bus().topology().agent_offline();
-    let mut offline = match service.bus().client().subscribe(subject).await {
+    let mut offline = match service.bus().client().subscribe(subject.clone()).await {
         Ok(sub) => sub,
         Err(e) => {
             warn!(error = %e, "cannot subscribe to agent offline notices");
@@ -57,6 +57,12 @@ pub(crate) async fn run(
                 waiting.insert((task.goal_id.clone(), task.node_id.clone()), task);
             }
             Some(msg) = offline.next() => {
+                // A push consumer another bus user created can deliver a stored message to this
+                // subscription; such a message keeps its stored subject, and is no notice.
+                if msg.subject.as_str() != subject {
+                    warn!(subject = %msg.subject, "ignored a message delivered to the offline notices from another subject");
+                    continue;
+                }
                 let Ok(notice) = hermes_proto::AgentOffline::decode(msg.payload) else { continue };
                 let service = service.clone();
                 tokio::spawn(async move {

@@ -1,0 +1,371 @@
+//! The production shape of the bus: every service as its own process and its own NATS user,
+//! under the very `deploy/nats/accounts.conf` a deployment loads. A text goal is planned by the
+//! planner, its agent loop calls a tool, a call waits for a person's approval, and the goal
+//! completes, with nothing any service does refused by the server. Then an agent's credentials
+//! try what the file forbids, and a forged result loses to the real one.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use hermes_proto::dispatcher_client::DispatcherClient;
+use hermes_proto::event::Kind;
+use hermes_proto::{
+    ApproveToolCallRequest, GetGoalRequest, GoalSpec, GoalStatus, SubmitGoalRequest, TaskPlan, TaskResult,
+    TaskStatus, WatchGoalRequest,
+};
+use hermes_test_util::NatsServer;
+use hermes_test_util::process::{HermesProcess, built_binary, wait_until};
+use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
+use prost::Message as _;
+use serde_json::{Value, json};
+use tonic::transport::Channel;
+
+use crate::repo_root;
+
+const USERS: [&str; 5] = ["dispatcher", "registry", "planner", "memory", "agent"];
+
+/// `deploy/nats/accounts.conf` with a fresh password for each user, and a URL per user.
+struct Accounts {
+    config: String,
+    passwords: Vec<(&'static str, String)>,
+}
+
+impl Accounts {
+    fn load() -> Accounts {
+        let mut config = std::fs::read_to_string(repo_root().join("deploy/nats/accounts.conf")).unwrap();
+        let mut passwords = Vec::new();
+        for user in USERS {
+            let password = format!("{user}-{}", uuid_like());
+            config = config.replace(&format!("${}", password_var(user)), &format!("\"{password}\""));
+            passwords.push((user, password));
+        }
+        config = config.replace("$NATS_SYS_PASSWORD", &format!("\"{}\"", uuid_like()));
+        assert!(!config.contains("_PASSWORD"), "every password variable is filled in");
+        Accounts { config, passwords }
+    }
+
+    fn url(&self, nats: &NatsServer, user: &str) -> String {
+        let password = &self.passwords.iter().find(|(u, _)| *u == user).unwrap().1;
+        format!("nats://{user}:{password}@127.0.0.1:{}", nats.port())
+    }
+}
+
+fn password_var(user: &str) -> String {
+    format!("HERMES_{}_NATS_PASSWORD", user.to_ascii_uppercase())
+}
+
+/// A random password: 128 bits in hex.
+fn uuid_like() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+fn free_addr() -> String {
+    format!("127.0.0.1:{}", hermes_test_util::free_port())
+}
+
+/// A service binary as its own process, logging to `<dir>/<name>.log`.
+fn service(dir: &Path, binary: &str, args: &[&str]) -> (HermesProcess, PathBuf) {
+    let log = dir.join(format!("{binary}.log"));
+    (HermesProcess::start_logged(built_binary(binary), args, &log), log)
+}
+
+async fn connect(addr: &str) -> DispatcherClient<Channel> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match DispatcherClient::connect(format!("http://{addr}")).await {
+            Ok(client) => return client,
+            Err(e) if Instant::now() > deadline => panic!("the dispatcher does not answer on {addr}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Follows a goal to its end, approving every call that waits for a person.
+async fn follow(client: &DispatcherClient<Channel>, goal_id: &str) -> Vec<hermes_proto::Event> {
+    let mut approver = client.clone();
+    let mut stream = client
+        .clone()
+        .watch_goal(WatchGoalRequest { goal_id: goal_id.into(), after_seq: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    let followed = tokio::time::timeout(Duration::from_secs(90), async {
+        while let Some(event) = stream.next().await {
+            let event = event.unwrap();
+            if let Some(Kind::ApprovalRequired(a)) = &event.kind {
+                let request = ApproveToolCallRequest {
+                    goal_id: goal_id.into(),
+                    call_id: a.call_id.clone(),
+                    approve: true,
+                    note: "looks right".into(),
+                };
+                assert!(approver.approve_tool_call(request).await.unwrap().into_inner().approved);
+            }
+            events.push(event);
+        }
+    })
+    .await;
+    assert!(followed.is_ok(), "goal {goal_id} did not end within 90 s: {events:?}");
+    events
+}
+
+/// A client of the `agent` user that records the server's refusals.
+struct Attacker {
+    client: async_nats::Client,
+    refusals: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl Attacker {
+    async fn connect(url: &str) -> Attacker {
+        let (tx, refusals) = tokio::sync::mpsc::unbounded_channel();
+        let addr: async_nats::ServerAddr = url.parse().unwrap();
+        let client = async_nats::ConnectOptions::with_user_and_password(
+            addr.username().unwrap().into(),
+            addr.password().unwrap().into(),
+        )
+        .name("attacker")
+        .custom_inbox_prefix("_INBOX_agent")
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = event {
+                    let _ = tx.send(e.to_string());
+                }
+            }
+        })
+        .connect(url)
+        .await
+        .unwrap();
+        Attacker { client, refusals }
+    }
+
+    /// The server's refusal that names `subject`, within 5 s.
+    async fn refused(&mut self, what: &str, subject: &str) -> String {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(refusal) = self.refusals.recv().await {
+                if refusal.contains(subject) {
+                    return refusal;
+                }
+            }
+            panic!("the refusals channel closed");
+        })
+        .await
+        .unwrap_or_else(|_| panic!("the server did not refuse {what} ({subject}) to the agent user"))
+    }
+
+    async fn publish_refused(&mut self, what: &str, subject: String) {
+        self.client.publish(subject.clone(), "forged".into()).await.unwrap();
+        self.client.flush().await.unwrap();
+        let refusal = self.refused(what, &subject).await;
+        assert!(refusal.to_lowercase().contains("permissions violation"), "{refusal}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_approve() {
+    let accounts = Accounts::load();
+    let nats = NatsServer::start_with_config(&accounts.config);
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start().await;
+    let plan = json!({
+        "reasoning": "a sum, an agent's product, and a file that needs approval",
+        "nodes": [
+            {"id": "sum", "task_type": "math.evaluate", "inputs": {"expression": "40 + 2"}},
+            {"id": "think", "task_type": "agent.run", "inputs": {"instruction": "Multiply 19 by 3", "tools": ["math.evaluate"]}},
+            {"id": "save", "task_type": "fs.write", "inputs": {"path": "answer.txt", "content": "42"}, "depends_on": ["sum"]}
+        ]
+    });
+    llm.push("planner-model", ScriptedResponse::content(plan.to_string()));
+    llm.push("agent-model", ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "19 * 3"}"#));
+    llm.push("agent-model", ScriptedResponse::content("The result is 57."));
+
+    // The dispatcher first: it creates the shared streams and buckets the others only look up.
+    let grpc = free_addr();
+    let (_dispatcher, dispatcher_log) = service(
+        dir.path(),
+        "hermes-dispatcher",
+        &[
+            "--nats-url",
+            &accounts.url(&nats, "dispatcher"),
+            "--grpc-listen",
+            &grpc,
+            "--dispatcher-http-listen",
+            "off",
+            "--dispatcher-planner-service",
+            "true",
+            "--llm-provider",
+            "none",
+        ],
+    );
+    let mut client = connect(&grpc).await;
+    let registry_grpc = free_addr();
+    let (_registry, _) = service(
+        dir.path(),
+        "hermes-registry",
+        &["--nats-url", &accounts.url(&nats, "registry"), "--grpc-listen", &registry_grpc],
+    );
+    let (_memory, _) = service(
+        dir.path(),
+        "hermes-memory",
+        &["--nats-url", &accounts.url(&nats, "memory"), "--grpc-listen", &free_addr()],
+    );
+    let (_planner, _) = service(
+        dir.path(),
+        "hermes-planner",
+        &[
+            "--nats-url",
+            &accounts.url(&nats, "planner"),
+            "--llm-provider",
+            "openai",
+            "--llm-base-url",
+            &llm.base_url(),
+            "--llm-planner-model",
+            "planner-model",
+        ],
+    );
+    let (_agent, agent_log) = service(
+        dir.path(),
+        "hermes-executor",
+        &[
+            "--nats-url",
+            &accounts.url(&nats, "agent"),
+            "--agent-id",
+            "agent-1",
+            "--agent-workspace",
+            workspace.path().to_str().unwrap(),
+            "--agent-confirm",
+            "fs.write",
+            "--agent-heartbeat-ms",
+            "500",
+            "--llm-provider",
+            "openai",
+            "--llm-base-url",
+            &llm.base_url(),
+            "--llm-model",
+            "agent-model",
+        ],
+    );
+    // The agent is live once the registry lists it.
+    let mut registry = loop {
+        if let Ok(r) =
+            hermes_proto::registry_client::RegistryClient::connect(format!("http://{registry_grpc}")).await
+        {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = registry.list_agents(hermes_proto::ListAgentsRequest {}).await;
+        if listed.is_ok_and(|l| l.into_inner().agents.iter().any(|a| a.online)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "agent-1 did not register within 60 s; its log:\n{}",
+            std::fs::read_to_string(&agent_log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A text goal, end to end: planned, an agent loop, an approval (asked and answered through
+    // a dispatcher, since agents may not write approvals), a file written.
+    let spec = GoalSpec { text: "Add 40 and 2, multiply 19 by 3, save the sum".into(), ..Default::default() };
+    let goal_id = client
+        .submit_goal(SubmitGoalRequest { spec: Some(spec), ..Default::default() })
+        .await
+        .expect("the text goal is accepted")
+        .into_inner()
+        .goal_id;
+    let events = follow(&client, &goal_id).await;
+    let goal = client.get_goal(GetGoalRequest { goal_id: goal_id.clone() }).await.unwrap().into_inner();
+    assert_eq!(
+        goal.status,
+        GoalStatus::Completed as i32,
+        "the goal did not complete: {:?}\ndispatcher log:\n{}\nagent log:\n{}",
+        goal.error,
+        std::fs::read_to_string(&dispatcher_log).unwrap_or_default(),
+        std::fs::read_to_string(&agent_log).unwrap_or_default()
+    );
+    let output: Value = serde_json::from_str(&goal.output_json).unwrap();
+    assert_eq!(output["think"]["answer"], "The result is 57.", "{output}");
+    assert_eq!(std::fs::read_to_string(workspace.path().join("answer.txt")).unwrap().trim(), "42");
+    assert!(
+        events.iter().any(|e| matches!(&e.kind, Some(Kind::ToolCalled(c)) if c.tool == "math.evaluate")),
+        "the agent loop's tool call reached the events through a dispatcher"
+    );
+    assert!(events.iter().any(|e| matches!(&e.kind, Some(Kind::ApprovalDecided(d)) if d.approved)));
+
+    // An agent's credentials: no goal writes, no events, no approvals, no reading others'
+    // replies, no deleting streams.
+    let mut attacker = Attacker::connect(&accounts.url(&nats, "agent")).await;
+    attacker.publish_refused("writing a goal", format!("$KV.hermes_goals.{goal_id}")).await;
+    attacker.publish_refused("publishing a goal event", format!("hermes.event.{goal_id}")).await;
+    attacker.publish_refused("approving a call", format!("$KV.hermes_approvals.{goal_id}.save.0.x")).await;
+    attacker.publish_refused("deleting the goals", "$JS.API.STREAM.DELETE.KV_hermes_goals".into()).await;
+    attacker.publish_refused("purging the events", "$JS.API.STREAM.PURGE.HERMES_EVENTS".into()).await;
+    attacker
+        .publish_refused("reading a goal", format!("$JS.API.DIRECT.GET.KV_hermes_goals.$KV.hermes_goals.{goal_id}"))
+        .await;
+    let _spy = attacker.client.subscribe("_INBOX_dispatcher.>").await.unwrap();
+    attacker.client.flush().await.unwrap();
+    attacker.refused("reading the dispatcher's replies", "_INBOX_dispatcher.>").await;
+    let after = client.get_goal(GetGoalRequest { goal_id: goal_id.clone() }).await.unwrap().into_inner();
+    assert_eq!((after.status, after.output_json), (goal.status, goal.output_json.clone()));
+
+    // A forged result from another agent identity, for a running attempt: ignored; the real
+    // result wins.
+    let plan = TaskPlan { nodes: vec![crate_node("nap", "time.sleep", json!({"ms": 1500}))], ..Default::default() };
+    let spec = GoalSpec { plan: Some(plan), ..Default::default() };
+    let napping = client
+        .submit_goal(SubmitGoalRequest { spec: Some(spec), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .goal_id;
+    let forged = TaskResult {
+        goal_id: napping.clone(),
+        node_id: "nap".into(),
+        task_id: format!("{napping}.nap.1"),
+        attempt: 1,
+        status: TaskStatus::Succeeded as i32,
+        output_json: json!({"forged": true}).to_string(),
+        agent_id: "forger".into(),
+        result_token: "0123456789abcdef0123456789abcdef".into(),
+        ..Default::default()
+    };
+    let js = async_nats::jetstream::new(attacker.client.clone());
+    js.publish(format!("hermes.result.{napping}"), forged.encode_to_vec().into())
+        .await
+        .expect("agents may publish results")
+        .await
+        .expect("the forged result is stored");
+    follow(&client, &napping).await;
+    let napped = client.get_goal(GetGoalRequest { goal_id: napping.clone() }).await.unwrap().into_inner();
+    assert_eq!(napped.status, GoalStatus::Completed as i32);
+    assert_eq!(serde_json::from_str::<Value>(&napped.output_json).unwrap(), json!({"slept_ms": 1500}));
+    assert_eq!(napped.nodes[0].agent_id, "agent-1");
+    wait_until(Duration::from_secs(5), "the dispatcher to log the forged result", || {
+        std::fs::read_to_string(&dispatcher_log).unwrap_or_default().contains("forged_result")
+    })
+    .await;
+
+    // Nothing a service did was refused: every violation in the server's log is the attacker's.
+    let log = nats.log();
+    let refused: Vec<&str> =
+        log.lines().filter(|l| l.contains("Violation") && !l.contains(":attacker\"")).collect();
+    assert!(refused.is_empty(), "the server refused a service:\n{}", refused.join("\n"));
+    assert!(log.contains(":attacker\""), "the attacker's refusals are in the server log");
+}
+
+fn crate_node(id: &str, task_type: &str, inputs: Value) -> hermes_proto::TaskNode {
+    hermes_proto::TaskNode {
+        id: id.into(),
+        task_type: task_type.into(),
+        inputs_json: inputs.to_string(),
+        ..Default::default()
+    }
+}
