@@ -110,6 +110,20 @@ enum Command {
         #[command(flatten)]
         server: ServerArg,
     },
+    /// The audit trail, oldest first: who submitted, cancelled, approved, denied or replayed
+    /// what, when, from where, and how it ended (operators; their own tenant's records).
+    Audit {
+        /// Records after this sequence number (page with the last SEQ shown).
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// One JSON object a line instead of the table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        server: ServerArg,
+    },
     /// Show memory: sessions, artifacts, semantic search.
     Memory {
         #[command(subcommand)]
@@ -306,6 +320,39 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                     info.assigned,
                     hb.task_types.join(",")
                 );
+            }
+            Ok(0)
+        }
+        Command::Audit { after, limit, json, server } => {
+            let mut client = connect(&server).await?;
+            let records = client
+                .list_audit(hermes_proto::ListAuditRequest { limit, after_seq: after })
+                .await
+                .map_err(status_error)?
+                .into_inner()
+                .records;
+            if json {
+                for r in &records {
+                    println!("{}", serde_json::to_string(r)?);
+                }
+            } else {
+                println!(
+                    "{:>6}  {:<24} {:<16} {:<10} {:<18} {:<10} {:<44} ORIGIN",
+                    "SEQ", "AT", "PRINCIPAL", "TENANT", "ACTION", "OUTCOME", "TARGET"
+                );
+                for r in &records {
+                    println!(
+                        "{:>6}  {:<24} {:<16} {:<10} {:<18} {:<10} {:<44} {}",
+                        r.seq,
+                        hermes_cli::format_time(r.at_unix_ms),
+                        r.principal,
+                        if r.tenant.is_empty() { "-" } else { &r.tenant },
+                        r.action,
+                        r.outcome,
+                        r.target,
+                        r.origin
+                    );
+                }
             }
             Ok(0)
         }

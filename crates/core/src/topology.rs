@@ -64,6 +64,17 @@ impl Topology {
     pub fn events_stream(&self) -> String {
         self.stream_name("EVENTS")
     }
+    /// The append-only audit trail (owned by the dispatchers).
+    pub fn audit_stream(&self) -> String {
+        self.stream_name("AUDIT")
+    }
+    /// Where an audited action of `tenant` is appended (`_` with auth off).
+    pub fn audit(&self, tenant: Option<&str>) -> String {
+        format!("{}.audit.{}", self.prefix, tenant.unwrap_or("_"))
+    }
+    pub fn all_audit(&self) -> String {
+        format!("{}.audit.>", self.prefix)
+    }
     pub fn dlq_stream(&self) -> String {
         self.stream_name("DLQ")
     }

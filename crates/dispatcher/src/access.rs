@@ -72,6 +72,9 @@ pub struct Principal {
     /// `None` with auth off: no tenant, every goal.
     pub tenant: Option<String>,
     roles: Vec<Role>,
+    /// Where the call came from, for the audit trail: the door and the peer address
+    /// (`grpc 10.0.0.7:51234`); empty when unknown.
+    pub origin: String,
 }
 
 impl Principal {
@@ -81,7 +84,17 @@ impl Principal {
             name: "anonymous".into(),
             tenant: None,
             roles: vec![Role::Viewer, Role::Submitter, Role::Approver, Role::Operator],
+            origin: String::new(),
         }
+    }
+
+    /// This principal calling through `door` from `peer`.
+    pub fn at(mut self, door: &str, peer: Option<std::net::SocketAddr>) -> Principal {
+        self.origin = match peer {
+            Some(peer) => format!("{door} {peer}"),
+            None => door.to_owned(),
+        };
+        self
     }
 
     /// `DENIED` naming the role the call needs, unless a role of this principal grants it.
@@ -153,8 +166,12 @@ impl Access {
             hermes_core::ids::check_id("tenant", &entry.tenant, 64, hermes_core::ids::IdShape::Word)
                 .with_context(|| format!("token `{}`", entry.name))?;
             anyhow::ensure!(!entry.roles.is_empty(), "token `{}` has no roles", entry.name);
-            let principal =
-                Principal { name: entry.name.clone(), tenant: Some(entry.tenant), roles: entry.roles };
+            let principal = Principal {
+                name: entry.name.clone(),
+                tenant: Some(entry.tenant),
+                roles: entry.roles,
+                origin: String::new(),
+            };
             anyhow::ensure!(
                 tokens.insert(digest, principal).is_none(),
                 "token `{}` repeats a hash",
@@ -242,7 +259,12 @@ mod tests {
     #[test]
     fn a_principal_sees_only_its_tenants_goals() {
         let mut goal = GoalState::default();
-        let who = Principal { name: "a".into(), tenant: Some("team-a".into()), roles: vec![Role::Viewer] };
+        let who = Principal {
+            name: "a".into(),
+            tenant: Some("team-a".into()),
+            roles: vec![Role::Viewer],
+            origin: String::new(),
+        };
         assert!(!who.sees(&goal));
         goal.spec = Some(hermes_proto::GoalSpec {
             labels: [(TENANT_LABEL.to_owned(), "team-a".to_owned())].into(),

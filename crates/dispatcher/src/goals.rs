@@ -20,12 +20,13 @@ use hermes_core::{Bus, Error, GoalId, Result, now_unix_ms};
 use hermes_proto::event::Kind;
 use hermes_proto::plan_result::Outcome;
 use hermes_proto::{
-    AgentReport, Approval, Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup, PlanCreated, PlanResult, TaskResult,
-    TokenUsage,
+    AgentReport, Approval, Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup, PlanCreated,
+    PlanResult, TaskResult, TokenUsage,
 };
 use tracing::{info, warn};
 
 use crate::access::{Need, Principal, TENANT_LABEL};
+use crate::audit::{Action, Audit};
 use crate::effects::{EffectsPublisher, Followups};
 use crate::engine::{self, Applied, Effects, Limits};
 use crate::store::GoalStore;
@@ -47,11 +48,12 @@ pub struct GoalService {
     order: TransitionOrder,
     watchers: std::sync::Arc<crate::watchers::WatchLimits>,
     hub: crate::fanout::EventHub,
+    audit: Audit,
 }
 
 impl GoalService {
     /// The service and the receiving ends of its follow-ups, for the workers.
-    pub(crate) fn new(bus: Bus, config: DispatcherConfig, followups: Followups) -> Self {
+    pub(crate) fn new(bus: Bus, config: DispatcherConfig, followups: Followups, audit: Audit) -> Self {
         let max_value = bus.client().server_info().max_payload;
         let store = GoalStore::new(bus.goals().clone(), max_value);
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
@@ -59,11 +61,16 @@ impl GoalService {
         let effects = EffectsPublisher::new(bus.clone(), limits, config.no_agent_wait, followups);
         let watchers = crate::watchers::WatchLimits::new(config.max_watches_per_client);
         let hub = crate::fanout::EventHub::new(bus.clone());
-        Self { bus, store, catalog, config, effects, order: TransitionOrder::default(), watchers, hub }
+        Self { bus, store, catalog, config, effects, order: TransitionOrder::default(), watchers, hub, audit }
     }
 
     pub(crate) fn bus(&self) -> &Bus {
         &self.bus
+    }
+
+    /// The audit trail, which the `*_as` calls append to.
+    pub(crate) fn audit(&self) -> &Audit {
+        &self.audit
     }
 
     /// The caller of an API request, from its `Authorization` value.
@@ -78,7 +85,18 @@ impl GoalService {
 
     /// Submits for `who`: the goal belongs to its tenant, and its idempotency key is the
     /// tenant's own, so two tenants using one key get two goals.
-    pub(crate) async fn submit_as(&self, who: &Principal, mut spec: GoalSpec) -> Result<Submitted> {
+    pub(crate) async fn submit_as(&self, who: &Principal, spec: GoalSpec) -> Result<Submitted> {
+        let submitted = self.submit_for(who, spec).await;
+        let (target, detail) = match &submitted {
+            Ok(s) if s.duplicate => (s.goal_id.as_str(), "a repeat of an earlier submit"),
+            Ok(s) => (s.goal_id.as_str(), ""),
+            Err(_) => ("", ""),
+        };
+        self.audit.record(who, Action::Submit, target, detail, &submitted).await;
+        submitted
+    }
+
+    async fn submit_for(&self, who: &Principal, mut spec: GoalSpec) -> Result<Submitted> {
         who.require(Need::Submit)?;
         if let Some(tenant) = &who.tenant {
             spec.labels.insert(TENANT_LABEL.to_owned(), tenant.clone());
@@ -109,9 +127,14 @@ impl GoalService {
     }
 
     pub(crate) async fn cancel_as(&self, who: &Principal, goal_id: &str, reason: &str) -> Result<GoalState> {
-        who.require(Need::Submit)?;
-        self.get_as(who, goal_id).await?;
-        self.cancel(goal_id, reason).await
+        let cancelled = async {
+            who.require(Need::Submit)?;
+            self.get_as(who, goal_id).await?;
+            self.cancel(goal_id, reason).await
+        }
+        .await;
+        self.audit.record(who, Action::Cancel, goal_id, reason, &cancelled).await;
+        cancelled
     }
 
     /// `watch` for `who`, who holds its place under the per-client cap by its name when auth
@@ -137,18 +160,47 @@ impl GoalService {
         approve: bool,
         note: &str,
     ) -> Result<hermes_proto::ApprovalDecision> {
-        who.require(Need::Approve)?;
-        self.get_as(who, goal_id)
-            .await
-            .map_err(|_| Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") })?;
-        let note = if who.tenant.is_some() && note.is_empty() {
-            format!("by {}", who.name)
-        } else if who.tenant.is_some() {
-            format!("{note} (by {})", who.name)
-        } else {
-            note.to_owned()
+        let decided = async {
+            who.require(Need::Approve)?;
+            self.get_as(who, goal_id)
+                .await
+                .map_err(|_| Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") })?;
+            let note = if who.tenant.is_some() && note.is_empty() {
+                format!("by {}", who.name)
+            } else if who.tenant.is_some() {
+                format!("{note} (by {})", who.name)
+            } else {
+                note.to_owned()
+            };
+            self.decide_approval(goal_id, call_id, approve, &note).await
+        }
+        .await;
+        let action = if approve { Action::Approve } else { Action::Deny };
+        // A call decided earlier keeps that decision: say so, rather than record this one as done.
+        let detail = match &decided {
+            Ok(d) if d.approved != approve || d.timed_out => {
+                format!("already decided: approved={}", d.approved)
+            }
+            _ => note.to_owned(),
         };
-        self.decide_approval(goal_id, call_id, approve, &note).await
+        self.audit.record(who, action, &format!("{goal_id}/{call_id}"), &detail, &decided).await;
+        decided
+    }
+
+    /// Replays a dead letter for `who` (operators only), and audits it.
+    pub(crate) async fn replay_dead_letter_as(
+        &self,
+        who: &Principal,
+        dead_letters: &crate::DeadLetters,
+        sequence: u64,
+    ) -> Result<(String, u64)> {
+        let replayed = async {
+            who.require(Need::Operate)?;
+            dead_letters.replay(sequence).await
+        }
+        .await;
+        self.audit.record(who, Action::Replay, &sequence.to_string(), "", &replayed).await;
+        replayed
     }
 
     /// The pending approvals of the goals `who` may read.
@@ -519,8 +571,14 @@ impl GoalService {
         };
         let msg_id = engine::event_msg_id(&event);
         self.bus.publish_event(&event, &msg_id).await?;
-        info!(goal_id, call_id, approved = decision.approved, timed_out = decision.timed_out,
-            event = "approval_decided", "approval decided");
+        info!(
+            goal_id,
+            call_id,
+            approved = decision.approved,
+            timed_out = decision.timed_out,
+            event = "approval_decided",
+            "approval decided"
+        );
         Ok(())
     }
 
@@ -533,8 +591,12 @@ impl GoalService {
         use hermes_proto::agent_report::Kind as Report;
         let goal_id = report.goal_id.as_str();
         let state = self.get(goal_id).await?;
-        let index = match engine::authentic_attempt(&state, &report.node_id, &report.task_id, &report.result_token)
-        {
+        let index = match engine::authentic_attempt(
+            &state,
+            &report.node_id,
+            &report.task_id,
+            &report.result_token,
+        ) {
             Ok(index) => index,
             Err(why) => {
                 warn!(goal_id, task_id = %report.task_id, claimed_agent = %report.agent_id, event = "report_refused", ?why,
@@ -575,7 +637,9 @@ impl GoalService {
                 };
                 let (stored, _, created) = self.bus.approvals().create(&approval).await?;
                 if stored.goal_id != goal_id {
-                    return Err(Error::Denied { reason: format!("approval {} is another goal's", asked.call_id) });
+                    return Err(Error::Denied {
+                        reason: format!("approval {} is another goal's", asked.call_id),
+                    });
                 }
                 if created {
                     let event = Event {
@@ -600,7 +664,9 @@ impl GoalService {
             }
             Some(Report::ApprovalTimedOut(call_id)) => {
                 let not_found = || Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") };
-                let Some((approval, _)) = self.bus.approvals().load(call_id).await? else { return Err(not_found()) };
+                let Some((approval, _)) = self.bus.approvals().load(call_id).await? else {
+                    return Err(not_found());
+                };
                 if approval.goal_id != goal_id {
                     return Err(not_found());
                 }
@@ -613,13 +679,16 @@ impl GoalService {
                     decided_unix_ms: now_unix_ms(),
                     timed_out: true,
                 };
-                let decided = self.bus.approvals().decide(goal_id, call_id, timeout).await?.ok_or_else(not_found)?;
+                let decided =
+                    self.bus.approvals().decide(goal_id, call_id, timeout).await?.ok_or_else(not_found)?;
                 if decided.recorded {
                     self.announce_decision(goal_id, call_id, &decided.decision).await?;
                 }
                 Ok(Some(Approval { decision: Some(decided.decision), ..decided.approval }))
             }
-            None => Err(Error::InvalidArgument { field: "kind".into(), reason: "the report is empty".into() }),
+            None => {
+                Err(Error::InvalidArgument { field: "kind".into(), reason: "the report is empty".into() })
+            }
         }
     }
 

@@ -9,8 +9,9 @@ use hermes_core::Error;
 use hermes_proto::dispatcher_server::{Dispatcher as DispatcherApi, DispatcherServer};
 use hermes_proto::{
     ApproveToolCallRequest, ApproveToolCallResponse, CancelGoalRequest, DeadLetter, DeadLetterRequest, Event,
-    GetGoalRequest, Goal, GoalState, ListDeadLettersRequest, ListDeadLettersResponse, ListGoalsRequest,
-    ListGoalsResponse, ReplayDeadLetterResponse, SubmitGoalRequest, SubmitGoalResponse, WatchGoalRequest,
+    GetGoalRequest, Goal, GoalState, ListAuditRequest, ListAuditResponse, ListDeadLettersRequest,
+    ListDeadLettersResponse, ListGoalsRequest, ListGoalsResponse, ReplayDeadLetterResponse,
+    SubmitGoalRequest, SubmitGoalResponse, WatchGoalRequest,
 };
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -67,7 +68,7 @@ impl Api {
     /// The caller, from the request's `authorization` metadata (`Bearer <token>`).
     fn who<T>(&self, request: &Request<T>) -> Result<Principal, Error> {
         let authorization = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        self.service.authenticate(authorization)
+        Ok(self.service.authenticate(authorization)?.at("grpc", request.remote_addr()))
     }
 }
 
@@ -176,8 +177,21 @@ impl DispatcherApi for Api {
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<ReplayDeadLetterResponse>, Status> {
         self.service.nats_up()?;
-        self.who(&request)?.require(Need::Operate)?;
-        let (subject, sequence) = self.dead_letters.replay(request.into_inner().sequence).await?;
+        let who = self.who(&request)?;
+        let sequence = request.into_inner().sequence;
+        let (subject, sequence) =
+            self.service.replay_dead_letter_as(&who, &self.dead_letters, sequence).await?;
         Ok(Response::new(ReplayDeadLetterResponse { subject, sequence }))
+    }
+
+    async fn list_audit(
+        &self,
+        request: Request<ListAuditRequest>,
+    ) -> Result<Response<ListAuditResponse>, Status> {
+        self.service.nats_up()?;
+        let who = self.who(&request)?;
+        let req = request.into_inner();
+        let records = self.service.audit().list(&who, req.limit as usize, req.after_seq).await?;
+        Ok(Response::new(ListAuditResponse { records }))
     }
 }

@@ -95,11 +95,29 @@ pub(crate) fn router(
         })
         // The handlers read bodies themselves, so an oversized one gets a problem, not plain text.
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(axum::middleware::from_fn(stamp_peer))
         .with_state(api);
     match cors(&config.cors_allow_origins) {
         Some(cors) => router.layer(cors),
         None => router,
     }
+}
+
+/// The header the server stamps every request with: the peer's address, for the audit trail.
+/// Whatever a client sent under this name is replaced, so it cannot be forged.
+const PEER_HEADER: &str = "x-hermes-peer";
+
+async fn stamp_peer(mut request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let peer = request.extensions().get::<axum::extract::ConnectInfo<SocketAddr>>().map(|c| c.0.to_string());
+    match peer.and_then(|p| HeaderValue::from_str(&p).ok()) {
+        Some(peer) => {
+            request.headers_mut().insert(PEER_HEADER, peer);
+        }
+        None => {
+            request.headers_mut().remove(PEER_HEADER);
+        }
+    }
+    next.run(request).await
 }
 
 fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
@@ -271,6 +289,16 @@ pub(crate) const ROUTES: &[Route] = &[
         "`POST /v1/dead-letters/{seq}:replay`: publish it again",
         Reply::Json(replay_schema),
     ),
+    Route {
+        query: Some(schema::<AuditQuery>),
+        ..route(
+            "GET",
+            "/v1/audit",
+            "listAudit",
+            "The audit trail of the caller's tenant, oldest first (operators): who submitted, cancelled, approved, denied or replayed what, from where, and how it ended",
+            Reply::ListOf("records", ".hermes.v1.AuditRecord"),
+        )
+    },
     route(
         "GET",
         "/v1/goals/{id}/artifacts/{reference}",
@@ -354,6 +382,7 @@ fn handler(id: &str) -> axum::routing::MethodRouter<Api> {
         "listDeadLetters" => get(dead_letters_list),
         "getDeadLetter" => get(dead_letter),
         "replayDeadLetter" => post(dead_letter_action),
+        "listAudit" => get(audit),
         "getGoalArtifact" => get(goal_artifact),
         "listAgents" => get(agents),
         "listSessions" => get(sessions),
@@ -499,10 +528,11 @@ fn no_such_action(usage: &str) -> Problem {
     Problem::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no such action: use {usage}"))
 }
 
-/// The caller, from the `Authorization` header (`Bearer <token>`).
+/// The caller, from the `Authorization` header (`Bearer <token>`), and where it called from.
 fn who(api: &Api, headers: &HeaderMap) -> std::result::Result<Principal, Problem> {
     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    Ok(api.service.authenticate(authorization)?)
+    let peer = headers.get(PEER_HEADER).and_then(|v| v.to_str().ok()).and_then(|p| p.parse().ok());
+    Ok(api.service.authenticate(authorization)?.at("http", peer))
 }
 
 fn goal_id_arg(id: &str) -> std::result::Result<&str, Problem> {
@@ -931,6 +961,30 @@ async fn dead_letters_list(
     Ok(json_response(StatusCode::OK, json!({"deadLetters": letters})))
 }
 
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AuditQuery {
+    /// At most this many records (default 100, at most 1000).
+    limit: Option<usize>,
+    /// Records after this sequence number.
+    after: Option<u64>,
+}
+
+/// `GET /v1/audit?after=SEQ&limit=N`.
+async fn audit(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    query: std::result::Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> Answer {
+    api.service.nats_up()?;
+    let caller = who(&api, &headers)?;
+    let query = query_arg(query)?;
+    let records =
+        api.service.audit().list(&caller, query.limit.unwrap_or(0), query.after.unwrap_or(0)).await?;
+    let records: Vec<Value> = records.iter().map(message_json).collect();
+    Ok(json_response(StatusCode::OK, json!({"records": records})))
+}
+
 fn sequence_arg(text: &str) -> std::result::Result<u64, Problem> {
     text.parse().map_err(|_| Problem::invalid(format!("`{text}` is not a dead letter's sequence number")))
 }
@@ -949,10 +1003,12 @@ async fn dead_letter_action(
     Path(target): Path<String>,
 ) -> Answer {
     api.service.nats_up()?;
-    who(&api, &headers)?.require(Need::Operate)?;
+    let caller = who(&api, &headers)?;
+    caller.require(Need::Operate)?;
     let Some(seq) = target.strip_suffix(":replay") else {
         return Err(no_such_action("/v1/dead-letters/{seq}:replay"));
     };
-    let (subject, sequence) = api.dead_letters.replay(sequence_arg(seq)?).await?;
+    let (subject, sequence) =
+        api.service.replay_dead_letter_as(&caller, &api.dead_letters, sequence_arg(seq)?).await?;
     Ok(json_response(StatusCode::OK, json!({"subject": subject, "sequence": sequence.to_string()})))
 }

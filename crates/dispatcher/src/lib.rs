@@ -19,6 +19,7 @@
 //! [`service`] is the process: its settings and the runtime's `Service`.
 
 pub mod access;
+pub mod audit;
 mod dead_letters;
 mod effects;
 pub mod engine;
@@ -174,7 +175,8 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
         .context("cannot bind the plan results consumer")?;
     let (followups, inbox) = effects::Followups::channel();
     let FollowupInbox { deadlines, summaries, unserved } = inbox;
-    let service = Arc::new(GoalService::new(bus.clone(), config, followups));
+    let audit = audit::Audit::open(bus.clone()).await.context("cannot open the audit stream")?;
+    let service = Arc::new(GoalService::new(bus.clone(), config, followups, audit));
     // Drained in reverse: the API stops first, the results consumer (which hands back what it
     // pulled but did not start) last.
     let s = service.clone();

@@ -46,7 +46,8 @@ pub(crate) async fn gate(
             // A dispatcher records the timeout; the first decision wins, so a person deciding
             // at the last moment beats it.
             let reported = report(scope, Kind::ApprovalTimedOut(call_id.to_owned())).await?;
-            let decision = reported.and_then(|a| a.decision).ok_or_else(|| unavailable("no decision came back"))?;
+            let decision =
+                reported.and_then(|a| a.decision).ok_or_else(|| unavailable("no decision came back"))?;
             return decided(tool, &decision);
         }
         tokio::time::sleep(POLL).await;
@@ -95,7 +96,8 @@ pub(crate) async fn report(scope: &TaskScope, kind: Kind) -> Result<Option<Appro
     .await
     .map_err(|_| unavailable("no dispatcher answered the report in time"))?
     .map_err(|e| unavailable(format!("no dispatcher answered the report: {e}")))?;
-    let reply = AgentReportReply::decode(answer.payload).map_err(|e| unavailable(format!("unreadable answer: {e}")))?;
+    let reply = AgentReportReply::decode(answer.payload)
+        .map_err(|e| unavailable(format!("unreadable answer: {e}")))?;
     match reply.error {
         Some(error) => Err(ToolError {
             code: ErrorCode::parse(&error.code).unwrap_or(ErrorCode::Unavailable),

@@ -85,7 +85,9 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "nats.url" => "NATS server URL (user and password may be given in it).",
         "nats.replicas" => "Replicas of the streams and buckets Hermes creates (1, or 3 on a cluster).",
         "nats.creds" => "A NATS credentials file.",
-        "nats.inbox_prefix" => "Prefix of the connection's reply subjects; unset: _INBOX_<user> with a user in the URL.",
+        "nats.inbox_prefix" => {
+            "Prefix of the connection's reply subjects; unset: _INBOX_<user> with a user in the URL."
+        }
         "metrics_listen" => "Serve /metrics and /healthz on this address; unset: nowhere.",
         "drain_timeout_secs" => "Longest each shutdown step may take, in seconds.",
         "grpc.listen" => "Address the gRPC API listens on.",

@@ -74,7 +74,8 @@ impl NatsServer {
     /// Starts the server again on the same port and store dir, as a restarted pod would.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = spawn(&self.binary, &self.port.to_string(), self.store.path(), None, self.config.as_deref());
+        self.child =
+            spawn(&self.binary, &self.port.to_string(), self.store.path(), None, self.config.as_deref());
         self.wait_ready();
     }
 

@@ -39,37 +39,81 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* Environment every Hermes container shares: NATS, logs, traces. */}}
+{{/*
+The NATS user one Deployment connects as, as JSON (read it with `include ... | fromJson`):
+include with (dict "root" $ "user" "dispatcher") for a service, or (dict "root" $ "user" "agent"
+"override" $pool.nats) for an executor pool. Each service has its own entry under
+externalNats.users; a pool uses its own `nats` when that names a Secret, and the `agent` user's
+otherwise (the whole entry, never a mix of the two). With the bundled NATS chart nothing is taken
+from externalNats (validate.yaml refuses Secrets there).
+*/}}
+{{- define "hermes.natsUser" -}}
+{{- $root := .root -}}
+{{- $blank := dict "urlSecret" (dict "name" "" "key" "url") "credentialsSecret" (dict "name" "" "key" "nats.creds") "inboxPrefix" "" -}}
+{{- $entry := $blank -}}
+{{- if not $root.Values.nats.enabled -}}
+{{- $users := $root.Values.externalNats.users | default dict -}}
+{{- $entry = mergeOverwrite (deepCopy $blank) (get $users .user | default dict) -}}
+{{- with .override -}}
+{{- if or (and .urlSecret .urlSecret.name) (and .credentialsSecret .credentialsSecret.name) -}}
+{{- $entry = mergeOverwrite (deepCopy $blank) . -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $entry "user" .user -}}
+{{- toJson $entry -}}
+{{- end -}}
+
+{{/* Whether a NATS user entry (from hermes.natsUser) names a Secret: "true" or "". */}}
+{{- define "hermes.natsAuthenticated" -}}
+{{- if or .urlSecret.name .credentialsSecret.name }}true{{ end -}}
+{{- end -}}
+
+{{/*
+Environment every Hermes container shares: NATS, logs, traces. Include with
+(dict "root" $ "nats" <entry from hermes.natsUser>): the Deployment's own NATS user.
+*/}}
 {{- define "hermes.commonEnv" -}}
-{{- if and (not .Values.nats.enabled) .Values.externalNats.urlSecret.name }}
+{{- $root := .root -}}
+{{- $nats := .nats -}}
+{{- if $nats.urlSecret.name }}
 - name: HERMES_NATS_URL
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.externalNats.urlSecret.name }}
-      key: {{ .Values.externalNats.urlSecret.key }}
-{{- else if .Values.nats.enabled }}
+      name: {{ $nats.urlSecret.name }}
+      key: {{ $nats.urlSecret.key }}
+{{- else if $root.Values.nats.enabled }}
 - name: HERMES_NATS_URL
-  value: {{ default (printf "nats://%s-nats:4222" .Release.Name) .Values.nats.url | quote }}
+  value: {{ default (printf "nats://%s-nats:4222" $root.Release.Name) $root.Values.nats.url | quote }}
 {{- else }}
 - name: HERMES_NATS_URL
-  value: {{ .Values.externalNats.url | quote }}
+  value: {{ $root.Values.externalNats.url | quote }}
 {{- end }}
 - name: HERMES_NATS_REPLICAS
-  value: {{ .Values.streamReplicas | quote }}
-{{- if and (not .Values.nats.enabled) .Values.externalNats.credentialsSecret.name }}
+  value: {{ $root.Values.streamReplicas | quote }}
+{{- if $nats.credentialsSecret.name }}
 - name: HERMES_NATS_CREDS
-  value: /etc/hermes/nats/{{ .Values.externalNats.credentialsSecret.key }}
+  value: /etc/hermes/nats/{{ $nats.credentialsSecret.key }}
+{{- end }}
+{{- /* Hermes takes the reply prefix from the URL's user; a credentials file names none the
+       service can read, so the prefix is set for it, to the one its user's permissions allow. */}}
+{{- if $nats.inboxPrefix }}
+- name: HERMES_NATS_INBOX_PREFIX
+  value: {{ $nats.inboxPrefix | quote }}
+{{- else if $nats.credentialsSecret.name }}
+- name: HERMES_NATS_INBOX_PREFIX
+  value: {{ printf "_INBOX_%s" $nats.user | quote }}
 {{- end }}
 - name: HERMES_METRICS_LISTEN
-  value: {{ printf "0.0.0.0:%d" (int .Values.metricsPort) | quote }}
+  value: {{ printf "0.0.0.0:%d" (int $root.Values.metricsPort) | quote }}
 - name: RUST_LOG
-  value: {{ .Values.logLevel | quote }}
-{{- if .Values.otlpEndpoint }}
+  value: {{ $root.Values.logLevel | quote }}
+{{- if $root.Values.otlpEndpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
-  value: {{ .Values.otlpEndpoint | quote }}
+  value: {{ $root.Values.otlpEndpoint | quote }}
 {{- end }}
 - name: OTEL_RESOURCE_ATTRIBUTES
-  value: {{ printf "k8s.namespace.name=%s" .Release.Namespace | quote }}
+  value: {{ printf "k8s.namespace.name=%s" $root.Release.Namespace | quote }}
 {{- end -}}
 
 {{/* LLM settings; include with (dict "root" $ "secret" <apiKeySecret or nil>). */}}
@@ -102,25 +146,51 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
-{{/* Volumes for the NATS credentials file and a writable /tmp (the root filesystem is read-only). */}}
+{{/*
+Volumes for the Deployment's own NATS credentials file and a writable /tmp (the root filesystem
+is read-only). Include with (dict "root" $ "nats" <entry from hermes.natsUser>). Only the one key
+is mounted, so a Secret holding several services' files gives each pod only its own.
+*/}}
 {{- define "hermes.volumes" -}}
 - name: tmp
   emptyDir: {}
-{{- if and (not .Values.nats.enabled) .Values.externalNats.credentialsSecret.name }}
+{{- if .nats.credentialsSecret.name }}
 - name: nats-creds
   secret:
-    secretName: {{ .Values.externalNats.credentialsSecret.name }}
+    secretName: {{ .nats.credentialsSecret.name }}
+    items:
+      - key: {{ .nats.credentialsSecret.key }}
+        path: {{ .nats.credentialsSecret.key }}
 {{- end }}
 {{- end -}}
 
 {{- define "hermes.volumeMounts" -}}
 - name: tmp
   mountPath: /tmp
-{{- if and (not .Values.nats.enabled) .Values.externalNats.credentialsSecret.name }}
+{{- if .nats.credentialsSecret.name }}
 - name: nats-creds
   mountPath: /etc/hermes/nats
   readOnly: true
 {{- end }}
+{{- end -}}
+
+{{/*
+The port of a URL, for the NetworkPolicy: include with (dict "url" "http://host:8000/v1"), and
+"default" for a protocol whose port the scheme does not say (OTLP/gRPC: 4317). Empty without a URL.
+*/}}
+{{- define "hermes.urlPort" -}}
+{{- if .url -}}
+{{- $u := urlParse .url -}}
+{{- if regexMatch ":[0-9]+$" $u.host -}}
+{{- regexFind "[0-9]+$" $u.host -}}
+{{- else if .default -}}
+{{- .default -}}
+{{- else if eq $u.scheme "https" -}}
+443
+{{- else if eq $u.scheme "http" -}}
+80
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* A gRPC probe on `port`, for the services that serve grpc.health.v1. */}}

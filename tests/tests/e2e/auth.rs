@@ -244,3 +244,82 @@ async fn over_http_no_token_is_401_a_viewer_cannot_submit_and_tenants_do_not_see
     assert_eq!(cancel.status(), StatusCode::OK);
     t.stop().await;
 }
+
+/// Every submit, cancel and approval decision is in the audit trail with its principal, tenant,
+/// origin and outcome, refused ones too; an operator reads only its own tenant's records, over
+/// gRPC and HTTP, and nobody else may read them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn audited_actions_are_recorded_with_their_principal_and_read_by_their_tenants_operators() {
+    let t = Sandbox::builder().api_tokens(&tokens()).start().await;
+    let mut client = t.client.clone();
+    let a = submit(&mut client, SUBMITTER_A, sleep_spec(30_000)).await;
+    let b = submit(&mut client, SUBMITTER_B, sleep_spec(1)).await;
+    // Refused: a viewer submits, tenant B cancels A's goal, B's approver decides on A's goal.
+    let denied =
+        client.submit_goal(with_token(SubmitGoalRequest { spec: Some(sleep_spec(1)) }, VIEWER_A)).await;
+    assert_eq!(denied.unwrap_err().code(), tonic::Code::PermissionDenied);
+    let request = CancelGoalRequest { goal_id: a.clone(), reason: "not yours".into() };
+    assert_eq!(
+        client.cancel_goal(with_token(request, SUBMITTER_B)).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    let request = ApproveToolCallRequest {
+        goal_id: a.clone(),
+        call_id: "c1".into(),
+        approve: true,
+        note: String::new(),
+    };
+    assert_eq!(
+        client.approve_tool_call(with_token(request, APPROVER_B)).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    // Done: A cancels its own goal over HTTP.
+    let base = t.http_url();
+    let cancel =
+        http().post(format!("{base}/v1/goals/{a}:cancel")).bearer_auth(SUBMITTER_A).send().await.unwrap();
+    assert_eq!(cancel.status(), StatusCode::OK);
+
+    let request = hermes_proto::ListAuditRequest { limit: 100, after_seq: 0 };
+    let records = client.list_audit(with_token(request, OPERATOR_A)).await.unwrap().into_inner().records;
+    let seen: Vec<(&str, &str, &str, &str)> = records
+        .iter()
+        .map(|r| (r.principal.as_str(), r.action.as_str(), r.target.as_str(), r.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("ci-a", "goal.submit", a.as_str(), "OK"),
+            ("dash-a", "goal.submit", "", "DENIED"),
+            ("ci-a", "goal.cancel", a.as_str(), "OK"),
+        ],
+        "team-a's operator sees team-a's records only, in order"
+    );
+    assert!(records.iter().all(|r| r.tenant == "team-a" && r.at_unix_ms > 0 && r.seq > 0));
+    assert!(records[0].origin.starts_with("grpc 127.0.0.1:"), "{:?}", records[0].origin);
+    assert!(records[2].origin.starts_with("http 127.0.0.1:"), "{:?}", records[2].origin);
+    // Paging: after the first record's seq come the other two.
+    let request = hermes_proto::ListAuditRequest { limit: 100, after_seq: records[0].seq };
+    assert_eq!(
+        client.list_audit(with_token(request, OPERATOR_A)).await.unwrap().into_inner().records.len(),
+        2
+    );
+
+    // Only operators read the trail.
+    let request = hermes_proto::ListAuditRequest::default();
+    assert_eq!(
+        client.list_audit(with_token(request, SUBMITTER_A)).await.unwrap_err().code(),
+        tonic::Code::PermissionDenied
+    );
+    let response = http().get(format!("{base}/v1/audit")).bearer_auth(VIEWER_A).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let response =
+        http().get(format!("{base}/v1/audit?limit=2")).bearer_auth(OPERATOR_A).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    let records = body["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2, "{body}");
+    assert_eq!(records[0]["action"], "goal.submit");
+    assert_eq!(records[0]["principal"], "ci-a");
+    assert!(!body.to_string().contains(&b), "no record of team-b's goal reaches team-a: {body}");
+    t.stop().await;
+}

@@ -299,6 +299,24 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
     );
     assert!(events.iter().any(|e| matches!(&e.kind, Some(Kind::ApprovalDecided(d)) if d.approved)));
 
+    // The audit trail has the submit and the approval, with where they came from.
+    let records = client
+        .list_audit(hermes_proto::ListAuditRequest { limit: 100, after_seq: 0 })
+        .await
+        .expect("the dispatcher reads its audit stream")
+        .into_inner()
+        .records;
+    let actions: Vec<(&str, &str, &str)> =
+        records.iter().map(|r| (r.action.as_str(), r.target.as_str(), r.outcome.as_str())).collect();
+    assert!(actions.contains(&("goal.submit", goal_id.as_str(), "OK")), "{actions:?}");
+    assert!(
+        records.iter().any(|r| r.action == "approval.approve"
+            && r.target.starts_with(&format!("{goal_id}/"))
+            && r.outcome == "OK"
+            && r.origin.starts_with("grpc 127.0.0.1:")),
+        "{records:?}"
+    );
+
     // An agent's credentials: no goal writes, no events, no approvals, no reading others'
     // replies, no deleting streams.
     let mut attacker = Attacker::connect(&accounts.url(&nats, "agent")).await;
@@ -308,7 +326,10 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
     attacker.publish_refused("deleting the goals", "$JS.API.STREAM.DELETE.KV_hermes_goals".into()).await;
     attacker.publish_refused("purging the events", "$JS.API.STREAM.PURGE.HERMES_EVENTS".into()).await;
     attacker
-        .publish_refused("reading a goal", format!("$JS.API.DIRECT.GET.KV_hermes_goals.$KV.hermes_goals.{goal_id}"))
+        .publish_refused(
+            "reading a goal",
+            format!("$JS.API.DIRECT.GET.KV_hermes_goals.$KV.hermes_goals.{goal_id}"),
+        )
         .await;
     let _spy = attacker.client.subscribe("_INBOX_dispatcher.>").await.unwrap();
     attacker.client.flush().await.unwrap();
@@ -318,7 +339,8 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
 
     // A forged result from another agent identity, for a running attempt: ignored; the real
     // result wins.
-    let plan = TaskPlan { nodes: vec![crate_node("nap", "time.sleep", json!({"ms": 1500}))], ..Default::default() };
+    let plan =
+        TaskPlan { nodes: vec![crate_node("nap", "time.sleep", json!({"ms": 1500}))], ..Default::default() };
     let spec = GoalSpec { plan: Some(plan), ..Default::default() };
     let napping = client
         .submit_goal(SubmitGoalRequest { spec: Some(spec), ..Default::default() })

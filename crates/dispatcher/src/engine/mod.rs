@@ -229,7 +229,12 @@ pub fn token_matches(state: &GoalState, task_id: &str, token: &str) -> bool {
 
 /// The index of the node whose current attempt is `task_id` of node `node_id`, when `token` is
 /// that attempt's: what an agent's result or report must name to be heard.
-pub fn authentic_attempt(state: &GoalState, node_id: &str, task_id: &str, token: &str) -> Result<usize, Applied> {
+pub fn authentic_attempt(
+    state: &GoalState,
+    node_id: &str,
+    task_id: &str,
+    token: &str,
+) -> Result<usize, Applied> {
     let index = current_attempt(state, node_id, task_id).ok_or(Applied::Stale)?;
     if token_matches(state, task_id, token) { Ok(index) } else { Err(Applied::Forged) }
 }

@@ -229,7 +229,7 @@ pub(super) async fn rpc(
     let id = request.get("id").cloned().unwrap_or(Value::Null);
     // Credentials are the HTTP layer's business, as A2A has them: 401 and 403, not JSON-RPC.
     let caller = match super::who(&api, &headers) {
-        Ok(caller) => caller,
+        Ok(caller) => caller.at("a2a", Some(peer)),
         Err(problem) => return problem.into_response(),
     };
     match call(&api, &caller, &peer, &headers, &request).await {

@@ -68,13 +68,15 @@ async fn poison(service: &GoalService, advisory: MaxDeliveries) -> Result<()> {
     match kind {
         "task" => {
             if let Ok(task) = TaskMessage::decode(message.payload.clone()) {
-                let result = poisoned(&task.goal_id, &task.node_id, &task.task_id, task.attempt, &task.result_token);
+                let result =
+                    poisoned(&task.goal_id, &task.node_id, &task.task_id, task.attempt, &task.result_token);
                 service.apply_results(&task.goal_id, &[result]).await?;
             }
         }
         "result" => {
             if let Ok(late) = TaskResult::decode(message.payload.clone()) {
-                let result = poisoned(&late.goal_id, &late.node_id, &late.task_id, late.attempt, &late.result_token);
+                let result =
+                    poisoned(&late.goal_id, &late.node_id, &late.task_id, late.attempt, &late.result_token);
                 service.apply_results(&late.goal_id, &[result]).await?;
             }
         }

@@ -21,7 +21,8 @@ const CONCURRENCY: usize = 64;
 pub(crate) async fn run(service: Arc<GoalService>, shutdown: CancellationToken) {
     let topology = service.bus().topology().clone();
     let client = service.bus().client().clone();
-    let mut reports = match client.queue_subscribe(topology.agent_report(), topology.dispatcher_queue()).await {
+    let mut reports = match client.queue_subscribe(topology.agent_report(), topology.dispatcher_queue()).await
+    {
         Ok(s) => s,
         Err(e) => {
             warn!(error = %e, "cannot subscribe to agent reports; agents cannot ask for approvals");
@@ -48,8 +49,15 @@ pub(crate) async fn run(service: Arc<GoalService>, shutdown: CancellationToken) 
                     let reason = format!("undecodable AgentReport: {e}");
                     let origin = format!("{}:{}", msg.subject, now_unix_ms());
                     let bus = service.bus();
-                    if let Err(e) =
-                        bus.publish_dead_letter("agent_report", &msg.subject, &origin, &reason, msg.payload.clone()).await
+                    if let Err(e) = bus
+                        .publish_dead_letter(
+                            "agent_report",
+                            &msg.subject,
+                            &origin,
+                            &reason,
+                            msg.payload.clone(),
+                        )
+                        .await
                     {
                         warn!(error = %e, "cannot dead-letter an undecodable agent report");
                     }

@@ -1,0 +1,161 @@
+//! The audit trail: who did what through the API doors, when, from where, and how it ended.
+//! Every submit, cancel, approval decision and dead-letter replay is appended to `HERMES_AUDIT`,
+//! a stream that denies deletes and purges, on `hermes.audit.<tenant>`, whether it succeeded or
+//! was refused. Operators read their own tenant's records (`ListAudit`, `GET /v1/audit`,
+//! `hermes audit`).
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use async_nats::jetstream::stream;
+use futures::StreamExt;
+use hermes_core::{Bus, Error, Result, now_unix_ms};
+use hermes_proto::AuditRecord;
+use prost::Message as _;
+use tracing::warn;
+
+use crate::access::{Need, Principal};
+
+/// How long audit records are kept.
+pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(400 * 24 * 3600);
+
+/// An audited action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Submit,
+    Cancel,
+    Approve,
+    Deny,
+    Replay,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Submit => "goal.submit",
+            Action::Cancel => "goal.cancel",
+            Action::Approve => "approval.approve",
+            Action::Deny => "approval.deny",
+            Action::Replay => "dead_letter.replay",
+        }
+    }
+}
+
+/// Appends to and reads the audit stream. Cheap to clone.
+#[derive(Clone)]
+pub struct Audit {
+    bus: Bus,
+}
+
+impl Audit {
+    /// Opens the audit stream, creating it on the first start (the dispatchers own it).
+    pub async fn open(bus: Bus) -> Result<Audit> {
+        let topology = bus.topology();
+        let config = stream::Config {
+            name: topology.audit_stream(),
+            description: Some("Hermes audit trail: who did what through the API, append-only".into()),
+            subjects: vec![topology.all_audit()],
+            retention: stream::RetentionPolicy::Limits,
+            max_age: AUDIT_MAX_AGE,
+            deny_delete: true,
+            deny_purge: true,
+            num_replicas: bus.config().replicas,
+            ..Default::default()
+        };
+        bus.jetstream()
+            .get_or_create_stream(config)
+            .await
+            .map_err(|e| Error::JetStream { operation: "create the audit stream", reason: e.to_string() })?;
+        Ok(Audit { bus })
+    }
+
+    /// Appends what `who` did to `target` and how it ended. The ack is awaited: an action is
+    /// answered only once its record is stored. A failure to store is logged, not returned:
+    /// the action itself has happened.
+    pub async fn record<T>(
+        &self,
+        who: &Principal,
+        action: Action,
+        target: &str,
+        detail: &str,
+        outcome: &Result<T>,
+    ) {
+        let (outcome, detail) = match outcome {
+            Ok(_) => ("OK".to_owned(), detail.to_owned()),
+            Err(e) => {
+                (e.code().as_str().to_owned(), hermes_core::redact::redact_text(&e.to_string()).into_owned())
+            }
+        };
+        let record = AuditRecord {
+            seq: 0,
+            at_unix_ms: now_unix_ms(),
+            principal: who.name.clone(),
+            tenant: who.tenant.clone().unwrap_or_default(),
+            action: action.as_str().to_owned(),
+            target: target.to_owned(),
+            outcome,
+            detail: detail.chars().take(500).collect(),
+            origin: who.origin.clone(),
+        };
+        let subject = self.bus.topology().audit(who.tenant.as_deref());
+        let stored = match self.bus.jetstream().publish(subject, record.encode_to_vec().into()).await {
+            Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = stored {
+            warn!(error = %e, action = action.as_str(), target, principal = %who.name, "cannot store an audit record");
+        }
+    }
+
+    /// Up to `limit` records after `after_seq`, oldest first: `who`'s tenant's only (all of them
+    /// with auth off). Operators only.
+    pub async fn list(&self, who: &Principal, limit: usize, after_seq: u64) -> Result<Vec<AuditRecord>> {
+        who.require(Need::Operate)?;
+        let limit = match limit {
+            0 => 100,
+            n => n.min(1000),
+        };
+        let topology = self.bus.topology();
+        let filter = match &who.tenant {
+            Some(tenant) => topology.audit(Some(tenant)),
+            None => topology.all_audit(),
+        };
+        let unavailable = |what: &str, e: &dyn std::fmt::Display| Error::Unavailable(format!("{what}: {e}"));
+        let stream = self
+            .bus
+            .jetstream()
+            .get_stream(topology.audit_stream())
+            .await
+            .map_err(|e| unavailable("audit stream", &e))?;
+        let mut consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: filter,
+                deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: after_seq + 1 },
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| unavailable("audit consumer", &e))?;
+        let pending =
+            consumer.info().await.map_err(|e| unavailable("audit consumer", &e))?.num_pending as usize;
+        let wanted = pending.min(limit);
+        let mut records = Vec::with_capacity(wanted);
+        if wanted == 0 {
+            return Ok(records);
+        }
+        let mut messages = consumer.messages().await.map_err(|e| unavailable("audit records", &e))?;
+        while records.len() < wanted {
+            let next = tokio::time::timeout(Duration::from_secs(5), messages.next()).await;
+            let message = match next {
+                Ok(Some(Ok(message))) => message,
+                Ok(Some(Err(e))) => return Err(unavailable("audit records", &e)),
+                Ok(None) | Err(_) => break,
+            };
+            let seq = message.info().map(|i| i.stream_sequence).unwrap_or_default();
+            match AuditRecord::decode(message.payload.clone()) {
+                Ok(record) => records.push(AuditRecord { seq, ..record }),
+                Err(e) => warn!(seq, error = %e, "an undecodable audit record"),
+            }
+        }
+        Ok(records)
+    }
+}
