@@ -16,7 +16,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "hermes"
-VALUES_FILES = ["minimal-values.yaml", "external-nats-values.yaml", "autoscaled-pools-values.yaml"]
+VALUES_FILES = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
 KUBE_VERSION = "1.30.0"
 # Custom resources the Kubernetes schemas do not know; their invariants are asserted below.
 CUSTOM_KINDS = {"ScaledObject", "ServiceMonitor"}
@@ -55,6 +55,51 @@ def config_maps(docs):
 
 def pool_consumer(task_type):
     return "pool_" + task_type.replace(".", "_")
+
+
+def deployment(docs, name):
+    return next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == name)
+
+
+def settings_of(docs, dep):
+    """What reaches a Deployment's container: its ConfigMaps' data and its env."""
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    maps = config_maps(docs)
+    settings = {}
+    for ref in container.get("envFrom", []):
+        settings.update(maps[ref["configMapRef"]["name"]])
+    settings.update(env_of(container))
+    return settings
+
+
+def secret_refs(dep):
+    """Every Secret a Deployment's pods can read, as {(name, key or None for a whole volume)}."""
+    spec = dep["spec"]["template"]["spec"]
+    refs = set()
+    for container in spec["containers"]:
+        for e in container.get("env", []):
+            ref = e.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                refs.add((ref["name"], ref["key"]))
+        for source in container.get("envFrom", []):
+            if "secretRef" in source:
+                refs.add((source["secretRef"]["name"], None))
+    for volume in spec.get("volumes", []):
+        if "secret" in volume:
+            items = volume["secret"].get("items")
+            if not items:
+                refs.add((volume["secret"]["secretName"], None))
+            for item in items or []:
+                refs.add((volume["secret"]["secretName"], item["key"]))
+    return refs
+
+
+# The NATS user each Deployment of a render connects as (deploy/nats/accounts.conf).
+def nats_user_of(dep_name):
+    return "agent" if dep_name.startswith("hermes-pool-") else dep_name.removeprefix("hermes-")
+
+
+WITH_TOKENS = {"auth": {"apiTokensSecret": {"name": "hermes-api-tokens", "key": "tokens.toml"}}}
 
 
 class RenderLintValidate(unittest.TestCase):
@@ -184,19 +229,25 @@ class Invariants(unittest.TestCase):
     def test_secrets_and_external_nats_are_wired(self):
         docs, _ = render(load_values("external-nats-values.yaml"))
         deployments = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
-        for dep in deployments.values():
+        self.assertEqual(
+            set(deployments), {"hermes-dispatcher", "hermes-registry", "hermes-memory", "hermes-planner", "hermes-pool-general"}
+        )
+        for dep_name, dep in deployments.items():
             spec = dep["spec"]["template"]["spec"]
             env = env_of(spec["containers"][0])
-            self.assertEqual(env["HERMES_NATS_URL"], {"secretKeyRef": {"name": "hermes-nats", "key": "url"}})
-            self.assertEqual(env["HERMES_NATS_CREDS"], "/etc/hermes/nats/hermes.creds")
+            user = nats_user_of(dep_name)
+            self.assertEqual(env["HERMES_NATS_URL"], {"secretKeyRef": {"name": f"hermes-nats-{user}", "key": "url"}}, dep_name)
+            # A password URL names its user, from which Hermes takes the inbox prefix itself.
+            self.assertNotIn("HERMES_NATS_CREDS", env, dep_name)
+            self.assertNotIn("HERMES_NATS_INBOX_PREFIX", env, dep_name)
             self.assertEqual(env["HERMES_NATS_REPLICAS"], "3")
             self.assertEqual(env["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://otel-collector.observability.svc:4317")
-            volumes = {v["name"]: v for v in spec["volumes"]}
-            self.assertEqual(volumes["nats-creds"]["secret"]["secretName"], "hermes-nats-creds")
         planner_env = env_of(deployments["hermes-planner"]["spec"]["template"]["spec"]["containers"][0])
         self.assertEqual(planner_env["HERMES_LLM_API_KEY"], {"secretKeyRef": {"name": "hermes-llm", "key": "api-key"}})
         self.assertEqual(len(by_kind(docs, "ServiceMonitor")), 1)
-        self.assertEqual(len(by_kind(docs, "NetworkPolicy")), 2)
+        self.assertEqual(
+            {d["metadata"]["name"] for d in by_kind(docs, "NetworkPolicy")}, {"hermes-default", "hermes-dispatcher", "hermes-egress"}
+        )
         pdbs = {d["metadata"]["name"] for d in by_kind(docs, "PodDisruptionBudget")}
         self.assertTrue({"hermes-dispatcher", "hermes-registry", "hermes-planner", "hermes-pool-general"} <= pdbs)
         service = next(d for d in by_kind(docs, "Service") if d["metadata"]["name"] == "hermes-dispatcher")
@@ -228,13 +279,6 @@ class Invariants(unittest.TestCase):
         for config in config_maps(docs).values():
             settings.update(config)
         self.assertEqual(settings.get("HERMES_HTTP_LISTEN"), "0.0.0.0:8080")
-        # The dispatcher refuses 0.0.0.0 with auth off unless told that is meant.
-        self.assertEqual(settings.get("HERMES_ALLOW_UNAUTHENTICATED"), "true")
-        closed = dict(values, dispatcher=dict(values.get("dispatcher", {}), allowUnauthenticated=False))
-        closed_settings = {}
-        for config in config_maps(render(closed)[0]).values():
-            closed_settings.update(config)
-        self.assertNotIn("HERMES_ALLOW_UNAUTHENTICATED", closed_settings)
         service = next(d for d in by_kind(docs, "Service") if d["metadata"]["name"] == "hermes-dispatcher")
         self.assertIn("http", [p["name"] for p in service["spec"]["ports"]])
         self.assertEqual(by_kind(docs, "Ingress"), [], "no Ingress unless asked for")
@@ -264,6 +308,158 @@ class Invariants(unittest.TestCase):
         self.assertEqual(env["HERMES_LLM_API_KEY"], {"secretKeyRef": {"name": "hermes-llm-agents", "key": "api-key"}})
         data = config_maps(docs)["hermes-pool-llm"]
         self.assertEqual(data["HERMES_AGENT_MODEL"], "qwen2.5-32b-instruct")
+
+
+class SafeByDefault(unittest.TestCase):
+    """The chart is safe by default: API auth whenever the dispatcher listens beyond loopback
+    (always, in a pod), every Deployment on NATS as its own user, and NetworkPolicies on."""
+
+    def test_api_tokens_are_mounted_from_their_secret_for_the_dispatcher_only(self):
+        docs, _ = render(load_values("minimal-values.yaml"))
+        dispatcher = deployment(docs, "hermes-dispatcher")
+        settings = settings_of(docs, dispatcher)
+        self.assertEqual(settings["HERMES_DISPATCHER_API_TOKENS_FILE"], "/etc/hermes/auth/tokens.toml")
+        # Auth is on: nothing may also tell it to serve without.
+        self.assertNotIn("HERMES_DISPATCHER_ALLOW_UNAUTHENTICATED", settings)
+        self.assertNotIn("HERMES_ALLOW_UNAUTHENTICATED", settings)
+        spec = dispatcher["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        self.assertEqual(
+            volumes["api-tokens"]["secret"],
+            {"secretName": "hermes-api-tokens", "items": [{"key": "tokens.toml", "path": "tokens.toml"}]},
+        )
+        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+        self.assertEqual(mounts["api-tokens"], {"name": "api-tokens", "mountPath": "/etc/hermes/auth", "readOnly": True})
+        for dep in by_kind(docs, "Deployment"):
+            if dep["metadata"]["name"] != "hermes-dispatcher":
+                with self.subTest(deployment=dep["metadata"]["name"]):
+                    self.assertNotIn("hermes-api-tokens", {name for name, _ in secret_refs(dep)})
+        # The key the Secret keeps the file under is the operator's; the path is fixed.
+        docs, _ = render({"auth": {"apiTokensSecret": {"name": "api", "key": "hermes.toml"}}})
+        volumes = {v["name"]: v for v in deployment(docs, "hermes-dispatcher")["spec"]["template"]["spec"]["volumes"]}
+        self.assertEqual(volumes["api-tokens"]["secret"]["items"], [{"key": "hermes.toml", "path": "tokens.toml"}])
+
+    def test_tokens_win_over_allow_unauthenticated(self):
+        docs, _ = render({**WITH_TOKENS, "dispatcher": {"allowUnauthenticated": True}})
+        settings = settings_of(docs, deployment(docs, "hermes-dispatcher"))
+        self.assertEqual(settings["HERMES_DISPATCHER_API_TOKENS_FILE"], "/etc/hermes/auth/tokens.toml")
+        self.assertNotIn("HERMES_DISPATCHER_ALLOW_UNAUTHENTICATED", settings)
+
+    def test_serving_without_tokens_takes_an_explicit_allow_unauthenticated(self):
+        docs, _ = render({"dispatcher": {"allowUnauthenticated": True}})
+        dispatcher = deployment(docs, "hermes-dispatcher")
+        settings = settings_of(docs, dispatcher)
+        self.assertEqual(settings["HERMES_DISPATCHER_ALLOW_UNAUTHENTICATED"], "true")
+        self.assertNotIn("HERMES_DISPATCHER_API_TOKENS_FILE", settings)
+        self.assertNotIn("api-tokens", {v["name"] for v in dispatcher["spec"]["template"]["spec"]["volumes"]})
+
+    def test_the_default_values_do_not_render_an_open_api(self):
+        chart = helm.Chart.load(str(CHART))
+        self.assertFalse(chart.merge_values({})["dispatcher"]["allowUnauthenticated"])
+        with self.assertRaises(helm.HelmError) as caught:
+            chart.render({}, name="hermes", namespace="agents")
+        message = str(caught.exception)
+        self.assertIn("auth.apiTokensSecret.name", message)
+        self.assertIn("dispatcher.allowUnauthenticated=true", message)
+
+    def test_each_deployment_reads_only_its_own_nats_secret(self):
+        cases = {
+            # User and password in a URL per service.
+            "external-nats-values.yaml": lambda user, pool: {(f"hermes-nats-{user}", "url")},
+            # A credentials file per service, and a pool with a user of its own.
+            "nats-credentials-values.yaml": lambda user, pool: {
+                ("hermes-nats-agent-research" if pool == "research" else f"hermes-nats-{user}", "nats.creds")
+            },
+        }
+        for name, expected in cases.items():
+            values = load_values(name)
+            docs, _ = render(values)
+            nats_secrets = set()
+            for dep in by_kind(docs, "Deployment"):
+                dep_name = dep["metadata"]["name"]
+                pool = dep_name.removeprefix("hermes-pool-") if dep_name.startswith("hermes-pool-") else None
+                with self.subTest(values=name, deployment=dep_name):
+                    others = {("hermes-llm", "api-key"), ("hermes-llm-agents", "api-key"), ("hermes-api-tokens", "tokens.toml")}
+                    own = secret_refs(dep) - others
+                    self.assertEqual(own, expected(nats_user_of(dep_name), pool))
+                    nats_secrets |= own
+            # No two services share one: every Deployment but the pools has a Secret of its own.
+            services = [d for d in by_kind(docs, "Deployment") if not d["metadata"]["name"].startswith("hermes-pool-")]
+            self.assertEqual(len({frozenset(secret_refs(d)) for d in services}), len(services))
+
+    def test_a_credentials_file_gets_its_user_s_inbox_prefix(self):
+        docs, _ = render(load_values("nats-credentials-values.yaml"))
+        expected = {
+            "hermes-dispatcher": "_INBOX_dispatcher",
+            "hermes-registry": "_INBOX_registry",
+            "hermes-memory": "_INBOX_memory",
+            "hermes-pool-tools": "_INBOX_agent",
+            "hermes-pool-research": "_INBOX_agent_research",
+        }
+        for dep_name, prefix in expected.items():
+            with self.subTest(deployment=dep_name):
+                dep = deployment(docs, dep_name)
+                spec = dep["spec"]["template"]["spec"]
+                env = env_of(spec["containers"][0])
+                # A credentials file names no user Hermes could take the prefix from.
+                self.assertEqual(env["HERMES_NATS_INBOX_PREFIX"], prefix)
+                self.assertEqual(env["HERMES_NATS_CREDS"], "/etc/hermes/nats/nats.creds")
+                self.assertEqual(env["HERMES_NATS_URL"], "tls://nats.nats.svc:4222")
+                mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+                self.assertEqual(mounts["nats-creds"], {"name": "nats-creds", "mountPath": "/etc/hermes/nats", "readOnly": True})
+        self.assertTrue(all(p in (ROOT / "deploy" / "nats" / "accounts.conf").read_text() for p in ["_INBOX_dispatcher.>", "_INBOX_agent.>"]))
+
+    def test_without_nats_secrets_every_deployment_uses_the_plain_url(self):
+        docs, _ = render(load_values("minimal-values.yaml"))
+        for dep in by_kind(docs, "Deployment"):
+            with self.subTest(deployment=dep["metadata"]["name"]):
+                env = env_of(dep["spec"]["template"]["spec"]["containers"][0])
+                self.assertEqual(env["HERMES_NATS_URL"], "nats://nats:4222")
+                self.assertFalse({"HERMES_NATS_CREDS", "HERMES_NATS_INBOX_PREFIX"} & set(env))
+                self.assertEqual({n for n, _ in secret_refs(dep)} - {"hermes-api-tokens"}, set())
+
+    def test_network_policies_are_on_by_default(self):
+        docs, _ = render(WITH_TOKENS)
+        policies = {d["metadata"]["name"]: d for d in by_kind(docs, "NetworkPolicy")}
+        self.assertEqual(set(policies), {"hermes-default", "hermes-dispatcher", "hermes-egress"})
+        for policy in policies.values():
+            kubernetes_validate.validate(policy, KUBE_VERSION, strict=True)
+        base = policies["hermes-default"]["spec"]
+        release = {"app.kubernetes.io/name": "hermes", "app.kubernetes.io/instance": "hermes"}
+        self.assertEqual(base["podSelector"], {"matchLabels": release})
+        self.assertEqual(set(base["policyTypes"]), {"Ingress", "Egress"})
+        # Ingress besides the dispatcher's API: only from the release's own pods (no metrics
+        # scrapes without networkPolicy.metricsFrom).
+        for rule in base["ingress"]:
+            self.assertEqual(rule["from"], [{"podSelector": {"matchLabels": release}}])
+        egress_ports = {(p["port"], p["protocol"]) for rule in base["egress"] for p in rule["ports"]}
+        self.assertTrue({(53, "UDP"), (53, "TCP"), (4222, "TCP")} <= egress_ports)
+        api = policies["hermes-dispatcher"]["spec"]
+        self.assertEqual(api["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "dispatcher")
+        self.assertEqual({p["port"] for p in api["ingress"][0]["ports"]}, {50051, 8080})
+        self.assertNotIn("from", api["ingress"][0], "the API is open to any peer by default, guarded by its tokens")
+        out = policies["hermes-egress"]["spec"]
+        self.assertEqual(out["policyTypes"], ["Egress"])
+        self.assertEqual(out["podSelector"]["matchExpressions"], [{"key": "app.kubernetes.io/component", "operator": "NotIn", "values": ["registry"]}])
+        self.assertEqual(out["egress"], [{"ports": [{"port": 443, "protocol": "TCP"}]}])
+
+    def test_network_policy_peers_and_the_model_s_port_are_used(self):
+        docs, _ = render(load_values("external-nats-values.yaml"))
+        policies = {d["metadata"]["name"]: d["spec"] for d in by_kind(docs, "NetworkPolicy")}
+        monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+        metrics = [r for r in policies["hermes-default"]["ingress"] if r["ports"] == [{"port": 9090, "protocol": "TCP"}]]
+        self.assertEqual([r["from"] for r in metrics], [monitoring])
+        nats = [r for r in policies["hermes-default"]["egress"] if r["ports"] == [{"port": 4222, "protocol": "TCP"}]]
+        self.assertEqual(nats[0]["to"], [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "nats"}}}])
+        otlp = [r for r in policies["hermes-default"]["egress"] if r["ports"] == [{"port": 4317, "protocol": "TCP"}]]
+        self.assertEqual(len(otlp), 1, "the OTLP collector's port")
+        self.assertEqual(policies["hermes-dispatcher"]["ingress"][0]["from"], [{"namespaceSelector": {"matchLabels": {"hermes.dev/client": "true"}}}])
+        (rule,) = policies["hermes-egress"]["egress"]
+        # llm.baseUrl is http://llm-gateway.ai.svc:8000/v1.
+        self.assertEqual({p["port"] for p in rule["ports"]}, {443, 8000})
+        self.assertEqual(rule["to"], [{"ipBlock": {"cidr": "10.0.0.0/8"}}])
+        docs, _ = render({**WITH_TOKENS, "networkPolicy": {"enabled": False}})
+        self.assertEqual(by_kind(docs, "NetworkPolicy"), [])
 
 
 class Rejections(unittest.TestCase):
@@ -307,6 +503,50 @@ class Rejections(unittest.TestCase):
         self.assert_rejected({"planner": {"enabled": True}}, "planner.enabled needs a model")
         values = self.pool(autoscaling={"mode": "hpa", "minReplicas": 5, "maxReplicas": 2})
         self.assert_rejected(values, "minReplicas is above maxReplicas")
+
+    def test_an_open_api_is_refused_with_both_ways_out(self):
+        for values in [{}, {"dispatcher": {"allowUnauthenticated": False}}, {"auth": {"apiTokensSecret": {"name": ""}}}]:
+            with self.subTest(values=values):
+                self.assert_rejected(
+                    values,
+                    "the dispatcher's API would listen on 0.0.0.0 without authentication",
+                    "set auth.apiTokensSecret.name",
+                    "dispatcher.allowUnauthenticated=true",
+                )
+
+    def test_nats_credentials_are_per_service_or_refused(self):
+        users = lambda names: {u: {"urlSecret": {"name": f"nats-{u}"}} for u in names}
+        # Some services with credentials, others silently anonymous.
+        message = self.assert_rejected(
+            {**WITH_TOKENS, "externalNats": {"users": users(["dispatcher", "agent"])}},
+            "NATS credentials are set for dispatcher, executorPools[general] but not for registry, memory",
+        )
+        self.assertNotIn("planner", message, "the planner does not run by default and needs no user")
+        # A pool with a user of its own does not make the services' credentials optional.
+        pool = dict(load_values("nats-credentials-values.yaml")["executorPools"][1], taskTypes=["http.fetch"])
+        self.assert_rejected({**WITH_TOKENS, "executorPools": [pool]}, "NATS credentials are set for executorPools[research] but not for dispatcher, registry, memory")
+        # One Secret key for two users makes them one user again.
+        same = {u: {"urlSecret": {"name": "nats", "key": "url"}} for u in ["dispatcher", "registry", "memory", "agent"]}
+        self.assert_rejected({**WITH_TOKENS, "externalNats": {"users": same}}, "dispatcher and registry use the same Secret key nats/url")
+        # The keys that gave every Deployment one user fail, naming the new ones.
+        for old in ["urlSecret", "credentialsSecret"]:
+            self.assert_rejected({**WITH_TOKENS, "externalNats": {old: {"name": "hermes-nats"}}}, f"externalNats.{old} gave every Deployment the same NATS user", f"externalNats.users.<dispatcher|registry|planner|memory|agent>.{old}")
+        self.assert_rejected({**WITH_TOKENS, "externalNats": {"url": "nats://hermes:secret@nats:4222"}}, "externalNats.url carries credentials")
+        self.assert_rejected(
+            {**WITH_TOKENS, "nats": {"enabled": True}, "externalNats": {"users": users(["dispatcher", "registry", "memory", "agent"])}},
+            "externalNats.users.agent, externalNats.users.dispatcher",
+            "nats.enabled is true",
+        )
+        # Every Deployment with its own, several keys of one Secret included, renders.
+        shared_secret = {u: {"urlSecret": {"name": "hermes-nats", "key": u}} for u in ["dispatcher", "registry", "memory", "agent"]}
+        render({**WITH_TOKENS, "externalNats": {"users": shared_secret}})
+
+    def test_network_policy_rules_fail_with_what_to_change(self):
+        self.assert_rejected({**WITH_TOKENS, "serviceMonitor": {"enabled": True}}, "set networkPolicy.metricsFrom")
+        self.assert_rejected({**WITH_TOKENS, "networkPolicy": {"allowedClients": {"matchLabels": {"a": "b"}}}}, "networkPolicy.apiFrom")
+        self.assert_rejected({**WITH_TOKENS, "networkPolicy": {"egressCidrs": ["10.0.0.0/8"]}}, "networkPolicy.egress.to")
+        self.assert_rejected({**WITH_TOKENS, "networkPolicy": {"apiFrom": [{"namespaceSelectr": {}}]}}, "networkPolicy", "apiFrom")
+        self.assert_rejected({**WITH_TOKENS, "networkPolicy": {"egress": {"ports": ["https"]}}}, "networkPolicy", "ports")
 
 
 if __name__ == "__main__":

@@ -488,7 +488,7 @@ fn the_local_nats_server_refuses_anonymous_clients_and_takes_its_generated_passw
 }
 
 /// With an API tokens file, `hermes` client commands are refused without a token and work with
-/// `--token` (or `HERMES_TOKEN`).
+/// `--token` (or `HERMES_TOKEN`); `hermes audit` shows an operator who did what.
 #[test]
 fn client_commands_carry_the_api_token() {
     use sha2::Digest;
@@ -499,7 +499,7 @@ fn client_commands_carry_the_api_token() {
     std::fs::write(
         &tokens,
         format!(
-            "[[token]]\nname = \"me\"\nsha256 = \"{sha}\"\ntenant = \"team-a\"\nroles = [\"submitter\"]\n"
+            "[[token]]\nname = \"me\"\nsha256 = \"{sha}\"\ntenant = \"team-a\"\nroles = [\"submitter\", \"operator\"]\n"
         ),
     )
     .unwrap();
@@ -516,6 +516,20 @@ fn client_commands_carry_the_api_token() {
         .output()
         .unwrap();
     assert!(by_env.status.success(), "{}", text(&by_env));
+
+    let cancelled = hermes(&["cancel", "g-nothing-here", "--server", &grpc, "--token", "cli-secret"]);
+    assert!(!cancelled.status.success(), "{}", text(&cancelled));
+    let audit = hermes(&["audit", "--server", &grpc, "--token", "cli-secret"]);
+    assert!(audit.status.success(), "{}", text(&audit));
+    let row = text(&audit).lines().find(|l| l.contains("goal.cancel")).map(str::to_owned);
+    let row = row.unwrap_or_else(|| panic!("no cancel in the audit: {}", text(&audit)));
+    for part in ["me", "team-a", "NOT_FOUND", "g-nothing-here", "grpc 127.0.0.1:"] {
+        assert!(row.contains(part), "{part} missing from {row}");
+    }
+    let json = hermes(&["audit", "--json", "--server", &grpc, "--token", "cli-secret"]);
+    let line = String::from_utf8_lossy(&json.stdout).lines().next().map(str::to_owned).unwrap_or_default();
+    let record: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(record["action"], "goal.cancel");
 }
 
 /// With auth off, the API is served on loopback only: a wider address is refused with the way
