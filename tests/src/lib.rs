@@ -296,12 +296,19 @@ impl Sandbox {
 
     /// Every event of a goal until it ends, within 30 s.
     pub async fn events(&mut self, goal_id: &str) -> Vec<Event> {
-        let stream = self
-            .client
-            .watch_goal(WatchGoalRequest { goal_id: goal_id.to_owned(), after_seq: 0 })
-            .await
-            .expect("watch starts")
-            .into_inner();
+        let request = tonic::Request::new(WatchGoalRequest { goal_id: goal_id.to_owned(), after_seq: 0 });
+        self.watch_to_end(request).await
+    }
+
+    /// [`Sandbox::events`] for a caller with an API token (auth on).
+    pub async fn events_as(&self, goal_id: &str, token: &str) -> Vec<Event> {
+        let mut request = tonic::Request::new(WatchGoalRequest { goal_id: goal_id.to_owned(), after_seq: 0 });
+        request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("a token"));
+        self.watch_to_end(request).await
+    }
+
+    async fn watch_to_end(&self, request: tonic::Request<WatchGoalRequest>) -> Vec<Event> {
+        let stream = self.client.clone().watch_goal(request).await.expect("watch starts").into_inner();
         tokio::time::timeout(Duration::from_secs(30), stream.map(|e| e.expect("event")).collect::<Vec<_>>())
             .await
             .expect("goal ends within 30 s")

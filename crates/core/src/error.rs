@@ -165,6 +165,9 @@ pub enum Error {
     /// The caller did not say who it is, or said it with a credential nobody knows.
     #[error("unauthenticated: {0}")]
     Unauthenticated(String),
+    /// A tenant's quota is spent; trying again after `retry_after_secs` may succeed.
+    #[error("quota exceeded: {reason}; retry after {retry_after_secs} s")]
+    QuotaExceeded { reason: String, retry_after_secs: u64 },
 }
 
 /// Result alias with the core error as default.
@@ -183,8 +186,16 @@ impl Error {
             Error::NotFound { .. } => ErrorCode::NotFound,
             Error::Denied { .. } => ErrorCode::Denied,
             Error::Timeout { .. } => ErrorCode::Timeout,
-            Error::LimitExceeded(_) => ErrorCode::LimitExceeded,
+            Error::LimitExceeded(_) | Error::QuotaExceeded { .. } => ErrorCode::LimitExceeded,
             Error::Unauthenticated(_) => ErrorCode::Unauthenticated,
+        }
+    }
+
+    /// How long to wait before trying again, when the error says (a spent quota).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Error::QuotaExceeded { retry_after_secs, .. } => Some(*retry_after_secs),
+            _ => None,
         }
     }
 
@@ -215,7 +226,14 @@ pub fn wire_error(code: ErrorCode, message: impl Into<String>) -> hermes_proto::
 impl From<Error> for tonic::Status {
     fn from(err: Error) -> Self {
         let code = err.code();
-        tonic::Status::new(code.grpc_code(), format!("{code}: {err}"))
+        let mut status = tonic::Status::new(code.grpc_code(), format!("{code}: {err}"));
+        // As HTTP's `Retry-After`: whole seconds.
+        if let Some(secs) = err.retry_after_secs()
+            && let Ok(value) = secs.to_string().parse()
+        {
+            status.metadata_mut().insert("retry-after", value);
+        }
+        status
     }
 }
 

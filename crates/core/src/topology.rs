@@ -84,6 +84,10 @@ impl Topology {
     pub fn goals_bucket(&self) -> String {
         self.bucket_name("goals")
     }
+    /// Tenants' running goals and daily usage, for their quotas (owned by the dispatchers).
+    pub fn tenants_bucket(&self) -> String {
+        self.bucket_name("tenants")
+    }
     pub fn approvals_bucket(&self) -> String {
         self.bucket_name("approvals")
     }

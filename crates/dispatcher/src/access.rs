@@ -120,10 +120,12 @@ impl Principal {
     }
 }
 
-/// The tokens, or none (auth off).
+/// The tokens, or none (auth off), and the tenants' quotas.
 #[derive(Debug, Default)]
 pub struct Access {
     tokens: Option<HashMap<[u8; 32], Principal>>,
+    /// The `[[tenant]]` entries (`crate::quota`).
+    pub quotas: Vec<crate::quota::TenantQuota>,
 }
 
 #[derive(Deserialize)]
@@ -131,6 +133,8 @@ pub struct Access {
 struct TokensFile {
     #[serde(default)]
     token: Vec<TokenEntry>,
+    #[serde(default)]
+    tenant: Vec<crate::quota::TenantQuota>,
 }
 
 #[derive(Deserialize)]
@@ -178,7 +182,23 @@ impl Access {
                 entry.name
             );
         }
-        Ok(Access { tokens: Some(tokens) })
+        let tenants: std::collections::HashSet<&String> =
+            tokens.values().filter_map(|p: &Principal| p.tenant.as_ref()).collect();
+        let mut named = std::collections::HashSet::new();
+        for quota in &file.tenant {
+            quota.check()?;
+            anyhow::ensure!(
+                named.insert(quota.name.clone()),
+                "tenant `{}` has two [[tenant]] entries",
+                quota.name
+            );
+            anyhow::ensure!(
+                tenants.contains(&quota.name),
+                "[[tenant]] `{}` is no token's tenant (a typo would leave a tenant without its quotas)",
+                quota.name
+            );
+        }
+        Ok(Access { tokens: Some(tokens), quotas: file.tenant })
     }
 
     /// Whether callers must authenticate.

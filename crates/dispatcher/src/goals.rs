@@ -29,8 +29,18 @@ use crate::access::{Need, Principal, TENANT_LABEL};
 use crate::audit::{Action, Audit};
 use crate::effects::{EffectsPublisher, Followups};
 use crate::engine::{self, Applied, Effects, Limits};
+use crate::quota::Quotas;
 use crate::store::GoalStore;
 use crate::{DispatcherConfig, MAX_GOAL_TEXT_BYTES};
+
+/// The tenant a goal belongs to (its `tenant` label), if any.
+fn tenant_of(state: &GoalState) -> Option<&str> {
+    state.spec.as_ref().and_then(|s| s.labels.get(TENANT_LABEL)).map(String::as_str)
+}
+
+fn total_tokens(state: &GoalState) -> u64 {
+    state.tokens.as_ref().map(|t| t.input_tokens + t.output_tokens).unwrap_or(0)
+}
 
 /// What SubmitGoal returns.
 pub struct Submitted {
@@ -49,11 +59,18 @@ pub struct GoalService {
     watchers: std::sync::Arc<crate::watchers::WatchLimits>,
     hub: crate::fanout::EventHub,
     audit: Audit,
+    quotas: Quotas,
 }
 
 impl GoalService {
     /// The service and the receiving ends of its follow-ups, for the workers.
-    pub(crate) fn new(bus: Bus, config: DispatcherConfig, followups: Followups, audit: Audit) -> Self {
+    pub(crate) fn new(
+        bus: Bus,
+        config: DispatcherConfig,
+        followups: Followups,
+        audit: Audit,
+        quotas: Quotas,
+    ) -> Self {
         let max_value = bus.client().server_info().max_payload;
         let store = GoalStore::new(bus.goals().clone(), max_value);
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
@@ -61,7 +78,18 @@ impl GoalService {
         let effects = EffectsPublisher::new(bus.clone(), limits, config.no_agent_wait, followups);
         let watchers = crate::watchers::WatchLimits::new(config.max_watches_per_client);
         let hub = crate::fanout::EventHub::new(bus.clone());
-        Self { bus, store, catalog, config, effects, order: TransitionOrder::default(), watchers, hub, audit }
+        Self {
+            bus,
+            store,
+            catalog,
+            config,
+            effects,
+            order: TransitionOrder::default(),
+            watchers,
+            hub,
+            audit,
+            quotas,
+        }
     }
 
     pub(crate) fn bus(&self) -> &Bus {
@@ -98,6 +126,7 @@ impl GoalService {
 
     async fn submit_for(&self, who: &Principal, mut spec: GoalSpec) -> Result<Submitted> {
         who.require(Need::Submit)?;
+        self.quotas.check_submit(who.tenant.as_deref()).await?;
         if let Some(tenant) = &who.tenant {
             spec.labels.insert(TENANT_LABEL.to_owned(), tenant.clone());
             if !spec.idempotency_key.is_empty() {
@@ -287,9 +316,13 @@ impl GoalService {
         mut apply: impl FnMut(&mut GoalState, &mut Effects, u64) -> Option<T>,
     ) -> Result<Option<(GoalState, T)>> {
         let _order = self.order.lock(goal_id).await;
+        // What the committed transition changed for the tenant's quotas (the closure may run
+        // again after a conflict; the last run is the one committed).
+        let mut before = (false, 0u64, 0f64);
         let updated = self
             .store
             .update(goal_id, |state| {
+                before = (engine::is_terminal(state.status), total_tokens(state), state.cost_usd);
                 let mut effects = Effects::default();
                 let now = now_unix_ms();
                 let value = apply(state, &mut effects, now)?;
@@ -301,6 +334,14 @@ impl GoalService {
             Ok(Some(updated)) => {
                 let (value, effects) = updated.value;
                 self.effects.publish(&updated.state, effects).await?;
+                let state = &updated.state;
+                let tenant = tenant_of(state);
+                let (spent, cost) =
+                    (total_tokens(state).saturating_sub(before.1), (state.cost_usd - before.2).max(0.0));
+                self.quotas.charge(tenant, spent, cost).await;
+                if !before.0 && engine::is_terminal(state.status) {
+                    self.quotas.release(tenant, goal_id).await;
+                }
                 Ok(Some((updated.state, value)))
             }
             Ok(None) | Err(Error::NotFound { .. }) => Ok(None),
@@ -428,7 +469,14 @@ impl GoalService {
         }
         effects.number(&mut state);
         let _order = self.order.lock(&state.goal_id).await;
-        if !self.store.create(&state).await? {
+        // A place under the tenant's running-goals quota, given back if the goal is not stored.
+        let tenant = tenant_of(&state).map(str::to_owned);
+        self.quotas.admit(tenant.as_deref(), &state.goal_id).await?;
+        let created = self.store.create(&state).await;
+        if !matches!(created, Ok(true)) {
+            self.quotas.release(tenant.as_deref(), &state.goal_id).await;
+        }
+        if !created? {
             return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
         }
         info!(goal_id = %goal_id, nodes = state.nodes.len(), event = "goal_accepted", "goal accepted");

@@ -408,11 +408,13 @@ pub struct Problem {
     code: ErrorCode,
     detail: String,
     problems: Vec<String>,
+    /// Seconds to wait before trying again (`Retry-After`), for a spent quota.
+    retry_after: Option<u64>,
 }
 
 impl Problem {
     fn new(status: StatusCode, code: ErrorCode, detail: impl Into<String>) -> Problem {
-        Problem { status, code, detail: detail.into(), problems: Vec::new() }
+        Problem { status, code, detail: detail.into(), problems: Vec::new(), retry_after: None }
     }
 
     fn invalid(detail: impl Into<String>) -> Problem {
@@ -443,7 +445,13 @@ impl From<Error> for Problem {
             _ => Vec::new(),
         };
         let status = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        Problem { status, code, detail: format!("{code}: {err}"), problems }
+        Problem {
+            status,
+            code,
+            detail: format!("{code}: {err}"),
+            problems,
+            retry_after: err.retry_after_secs(),
+        }
     }
 }
 
@@ -456,6 +464,9 @@ impl IntoResponse for Problem {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"hermes\""));
+        }
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }

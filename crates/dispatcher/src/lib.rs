@@ -29,6 +29,7 @@ mod grpc;
 pub mod http;
 mod metrics;
 mod openapi;
+pub mod quota;
 mod routing;
 pub mod service;
 pub mod store;
@@ -176,7 +177,10 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let (followups, inbox) = effects::Followups::channel();
     let FollowupInbox { deadlines, summaries, unserved } = inbox;
     let audit = audit::Audit::open(bus.clone()).await.context("cannot open the audit stream")?;
-    let service = Arc::new(GoalService::new(bus.clone(), config, followups, audit));
+    let quotas = quota::Quotas::open(&bus, config.access.quotas.clone())
+        .await
+        .context("cannot open the tenants' quota bucket")?;
+    let service = Arc::new(GoalService::new(bus.clone(), config, followups, audit, quotas));
     // Drained in reverse: the API stops first, the results consumer (which hands back what it
     // pulled but did not start) last.
     let s = service.clone();

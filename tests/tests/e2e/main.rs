@@ -19,5 +19,6 @@ mod ledger_kill;
 mod memory;
 mod plan_answers;
 mod planning;
+mod quotas;
 mod reconnect;
 mod routing;

@@ -1,0 +1,342 @@
+//! Per-tenant quotas, from the `[[tenant]]` entries of the API tokens file:
+//!
+//! ```toml
+//! [[tenant]]
+//! name = "team-a"
+//! max_running_goals = 100     # goals not yet ended, across every dispatcher
+//! submits_per_second = 20     # per dispatcher replica, with bursts of `submit_burst`
+//! submit_burst = 40
+//! daily_tokens = 2000000      # LLM tokens per UTC day, across the tenant's goals
+//! daily_cost_usd = 50.0       # estimated cost per UTC day (needs LLM prices)
+//! ```
+//!
+//! A submit over a quota is `LIMIT_EXCEEDED` (gRPC `RESOURCE_EXHAUSTED` with a `retry-after`
+//! metadata entry, HTTP 429 with `Retry-After`), and nothing is stored. Running goals are kept
+//! per tenant in the `hermes_tenants` bucket (`running.<tenant>`: goal id to when it was
+//! admitted) and released when a goal ends; the day's usage under `usage.<tenant>.<date>`, added
+//! to whenever a goal's tokens grow. Both are updated by compare-and-set, so replicas agree.
+//! Goals already running go on when a daily budget is spent: it stops new goals.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::kv;
+use hermes_core::{Bus, Error, Result, now_unix_ms};
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+/// Conflicting writers give up after this many reads.
+const MAX_CAS_ATTEMPTS: usize = 32;
+/// What a full running-goals quota tells a client to wait: goals end on their own time.
+const RUNNING_RETRY_AFTER_SECS: u64 = 5;
+const DAY_MS: u64 = 24 * 3600 * 1000;
+
+/// One tenant's quotas; an absent field is no limit.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantQuota {
+    pub name: String,
+    pub max_running_goals: Option<usize>,
+    pub submits_per_second: Option<f64>,
+    pub submit_burst: Option<u32>,
+    pub daily_tokens: Option<u64>,
+    pub daily_cost_usd: Option<f64>,
+}
+
+impl TenantQuota {
+    /// Checks the values, naming the tenant.
+    pub fn check(&self) -> anyhow::Result<()> {
+        hermes_core::ids::check_id("tenant", &self.name, 64, hermes_core::ids::IdShape::Word)?;
+        let positive = |what: &str, ok: bool| {
+            anyhow::ensure!(ok, "tenant `{}`: {what} must be a positive number", self.name);
+            Ok(())
+        };
+        positive("max_running_goals", self.max_running_goals.is_none_or(|n| n > 0))?;
+        positive("submits_per_second", self.submits_per_second.is_none_or(|r| r.is_finite() && r > 0.0))?;
+        positive("submit_burst", self.submit_burst.is_none_or(|b| b > 0))?;
+        positive("daily_tokens", self.daily_tokens.is_none_or(|t| t > 0))?;
+        positive("daily_cost_usd", self.daily_cost_usd.is_none_or(|c| c.is_finite() && c > 0.0))?;
+        anyhow::ensure!(
+            self.submit_burst.is_none() || self.submits_per_second.is_some(),
+            "tenant `{}`: submit_burst needs submits_per_second",
+            self.name
+        );
+        Ok(())
+    }
+}
+
+/// A tenant's usage of one UTC day.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DailyUsage {
+    pub tokens: u64,
+    pub cost_usd: f64,
+}
+
+/// A token bucket: `rate` a second, at most `burst` saved.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// The quotas and their state. Cheap to share.
+pub struct Quotas {
+    tenants: HashMap<String, TenantQuota>,
+    buckets: Mutex<HashMap<String, Bucket>>,
+    kv: Option<kv::Store>,
+}
+
+fn quota_error(reason: String, retry_after_secs: u64) -> Error {
+    Error::QuotaExceeded { reason, retry_after_secs: retry_after_secs.max(1) }
+}
+
+fn kv_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
+    Error::JetStream { operation, reason: e.to_string() }
+}
+
+impl Quotas {
+    /// The quotas of `tenants`; the bucket is opened (and created, by the first dispatcher) only
+    /// when a tenant has a running-goals quota or a daily budget.
+    pub async fn open(bus: &Bus, tenants: Vec<TenantQuota>) -> Result<Quotas> {
+        let needs_kv = tenants
+            .iter()
+            .any(|t| t.max_running_goals.is_some() || t.daily_tokens.is_some() || t.daily_cost_usd.is_some());
+        let kv = match needs_kv {
+            true => Some(
+                bus.ensure_bucket(kv::Config {
+                    bucket: bus.topology().tenants_bucket(),
+                    description: "Hermes tenants' running goals and daily usage, for their quotas".into(),
+                    history: 1,
+                    max_age: Duration::from_secs(8 * 24 * 3600),
+                    num_replicas: bus.config().replicas,
+                    ..Default::default()
+                })
+                .await?,
+            ),
+            false => None,
+        };
+        Ok(Quotas {
+            tenants: tenants.into_iter().map(|t| (t.name.clone(), t)).collect(),
+            buckets: Mutex::new(HashMap::new()),
+            kv,
+        })
+    }
+
+    /// No quotas.
+    pub fn none() -> Quotas {
+        Quotas { tenants: HashMap::new(), buckets: Mutex::new(HashMap::new()), kv: None }
+    }
+
+    fn of(&self, tenant: Option<&str>) -> Option<&TenantQuota> {
+        self.tenants.get(tenant?)
+    }
+
+    /// Takes a submit from the tenant's rate, and checks its daily budgets: before the goal is
+    /// validated, so a flood of bad submits is limited too.
+    pub async fn check_submit(&self, tenant: Option<&str>) -> Result<()> {
+        let Some(quota) = self.of(tenant) else { return Ok(()) };
+        if let Some(rate) = quota.submits_per_second {
+            let burst = quota.submit_burst.map(f64::from).unwrap_or(rate.max(1.0));
+            let mut buckets = self.buckets.lock().expect("quota buckets");
+            let now = Instant::now();
+            let bucket = buckets.entry(quota.name.clone()).or_insert(Bucket { tokens: burst, at: now });
+            bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(burst);
+            bucket.at = now;
+            if bucket.tokens < 1.0 {
+                let wait = ((1.0 - bucket.tokens) / rate).ceil() as u64;
+                return Err(quota_error(
+                    format!("tenant `{}` may submit {rate} goals a second (bursts of {burst})", quota.name),
+                    wait,
+                ));
+            }
+            bucket.tokens -= 1.0;
+        }
+        if quota.daily_tokens.is_some() || quota.daily_cost_usd.is_some() {
+            let now = now_unix_ms();
+            let (usage, _) = self.usage(&quota.name, now).await?;
+            let until_midnight = (DAY_MS - now % DAY_MS).div_ceil(1000);
+            if let Some(limit) = quota.daily_tokens
+                && usage.tokens >= limit
+            {
+                return Err(quota_error(
+                    format!(
+                        "tenant `{}` used {} of its {limit} LLM tokens today (UTC)",
+                        quota.name, usage.tokens
+                    ),
+                    until_midnight,
+                ));
+            }
+            if let Some(limit) = quota.daily_cost_usd
+                && usage.cost_usd >= limit
+            {
+                return Err(quota_error(
+                    format!(
+                        "tenant `{}` spent ${:.4} of its ${limit} a day (UTC)",
+                        quota.name, usage.cost_usd
+                    ),
+                    until_midnight,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Admits goal `goal_id` under the tenant's running-goals quota, or refuses it. A goal
+    /// admitted before (a retried submit) is admitted again.
+    pub async fn admit(&self, tenant: Option<&str>, goal_id: &str) -> Result<()> {
+        let Some(quota) = self.of(tenant) else { return Ok(()) };
+        let Some(max) = quota.max_running_goals else { return Ok(()) };
+        let key = running_key(&quota.name);
+        self.update_running(&key, |running| {
+            if running.contains_key(goal_id) {
+                return Ok(false);
+            }
+            if running.len() >= max {
+                return Err(quota_error(
+                    format!("tenant `{}` has {} goals running, its most", quota.name, running.len()),
+                    RUNNING_RETRY_AFTER_SECS,
+                ));
+            }
+            running.insert(goal_id.to_owned(), now_unix_ms());
+            Ok(true)
+        })
+        .await
+    }
+
+    /// Releases the place of a goal that ended (or was never stored).
+    pub async fn release(&self, tenant: Option<&str>, goal_id: &str) {
+        let Some(quota) = self.of(tenant) else { return };
+        if quota.max_running_goals.is_none() {
+            return;
+        }
+        let key = running_key(&quota.name);
+        if let Err(e) = self.update_running(&key, |running| Ok(running.remove(goal_id).is_some())).await {
+            warn!(tenant = %quota.name, goal_id, error = %e, "cannot release a goal's place under its tenant's quota");
+        }
+    }
+
+    /// Adds what a goal just used to its tenant's day.
+    pub async fn charge(&self, tenant: Option<&str>, tokens: u64, cost_usd: f64) {
+        let Some(quota) = self.of(tenant) else { return };
+        if (quota.daily_tokens.is_none() && quota.daily_cost_usd.is_none())
+            || (tokens == 0 && cost_usd <= 0.0)
+        {
+            return;
+        }
+        let Some(kv) = &self.kv else { return };
+        let now = now_unix_ms();
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let (mut usage, revision) = match self.usage(&quota.name, now).await {
+                Ok(found) => found,
+                Err(e) => {
+                    warn!(tenant = %quota.name, error = %e, "cannot read a tenant's daily usage");
+                    return;
+                }
+            };
+            usage.tokens += tokens;
+            usage.cost_usd += cost_usd;
+            let value = serde_json::to_vec(&usage).expect("usage serializes");
+            let key = usage_key(&quota.name, now);
+            let written = match revision {
+                Some(revision) => kv.update(&key, value.into(), revision).await.is_ok(),
+                None => kv.create(&key, value.into()).await.is_ok(),
+            };
+            if written {
+                return;
+            }
+        }
+        warn!(tenant = %quota.name, tokens, cost_usd, "gave up adding to a tenant's daily usage after conflicts");
+    }
+
+    /// The tenant's usage of the UTC day of `now_ms`, with the entry's revision.
+    pub async fn usage(&self, tenant: &str, now_ms: u64) -> Result<(DailyUsage, Option<u64>)> {
+        let Some(kv) = &self.kv else { return Ok((DailyUsage::default(), None)) };
+        match kv.entry(usage_key(tenant, now_ms)).await.map_err(|e| kv_error("read daily usage", e))? {
+            Some(entry) if entry.operation == kv::Operation::Put => {
+                let usage = serde_json::from_slice(&entry.value).unwrap_or_default();
+                Ok((usage, Some(entry.revision)))
+            }
+            _ => Ok((DailyUsage::default(), None)),
+        }
+    }
+
+    /// Applies `change` to a tenant's running goals by compare-and-set; `Ok(false)`: unchanged.
+    async fn update_running(
+        &self,
+        key: &str,
+        mut change: impl FnMut(&mut BTreeMap<String, u64>) -> Result<bool>,
+    ) -> Result<()> {
+        let Some(kv) = &self.kv else { return Ok(()) };
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let entry = kv.entry(key).await.map_err(|e| kv_error("read running goals", e))?;
+            let (mut running, revision) = match entry {
+                Some(entry) if entry.operation == kv::Operation::Put => (
+                    serde_json::from_slice::<BTreeMap<String, u64>>(&entry.value).unwrap_or_default(),
+                    Some(entry.revision),
+                ),
+                _ => (BTreeMap::new(), None),
+            };
+            if !change(&mut running)? {
+                return Ok(());
+            }
+            let value: bytes::Bytes = serde_json::to_vec(&running).expect("running goals serialize").into();
+            let written = match revision {
+                Some(revision) => kv.update(key, value, revision).await.is_ok(),
+                None => kv.create(key, value).await.is_ok(),
+            };
+            if written {
+                return Ok(());
+            }
+        }
+        Err(Error::Unavailable("a tenant's running goals (too many conflicting writers)".into()))
+    }
+}
+
+fn running_key(tenant: &str) -> String {
+    format!("running.{tenant}")
+}
+
+fn usage_key(tenant: &str, now_ms: u64) -> String {
+    format!("usage.{tenant}.{}", now_ms / DAY_MS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_submit_rate_refuses_past_the_burst_and_says_when_to_retry() {
+        let quota = TenantQuota {
+            name: "team-a".into(),
+            submits_per_second: Some(0.5),
+            submit_burst: Some(2),
+            ..Default::default()
+        };
+        let quotas = Quotas {
+            tenants: [("team-a".to_owned(), quota)].into(),
+            buckets: Mutex::new(HashMap::new()),
+            kv: None,
+        };
+        quotas.check_submit(Some("team-a")).await.unwrap();
+        quotas.check_submit(Some("team-a")).await.unwrap();
+        let refused = quotas.check_submit(Some("team-a")).await.unwrap_err();
+        assert_eq!(refused.code(), hermes_core::ErrorCode::LimitExceeded);
+        assert!(matches!(refused, Error::QuotaExceeded { retry_after_secs: 2, .. }), "{refused:?}");
+        // Other tenants, and callers with no tenant, have no quota here.
+        quotas.check_submit(Some("team-b")).await.unwrap();
+        quotas.check_submit(None).await.unwrap();
+    }
+
+    #[test]
+    fn bad_quotas_are_refused() {
+        for bad in [
+            TenantQuota { name: "t".into(), max_running_goals: Some(0), ..Default::default() },
+            TenantQuota { name: "t".into(), submits_per_second: Some(f64::NAN), ..Default::default() },
+            TenantQuota { name: "t".into(), submit_burst: Some(3), ..Default::default() },
+            TenantQuota { name: "t t".into(), ..Default::default() },
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Per-tenant quotas, over gRPC and HTTP: a burst over the submit rate, a full running-goals
+//! quota and a spent daily token budget are each `LIMIT_EXCEEDED` (`RESOURCE_EXHAUSTED` with
+//! `retry-after`, HTTP 429 with `Retry-After`), store nothing, and leave other tenants alone.
+
+use std::time::Duration;
+
+use hermes_proto::{CancelGoalRequest, GoalSpec, ListGoalsRequest, SubmitGoalRequest};
+use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
+use hermes_tests::{Sandbox, node};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const RATED: &str = "token-rated";
+const BUSY: &str = "token-busy";
+const THRIFTY: &str = "token-thrifty";
+const FREE: &str = "token-free";
+
+fn tokens() -> String {
+    let entry = |name: &str, token: &str, tenant: &str| {
+        let sha: String = Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "[[token]]\nname = \"{name}\"\nsha256 = \"{sha}\"\ntenant = \"{tenant}\"\nroles = [\"submitter\", \"viewer\"]\n\n"
+        )
+    };
+    [
+        entry("rated", RATED, "team-rated"),
+        entry("busy", BUSY, "team-busy"),
+        entry("thrifty", THRIFTY, "team-thrifty"),
+        entry("free", FREE, "team-free"),
+        "[[tenant]]\nname = \"team-rated\"\nsubmits_per_second = 0.2\nsubmit_burst = 2\n\n".into(),
+        "[[tenant]]\nname = \"team-busy\"\nmax_running_goals = 2\n\n".into(),
+        "[[tenant]]\nname = \"team-thrifty\"\ndaily_tokens = 100\n\n".into(),
+    ]
+    .concat()
+}
+
+fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+fn nap(ms: u64) -> GoalSpec {
+    GoalSpec {
+        plan: Some(hermes_proto::TaskPlan {
+            nodes: vec![node("nap", "time.sleep", json!({"ms": ms}), &[])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Submits over gRPC; the goal id, or the refusal's status.
+async fn submit(t: &Sandbox, token: &str, spec: GoalSpec) -> Result<String, tonic::Status> {
+    let request = with_token(SubmitGoalRequest { spec: Some(spec) }, token);
+    Ok(t.client.clone().submit_goal(request).await?.into_inner().goal_id)
+}
+
+fn retry_after(status: &tonic::Status) -> u64 {
+    status.metadata().get("retry-after").expect("retry-after metadata").to_str().unwrap().parse().unwrap()
+}
+
+async fn goals_of(t: &Sandbox, token: &str) -> usize {
+    let request = with_token(ListGoalsRequest::default(), token);
+    t.client.clone().list_goals(request).await.unwrap().into_inner().goals.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_over_the_submit_rate_and_a_full_running_quota_are_refused_with_retry_after() {
+    let t = Sandbox::builder().api_tokens(&tokens()).start().await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let base = t.http_url();
+
+    // The rate: a burst of 2, then one every 5 s.
+    submit(&t, RATED, nap(1)).await.unwrap();
+    submit(&t, RATED, nap(1)).await.unwrap();
+    let refused = submit(&t, RATED, nap(1)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("LIMIT_EXCEEDED") && refused.message().contains("team-rated"),
+        "{refused:?}"
+    );
+    assert!((1..=5).contains(&retry_after(&refused)), "{refused:?}");
+    let response = http
+        .post(format!("{base}/v1/goals"))
+        .bearer_auth(RATED)
+        .json(&json!({"plan": {"nodes": [{"id": "nap", "task_type": "time.sleep", "inputs": {"ms": 1}}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=5).contains(&wait), "{wait}");
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "LIMIT_EXCEEDED");
+    assert_eq!(goals_of(&t, RATED).await, 2, "a refused submit stores nothing");
+    // Another tenant is not slowed by it.
+    for _ in 0..5 {
+        submit(&t, FREE, nap(1)).await.unwrap();
+    }
+
+    // Running goals: two may run; the third waits for one to end.
+    let first = submit(&t, BUSY, nap(30_000)).await.unwrap();
+    let second = submit(&t, BUSY, nap(30_000)).await.unwrap();
+    let refused = submit(&t, BUSY, nap(1)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("2 goals running"), "{refused:?}");
+    assert!(retry_after(&refused) >= 1);
+    let response = http
+        .post(format!("{base}/v1/goals"))
+        .bearer_auth(BUSY)
+        .json(&json!({"plan": {"nodes": [{"id": "nap", "task_type": "time.sleep", "inputs": {"ms": 1}}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(response.headers().contains_key("retry-after"));
+    // A retried submit of an admitted goal is not a new goal, and is not refused.
+    let keyed = GoalSpec { idempotency_key: "k1".into(), ..nap(1) };
+    let cancel = CancelGoalRequest { goal_id: first.clone(), reason: "make room".into() };
+    t.client.clone().cancel_goal(with_token(cancel, BUSY)).await.unwrap();
+    let admitted = submit(&t, BUSY, keyed.clone()).await.unwrap();
+    assert_eq!(submit(&t, BUSY, keyed).await.unwrap(), admitted);
+    let cancel = CancelGoalRequest { goal_id: second, reason: "done".into() };
+    t.client.clone().cancel_goal(with_token(cancel, BUSY)).await.unwrap();
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spent_daily_token_budget_stops_new_goals_until_midnight() {
+    let llm = ScriptedLlm::start().await;
+    llm.push("agent-model", ScriptedResponse::content("Done.").with_usage(90, 30));
+    let t = Sandbox::builder().api_tokens(&tokens()).llm(llm.base_url()).start().await;
+    let think = GoalSpec {
+        plan: Some(hermes_proto::TaskPlan {
+            nodes: vec![node("think", "agent.run", json!({"instruction": "Say done"}), &[])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let goal_id = submit(&t, THRIFTY, think).await.unwrap();
+    t.events_as(&goal_id, THRIFTY).await;
+    // 120 tokens of a 100-token day: the next goal is refused, until the next UTC day.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match submit(&t, THRIFTY, nap(1)).await {
+            Err(status) => break status,
+            Ok(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Ok(id) => panic!("goal {id} was accepted over the daily budget"),
+        }
+    };
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("used 120 of its 100 LLM tokens today"), "{refused:?}");
+    let wait = retry_after(&refused);
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    assert!(wait.abs_diff(86_400 - now_s % 86_400) <= 2, "{wait} s is not the time to the next UTC day");
+    // Another tenant still submits.
+    submit(&t, FREE, nap(1)).await.unwrap();
+    t.stop().await;
+}
