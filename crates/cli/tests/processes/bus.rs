@@ -70,11 +70,36 @@ fn service(dir: &Path, binary: &str, args: &[&str]) -> (HermesProcess, PathBuf) 
     (HermesProcess::start_logged(built_binary(binary), args, &log), log)
 }
 
-async fn connect(addr: &str) -> DispatcherClient<Channel> {
+/// The API token of the test's one principal, with every role, in tenant `team-a` (which has
+/// quotas, so the dispatcher's quota bucket is used under its NATS user too).
+const TOKEN: &str = "bus-test-token";
+
+fn tokens_file(dir: &Path) -> PathBuf {
+    use sha2::Digest;
+    let sha: String = sha2::Sha256::digest(TOKEN.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.join("tokens.toml");
+    let text = format!(
+        "[[token]]\nname = \"ops\"\nsha256 = \"{sha}\"\ntenant = \"team-a\"\n\
+         roles = [\"submitter\", \"viewer\", \"approver\", \"operator\"]\n\n\
+         [[tenant]]\nname = \"team-a\"\nmax_running_goals = 10\ndaily_tokens = 1000000\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn authorize(mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    request.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    Ok(request)
+}
+
+type Authorize = fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>;
+type Client = DispatcherClient<tonic::service::interceptor::InterceptedService<Channel, Authorize>>;
+
+async fn connect(addr: &str) -> Client {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match DispatcherClient::connect(format!("http://{addr}")).await {
-            Ok(client) => return client,
+        match Channel::from_shared(format!("http://{addr}")).unwrap().connect().await {
+            Ok(channel) => return DispatcherClient::with_interceptor(channel, authorize as Authorize),
             Err(e) if Instant::now() > deadline => panic!("the dispatcher does not answer on {addr}: {e}"),
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
@@ -82,7 +107,7 @@ async fn connect(addr: &str) -> DispatcherClient<Channel> {
 }
 
 /// Follows a goal to its end, approving every call that waits for a person.
-async fn follow(client: &DispatcherClient<Channel>, goal_id: &str) -> Vec<hermes_proto::Event> {
+async fn follow(client: &Client, goal_id: &str) -> Vec<hermes_proto::Event> {
     let mut approver = client.clone();
     let mut stream = client
         .clone()
@@ -194,6 +219,8 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
             &grpc,
             "--dispatcher-http-listen",
             "off",
+            "--dispatcher-api-tokens-file",
+            tokens_file(dir.path()).to_str().unwrap(),
             "--dispatcher-planner-service",
             "true",
             "--llm-provider",
@@ -313,6 +340,8 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
         records.iter().any(|r| r.action == "approval.approve"
             && r.target.starts_with(&format!("{goal_id}/"))
             && r.outcome == "OK"
+            && r.principal == "ops"
+            && r.tenant == "team-a"
             && r.origin.starts_with("grpc 127.0.0.1:")),
         "{records:?}"
     );
