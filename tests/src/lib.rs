@@ -185,6 +185,7 @@ impl SandboxBuilder {
                 listen: "127.0.0.1:0".parse().unwrap(),
                 max_body_bytes: hermes_dispatcher::http::DEFAULT_MAX_BODY_BYTES,
                 cors_allow_origins: Vec::new(),
+                tls: None,
             }),
             ..Default::default()
         };

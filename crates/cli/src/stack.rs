@@ -128,6 +128,7 @@ impl Stack {
                 hermes_runtime::GRPC_LIMIT_SETTING,
             )
             .await?;
+        cx.grpc_tls(dispatcher.grpc_tls.clone())?;
         let registry = Registry::new(config.registry.clone());
         let limit = cx.grpc_max_message_bytes();
         let registry_grpc = RegistryGrpc::new(registry.clone(), cx.shutdown()).into_service();

@@ -52,6 +52,7 @@ pub async fn serve(
     services: &[&str],
     max_message_bytes: usize,
     setting: &'static str,
+    tls: Option<crate::tls::TlsFiles>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -61,7 +62,11 @@ pub async fn serve(
     let (v1, v1alpha) =
         reflection(&[hermes_proto::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET])?;
     routes.add_service(health_service).add_service(v1).add_service(v1alpha);
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        server = server.tls_config(tls.tonic()).map_err(ServeError::Tls)?;
+    }
+    server
         .layer(MessageLimitLayer::new(max_message_bytes, setting))
         .add_routes(routes.routes())
         .serve_with_incoming_shutdown(
@@ -77,6 +82,8 @@ pub async fn serve(
 pub enum ServeError {
     #[error("cannot build the reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    #[error("cannot set up TLS: {0}")]
+    Tls(tonic::transport::Error),
     #[error("the gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
 }

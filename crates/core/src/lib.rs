@@ -16,6 +16,7 @@ pub mod schema;
 pub mod shutdown;
 pub mod telemetry;
 pub mod text;
+pub mod tls;
 pub mod topology;
 pub mod trace;
 

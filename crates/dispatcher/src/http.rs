@@ -44,6 +44,8 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// Origins allowed to call the API from a browser (`*` for any); empty: no CORS headers.
     pub cors_allow_origins: Vec<String>,
+    /// TLS (`[dispatcher.http.tls]`), or plaintext.
+    pub tls: Option<hermes_core::tls::TlsFiles>,
 }
 
 /// Default request body limit: 1 MiB.

@@ -77,6 +77,8 @@ pub struct DispatcherConfig {
     pub prices: engine::Prices,
     /// Largest gRPC request decoded; a larger one is refused with `INVALID_ARGUMENT` naming it.
     pub grpc_max_message_bytes: usize,
+    /// TLS of the gRPC server (`[grpc.tls]`), or plaintext.
+    pub grpc_tls: Option<hermes_core::tls::TlsFiles>,
     /// The HTTP API, or `None` for none (the default of the config; the settings turn it on).
     pub http: Option<http::HttpConfig>,
     /// Goal event streams (gRPC, SSE, WebSocket) one client may hold open at once.
@@ -101,6 +103,7 @@ impl Default for DispatcherConfig {
             summarizer: None,
             prices: engine::Prices::default(),
             grpc_max_message_bytes: hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES,
+            grpc_tls: None,
             http: None,
             max_watches_per_client: 256,
             access: Arc::new(access::Access::open()),
@@ -147,6 +150,7 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     refuse_open_doors(&config)?;
     let listen = config.grpc_listen;
     cx.grpc_listen(listen, config.grpc_max_message_bytes, hermes_runtime::GRPC_LIMIT_SETTING).await?;
+    cx.grpc_tls(config.grpc_tls.clone())?;
     let http_listener = match &config.http {
         Some(http) => Some((http::bind(http).await?, http.clone())),
         None => None,
@@ -212,9 +216,22 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
             let router = http::router(service.clone(), DeadLetters::new(bus), cx.shutdown(), &http);
             // Open event streams end when the drain starts (the shutdown token), so the server
             // can finish.
+            let tls = match &http.tls {
+                Some(tls) => Some(tls.server_config("dispatcher.http.tls", &[b"h2", b"http/1.1"])?),
+                None => None,
+            };
             cx.spawn("http", move |stop| async move {
                 let service = router.into_make_service_with_connect_info::<SocketAddr>();
-                axum::serve(listener, service).with_graceful_shutdown(stop.cancelled_owned()).await?;
+                match tls {
+                    Some(config) => {
+                        use axum::serve::ListenerExt as _;
+                        let listener = hermes_core::tls::TlsListener::new(listener, config)?.tap_io(|_| {});
+                        axum::serve(listener, service).with_graceful_shutdown(stop.cancelled_owned()).await?
+                    }
+                    None => {
+                        axum::serve(listener, service).with_graceful_shutdown(stop.cancelled_owned()).await?
+                    }
+                }
                 Ok(())
             });
             Some(addr)

@@ -47,6 +47,8 @@ pub struct HttpSettings {
     pub max_body_bytes: usize,
     /// Origins a browser may call the API from (`*` for any); empty: no CORS headers.
     pub cors_allow_origins: Vec<String>,
+    /// TLS of the HTTP API; off without a certificate.
+    pub tls: hermes_core::tls::TlsSettings,
 }
 
 impl Default for HttpSettings {
@@ -55,6 +57,7 @@ impl Default for HttpSettings {
             listen: "127.0.0.1:8080".to_owned(),
             max_body_bytes: crate::http::DEFAULT_MAX_BODY_BYTES,
             cors_allow_origins: Vec::new(),
+            tls: Default::default(),
         }
     }
 }
@@ -73,6 +76,7 @@ impl HttpSettings {
             listen,
             max_body_bytes: self.max_body_bytes.max(1024),
             cors_allow_origins: self.cors_allow_origins.clone(),
+            tls: self.tls.load("dispatcher.http.tls")?,
         }))
     }
 }
@@ -135,6 +139,11 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "dispatcher.http.listen" => "The HTTP API's address (docs/http.md); `off`: none.",
         "dispatcher.http.max_body_bytes" => "Largest HTTP request body in bytes; larger is 413.",
         "dispatcher.http.cors_allow_origins" => "Origins a browser may call the HTTP API from (`*`: any).",
+        "dispatcher.http.tls.cert_file" => "The HTTP API's TLS certificate chain (PEM); unset: plaintext.",
+        "dispatcher.http.tls.key_file" => "The private key of dispatcher.http.tls.cert_file (PEM).",
+        "dispatcher.http.tls.client_ca_file" => {
+            "CAs (PEM) whose client certificates the HTTP API requires (mTLS)."
+        }
         _ => return None,
     })
 }
@@ -145,6 +154,7 @@ impl DispatchSettings {
         Ok(DispatcherConfig {
             grpc_listen: grpc.listen,
             grpc_max_message_bytes: grpc.max_message_bytes,
+            grpc_tls: grpc.tls.load("grpc.tls")?,
             max_nodes: self.max_nodes.max(1),
             goal_timeout: Duration::from_secs(self.goal_timeout_secs.max(1)),
             node_timeout: Duration::from_secs(self.node_timeout_secs.max(1)),

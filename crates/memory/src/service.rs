@@ -88,6 +88,7 @@ impl hermes_runtime::Service for MemoryService {
         cx.connect(&settings.nats).await?;
         let grpc = &settings.grpc;
         cx.grpc_listen(grpc.listen, grpc.max_message_bytes, hermes_runtime::GRPC_LIMIT_SETTING).await?;
+        cx.grpc_tls(grpc.tls.load("grpc.tls")?)?;
         let config = settings.memory.to_config(&settings.embedding, &settings.llm)?;
         Self::start_config(config, cx).await
     }

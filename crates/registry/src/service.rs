@@ -65,6 +65,7 @@ impl hermes_runtime::Service for RegistryService {
         let registry = Registry::new(settings.config());
         let limit = settings.grpc.max_message_bytes;
         cx.grpc_listen(settings.grpc.listen, limit, hermes_runtime::GRPC_LIMIT_SETTING).await?;
+        cx.grpc_tls(settings.grpc.tls.load("grpc.tls")?)?;
         let grpc = RegistryGrpc::new(registry.clone(), cx.shutdown()).into_service();
         cx.grpc("hermes.v1.Registry")?.add_service(grpc.max_decoding_message_size(limit));
         cx.spawn("registry", move |token| crate::run(bus, registry, token));

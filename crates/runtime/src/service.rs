@@ -237,6 +237,7 @@ struct Grpc {
     names: Vec<&'static str>,
     max_message_bytes: usize,
     setting: &'static str,
+    tls: Option<hermes_core::tls::TlsFiles>,
 }
 
 /// What a starting [`Service`] builds on: the NATS connection, named tasks and the gRPC server.
@@ -335,8 +336,20 @@ impl Context {
             names: Vec::new(),
             max_message_bytes,
             setting,
+            tls: None,
         });
         Ok(local)
+    }
+
+    /// Serves gRPC over TLS with `tls` (mTLS when it names client CAs), unless an earlier call
+    /// set TLS (services composed in one process share the first one's server). Call it after
+    /// [`Context::grpc_listen`].
+    pub fn grpc_tls(&mut self, tls: Option<hermes_core::tls::TlsFiles>) -> anyhow::Result<()> {
+        let grpc = self.grpc.as_mut().context("grpc_listen must come before grpc_tls")?;
+        if grpc.tls.is_none() {
+            grpc.tls = tls;
+        }
+        Ok(())
     }
 
     /// The gRPC server's address, once bound.
@@ -363,15 +376,15 @@ impl Context {
         let Some(grpc) = self.grpc.take() else { return Ok(()) };
         let token = CancellationToken::new();
         let addr = grpc.listener.local_addr()?;
-        info!(%addr, services = ?grpc.names, "serving gRPC");
+        info!(%addr, services = ?grpc.names, tls = grpc.tls.is_some(), mtls = grpc.tls.as_ref().is_some_and(|t| t.mutual()), "serving gRPC");
         let served = token.clone();
         self.served_grpc = Some(addr);
         self.push(
             "grpc",
             token,
             tokio::spawn(async move {
-                let Grpc { listener, routes, names, max_message_bytes, setting } = grpc;
-                hermes_core::grpc::serve(listener, routes, &names, max_message_bytes, setting, served)
+                let Grpc { listener, routes, names, max_message_bytes, setting, tls } = grpc;
+                hermes_core::grpc::serve(listener, routes, &names, max_message_bytes, setting, tls, served)
                     .await?;
                 Ok(())
             }),

@@ -58,6 +58,8 @@ pub struct GrpcSettings {
     pub listen: std::net::SocketAddr,
     /// Largest request accepted, in bytes; a larger one gets INVALID_ARGUMENT naming it.
     pub max_message_bytes: usize,
+    /// TLS (`[grpc.tls]`); off without a certificate.
+    pub tls: hermes_core::tls::TlsSettings,
 }
 
 impl GrpcSettings {
@@ -66,6 +68,7 @@ impl GrpcSettings {
         GrpcSettings {
             listen: ([127, 0, 0, 1], port).into(),
             max_message_bytes: hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES,
+            tls: Default::default(),
         }
     }
 }
@@ -92,6 +95,9 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "drain_timeout_secs" => "Longest each shutdown step may take, in seconds.",
         "grpc.listen" => "Address the gRPC API listens on.",
         "grpc.max_message_bytes" => "Largest gRPC request accepted; a larger one gets INVALID_ARGUMENT.",
+        "grpc.tls.cert_file" => "The gRPC server's TLS certificate chain (PEM); unset: plaintext.",
+        "grpc.tls.key_file" => "The private key of grpc.tls.cert_file (PEM).",
+        "grpc.tls.client_ca_file" => "CAs (PEM) whose client certificates the gRPC server requires (mTLS).",
         _ => return None,
     })
 }

@@ -6,6 +6,7 @@
 pub mod fuzz;
 pub mod process;
 pub mod scripted;
+pub mod tls;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -556,3 +556,123 @@ fn an_open_address_with_auth_off_is_refused_unless_allowed() {
     );
     let (_up, _) = hermes_up_with(&nats.url(), data.path(), &["--dispatcher-allow-unauthenticated"]);
 }
+
+/// The `http` address of a ready line (`hermes up: grpc ... http ADDR`).
+fn http_of(ready: &str) -> String {
+    ready.rsplit("http ").next().unwrap().trim().to_owned()
+}
+
+async fn grpc_tls_call(
+    addr: &str,
+    ca: Option<&Path>,
+    identity: Option<(&Path, &Path)>,
+) -> Result<(), String> {
+    use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+    let port = addr.rsplit(':').next().unwrap();
+    let mut tls = ClientTlsConfig::new().domain_name("localhost");
+    if let Some(ca) = ca {
+        tls = tls.ca_certificate(Certificate::from_pem(std::fs::read(ca).unwrap()));
+    }
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(std::fs::read(cert).unwrap(), std::fs::read(key).unwrap()));
+    }
+    let endpoint = Channel::from_shared(format!("https://localhost:{port}")).unwrap();
+    let channel =
+        endpoint.tls_config(tls).map_err(|e| e.to_string())?.connect().await.map_err(|e| format!("{e:?}"))?;
+    let mut client = hermes_proto::dispatcher_client::DispatcherClient::new(channel);
+    client.list_goals(hermes_proto::ListGoalsRequest::default()).await.map(|_| ()).map_err(|e| e.to_string())
+}
+
+async fn grpc_plain_call(addr: &str) -> Result<(), String> {
+    let mut client = hermes_proto::dispatcher_client::DispatcherClient::connect(format!("http://{addr}"))
+        .await
+        .map_err(|e| e.to_string())?;
+    client.list_goals(hermes_proto::ListGoalsRequest::default()).await.map(|_| ()).map_err(|e| e.to_string())
+}
+
+async fn https_get(addr: &str, ca: Option<&Path>, identity: Option<(&Path, &Path)>) -> Result<u16, String> {
+    let port = addr.rsplit(':').next().unwrap();
+    let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(10)).use_rustls_tls();
+    if let Some(ca) = ca {
+        builder = builder
+            .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap());
+    }
+    if let Some((cert, key)) = identity {
+        let pem = [std::fs::read(cert).unwrap(), std::fs::read(key).unwrap()].concat();
+        builder = builder.identity(reqwest::Identity::from_pem(&pem).unwrap());
+    }
+    let response = builder.build().unwrap().get(format!("https://localhost:{port}/v1/goals")).send().await;
+    response.map(|r| r.status().as_u16()).map_err(|e| format!("{e:?}"))
+}
+
+/// TLS on both doors: a client that trusts the CA gets through over gRPC and HTTPS; plaintext
+/// and a client that does not trust the CA do not. With client CAs (mTLS), only a client
+/// certificate that CA signed gets through; none, or one of another CA, is refused. A missing
+/// certificate file stops `hermes up`, naming the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_mtls_handshakes_succeed_and_fail_as_configured() {
+    let pki = hermes_test_util::tls::TestPki::new();
+    let nats = hermes_test_util::NatsServer::start();
+    let p = |path: std::path::PathBuf| path.to_str().unwrap().to_owned();
+    let (cert, key, ca) = (p(pki.server_cert()), p(pki.server_key()), p(pki.ca()));
+    let client = (pki.client_cert(), pki.client_key());
+    let stranger = (pki.stranger_cert(), pki.stranger_key());
+
+    let data = tempfile::tempdir().unwrap();
+    let tls_args = [
+        "--grpc-tls-cert-file",
+        &cert,
+        "--grpc-tls-key-file",
+        &key,
+        "--dispatcher-http-tls-cert-file",
+        &cert,
+        "--dispatcher-http-tls-key-file",
+        &key,
+    ];
+    let (up, grpc, ready) = hermes_up_ready(&nats.url(), data.path(), &tls_args);
+    let http = http_of(&ready);
+    grpc_tls_call(&grpc, Some(&pki.ca()), None).await.expect("gRPC over TLS with the CA trusted");
+    assert!(grpc_tls_call(&grpc, None, None).await.is_err(), "a client that does not trust the CA");
+    assert!(grpc_plain_call(&grpc).await.is_err(), "plaintext gRPC against a TLS server");
+    assert_eq!(https_get(&http, Some(&pki.ca()), None).await, Ok(200));
+    assert!(https_get(&http, None, None).await.is_err(), "an HTTPS client that does not trust the CA");
+    let plain = reqwest::Client::new().get(format!("http://{http}/v1/goals")).send().await;
+    assert!(plain.is_err() || !plain.unwrap().status().is_success(), "plaintext HTTP against a TLS server");
+    drop(up);
+
+    let data = tempfile::tempdir().unwrap();
+    let mtls_args: Vec<&str> = tls_args
+        .iter()
+        .copied()
+        .chain(["--grpc-tls-client-ca-file", &ca, "--dispatcher-http-tls-client-ca-file", &ca])
+        .collect();
+    let (_up, grpc, ready) = hermes_up_ready(&nats.url(), data.path(), &mtls_args);
+    let http = http_of(&ready);
+    let with = |id: &(std::path::PathBuf, std::path::PathBuf)| (id.0.clone(), id.1.clone());
+    let (c, s) = (with(&client), with(&stranger));
+    grpc_tls_call(&grpc, Some(&pki.ca()), Some((&c.0, &c.1)))
+        .await
+        .expect("gRPC with a client certificate of the CA");
+    assert!(grpc_tls_call(&grpc, Some(&pki.ca()), None).await.is_err(), "gRPC with no client certificate");
+    assert!(
+        grpc_tls_call(&grpc, Some(&pki.ca()), Some((&s.0, &s.1))).await.is_err(),
+        "gRPC with another CA's client"
+    );
+    assert_eq!(https_get(&http, Some(&pki.ca()), Some((&c.0, &c.1))).await, Ok(200));
+    assert!(https_get(&http, Some(&pki.ca()), None).await.is_err(), "HTTPS with no client certificate");
+    assert!(
+        https_get(&http, Some(&pki.ca()), Some((&s.0, &s.1))).await.is_err(),
+        "HTTPS with another CA's client"
+    );
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .args(["up", "--grpc-tls-cert-file", "/nonexistent/cert.pem", "--grpc-tls-key-file", &key])
+        .args(["--nats-url", &nats.url(), "--data-dir"])
+        .arg(tempfile::tempdir().unwrap().path())
+        .current_dir(repo_root())
+        .env("HERMES_LLM_PROVIDER", "none")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(text(&refused).contains("grpc.tls.cert_file"), "{}", text(&refused));
+}
