@@ -85,13 +85,33 @@ def secret_refs(dep):
             if "secretRef" in source:
                 refs.add((source["secretRef"]["name"], None))
     for volume in spec.get("volumes", []):
-        if "secret" in volume:
-            items = volume["secret"].get("items")
+        secrets = [(s["secretName"], s.get("items")) for s in [volume.get("secret")] if s]
+        secrets += [(s["secret"]["name"], s["secret"].get("items")) for s in volume.get("projected", {}).get("sources", []) if "secret" in s]
+        for name, items in secrets:
             if not items:
-                refs.add((volume["secret"]["secretName"], None))
+                refs.add((name, None))
             for item in items or []:
-                refs.add((volume["secret"]["secretName"], item["key"]))
+                refs.add((name, item["key"]))
     return refs
+
+
+def mounted_file(dep, path):
+    """The (Secret, key) a file path in a Deployment's container comes from, through a read-only
+    mount of a secret or projected volume; None when no mount holds it."""
+    spec = dep["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for mount in spec["containers"][0].get("volumeMounts", []):
+        directory = mount["mountPath"].rstrip("/") + "/"
+        if not path.startswith(directory) or not mount.get("readOnly"):
+            continue
+        name = path.removeprefix(directory)
+        volume = volumes[mount["name"]]
+        sources = [{"secret": {"name": volume["secret"]["secretName"], **volume["secret"]}}] if "secret" in volume else volume.get("projected", {}).get("sources", [])
+        for source in sources:
+            for item in source.get("secret", {}).get("items", []):
+                if item["path"] == name:
+                    return (source["secret"]["name"], item["key"])
+    return None
 
 
 # The NATS user each Deployment of a render connects as (deploy/nats/accounts.conf).

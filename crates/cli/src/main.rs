@@ -23,13 +23,22 @@ struct Cli {
 
 #[derive(clap::Args, Debug, Clone)]
 struct ServerArg {
-    /// Dispatcher gRPC address.
+    /// Dispatcher gRPC address; `https://host:port` speaks TLS.
     #[arg(long, env = "HERMES_SERVER", default_value = "127.0.0.1:50051", global = true)]
     server: String,
     /// API token, sent as `authorization: Bearer <token>` when the dispatcher has auth on
     /// (docs/security.md).
     #[arg(long, env = "HERMES_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
+    /// CA certificate (PEM) to trust for an `https://` server, instead of the system's roots.
+    #[arg(long, env = "HERMES_CA_FILE", global = true)]
+    ca_file: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) for a server that requires one (mTLS), with --key-file.
+    #[arg(long, env = "HERMES_CERT_FILE", global = true, requires = "key_file")]
+    cert_file: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "HERMES_KEY_FILE", global = true, requires = "cert_file")]
+    key_file: Option<std::path::PathBuf>,
 }
 
 /// `hermes dlq ...`.
@@ -295,7 +304,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             bail!("service commands are run by main, not here")
         }
         Command::Agents { server } => {
-            let channel = channel(&server.server).await?;
+            let channel = channel(&server).await?;
             let mut client = hermes_proto::registry_client::RegistryClient::new(channel);
             let agents = client
                 .list_agents(hermes_proto::ListAgentsRequest {})
@@ -398,7 +407,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Memory { command, server } => {
-            hermes_cli::memory_cmd::run(channel(&server.server).await?, command).await
+            hermes_cli::memory_cmd::run(channel(&server).await?, command).await
         }
         Command::Approve { goal_id, call_id, note, server } => {
             decide(&server, goal_id, call_id, true, note).await
@@ -469,11 +478,32 @@ async fn decide(
     Ok(if reply.approved == approve { 0 } else { 1 })
 }
 
-async fn channel(server: &str) -> anyhow::Result<Channel> {
+async fn channel(args: &ServerArg) -> anyhow::Result<Channel> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let server = &args.server;
     let url = if server.contains("://") { server.to_owned() } else { format!("http://{server}") };
-    Channel::from_shared(url.clone())
+    let mut endpoint = Channel::from_shared(url.clone())
         .with_context(|| format!("bad server address {server}"))?
-        .connect_timeout(Duration::from_secs(5))
+        .connect_timeout(Duration::from_secs(5));
+    if url.starts_with("https://") {
+        let mut tls = ClientTlsConfig::new();
+        match &args.ca_file {
+            Some(ca) => {
+                let pem = std::fs::read(ca).with_context(|| format!("cannot read --ca-file {}", ca.display()))?;
+                tls = tls.ca_certificate(Certificate::from_pem(pem));
+            }
+            None => tls = tls.with_native_roots(),
+        }
+        if let (Some(cert), Some(key)) = (&args.cert_file, &args.key_file) {
+            let cert = std::fs::read(cert).with_context(|| format!("cannot read --cert-file {}", cert.display()))?;
+            let key = std::fs::read(key).with_context(|| format!("cannot read --key-file {}", key.display()))?;
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        endpoint = endpoint.tls_config(tls).context("bad TLS settings")?;
+    } else if args.ca_file.is_some() || args.cert_file.is_some() {
+        anyhow::bail!("--ca-file and --cert-file need an https:// --server");
+    }
+    endpoint
         .connect()
         .await
         .with_context(|| format!("cannot reach the dispatcher at {server}; is `hermes up` running?"))
@@ -481,7 +511,7 @@ async fn channel(server: &str) -> anyhow::Result<Channel> {
 
 async fn connect(server: &ServerArg) -> anyhow::Result<hermes_cli::api_client::Client> {
     let credentials = hermes_cli::api_client::Credentials::bearer(server.token.as_deref())?;
-    Ok(hermes_cli::api_client::client(channel(&server.server).await?, credentials))
+    Ok(hermes_cli::api_client::client(channel(server).await?, credentials))
 }
 
 fn status_error(status: tonic::Status) -> anyhow::Error {

@@ -193,6 +193,72 @@ The port of a URL, for the NetworkPolicy: include with (dict "url" "http://host:
 {{- end -}}
 {{- end -}}
 
+{{/*
+Which of a component's servers serve TLS (values `tls`), as JSON {"grpc": bool, "http": bool}:
+include with (dict "root" $ "component" "dispatcher") and read with fromJson. The dispatcher's
+gRPC and HTTP follow tls.grpc and tls.http, the registry's and memory's gRPC tls.internal; the
+planner and the executor pools serve nothing but metrics, which stay plain.
+*/}}
+{{- define "hermes.tlsDoors" -}}
+{{- $tls := .root.Values.tls -}}
+{{- $on := not (empty $tls.secretName) -}}
+{{- $grpc := false -}}
+{{- $http := false -}}
+{{- if eq .component "dispatcher" -}}
+{{- $grpc = and $on $tls.grpc -}}
+{{- $http = and $on $tls.http (gt (int .root.Values.dispatcher.httpPort) 0) -}}
+{{- else if has .component (list "registry" "memory") -}}
+{{- $grpc = and $on $tls.internal -}}
+{{- end -}}
+{{- toJson (dict "grpc" $grpc "http" $http) -}}
+{{- end -}}
+
+{{/*
+The settings of a component's TLS doors (from hermes.tlsDoors), added to its `config` dict:
+include with (dict "root" $ "doors" $doors "config" $config); renders nothing. The files are
+those of the `tls` volume (hermes.tlsVolume), mounted at /etc/hermes/tls.
+*/}}
+{{- define "hermes.tlsConfig" -}}
+{{- $ca := .root.Values.tls.clientCaSecret.name -}}
+{{- range $door, $prefix := dict "grpc" "HERMES_GRPC_TLS" "http" "HERMES_DISPATCHER_HTTP_TLS" -}}
+{{- if get $.doors $door -}}
+{{- $_ := set $.config (printf "%s_CERT_FILE" $prefix) "/etc/hermes/tls/tls.crt" -}}
+{{- $_ := set $.config (printf "%s_KEY_FILE" $prefix) "/etc/hermes/tls/tls.key" -}}
+{{- if $ca }}{{ $_ := set $.config (printf "%s_CLIENT_CA_FILE" $prefix) "/etc/hermes/tls/ca.crt" }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The `tls` volume: the certificate and key of tls.secretName (tls.crt, tls.key) and, for mTLS,
+the client CAs (ca.crt), in one read-only directory. Only those keys are projected, so a Secret
+holding more (cert-manager's ca.crt) gives the pod no more than it uses.
+*/}}
+{{- define "hermes.tlsVolume" -}}
+{{- $tls := .Values.tls -}}
+- name: tls
+  projected:
+    {{- if .Values.podSecurityContext.fsGroup }}
+    # The owner and the pod's fsGroup only: the key is not world-readable.
+    defaultMode: 0440
+    {{- end }}
+    sources:
+      - secret:
+          name: {{ $tls.secretName }}
+          items:
+            - key: tls.crt
+              path: tls.crt
+            - key: tls.key
+              path: tls.key
+      {{- with $tls.clientCaSecret.name }}
+      - secret:
+          name: {{ . }}
+          items:
+            - key: {{ $tls.clientCaSecret.key }}
+              path: ca.crt
+      {{- end }}
+{{- end -}}
+
 {{/* A gRPC probe on `port`, for the services that serve grpc.health.v1. */}}
 {{- define "hermes.grpcProbes" -}}
 readinessProbe:
@@ -208,7 +274,10 @@ livenessProbe:
   failureThreshold: 6
 {{- end -}}
 
-{{/* An HTTP probe on /healthz of the metrics port, for services without a gRPC port. */}}
+{{/*
+An HTTP probe on /healthz of the metrics port (always plain HTTP), for services without a gRPC
+port and those whose gRPC serves TLS: the kubelet's grpc probe cannot speak TLS.
+*/}}
 {{- define "hermes.httpProbes" -}}
 readinessProbe:
   httpGet:
