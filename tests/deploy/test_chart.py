@@ -482,6 +482,143 @@ class SafeByDefault(unittest.TestCase):
         self.assertEqual(by_kind(docs, "NetworkPolicy"), [])
 
 
+GRPC_TLS = ("HERMES_GRPC_TLS_CERT_FILE", "HERMES_GRPC_TLS_KEY_FILE", "HERMES_GRPC_TLS_CLIENT_CA_FILE")
+HTTP_TLS = ("HERMES_DISPATCHER_HTTP_TLS_CERT_FILE", "HERMES_DISPATCHER_HTTP_TLS_KEY_FILE", "HERMES_DISPATCHER_HTTP_TLS_CLIENT_CA_FILE")
+
+
+def with_tls(**tls):
+    return {**WITH_TOKENS, "tls": {"secretName": "hermes-tls", **tls}}
+
+
+def service(docs, name):
+    return next(d for d in by_kind(docs, "Service") if d["metadata"]["name"] == name)
+
+
+def app_protocols(docs, name):
+    return {p["name"]: p.get("appProtocol") for p in service(docs, name)["spec"]["ports"]}
+
+
+class Tls(unittest.TestCase):
+    """TLS from Secrets: each server's certificate, key and client CAs mounted read-only where
+    its settings point, on the doors the values name; probes, Service ports and the Ingress follow."""
+
+    def assert_serves_tls(self, docs, dep_name, settings_names, mutual):
+        dep = deployment(docs, dep_name)
+        settings = settings_of(docs, dep)
+        cert, key, ca = settings_names
+        # Each file the settings name is a key of the Secret, through a read-only mount.
+        self.assertEqual(mounted_file(dep, settings[cert]), ("hermes-tls", "tls.crt"), dep_name)
+        self.assertEqual(mounted_file(dep, settings[key]), ("hermes-tls", "tls.key"), dep_name)
+        if mutual:
+            self.assertEqual(mounted_file(dep, settings[ca]), ("hermes-tls", "ca.crt"), dep_name)
+        else:
+            self.assertNotIn(ca, settings, dep_name)
+
+    def assert_plain(self, docs, dep_name, settings_names):
+        settings = settings_of(docs, deployment(docs, dep_name))
+        self.assertFalse(set(settings_names) & set(settings), dep_name)
+
+    def test_every_door_serves_tls_from_the_secret_with_mtls(self):
+        docs, _ = render(load_values("tls-values.yaml"))
+        for dep_name in ["hermes-dispatcher", "hermes-registry", "hermes-memory"]:
+            with self.subTest(deployment=dep_name):
+                self.assert_serves_tls(docs, dep_name, GRPC_TLS, mutual=True)
+                spec = deployment(docs, dep_name)["spec"]["template"]["spec"]
+                (volume,) = [v for v in spec["volumes"] if v["name"] == "tls"]
+                # Only the three keys, and the key readable by the owner and the pod's fsGroup only.
+                self.assertEqual(volume["projected"]["defaultMode"], 0o440)
+                self.assertEqual(
+                    secret_refs(deployment(docs, dep_name)) - {("hermes-api-tokens", "tokens.toml")},
+                    {("hermes-tls", "tls.crt"), ("hermes-tls", "tls.key"), ("hermes-tls", "ca.crt")},
+                )
+                # The kubelet's grpc probe speaks no TLS: the plain metrics port's /healthz.
+                container = spec["containers"][0]
+                for probe in ["readinessProbe", "livenessProbe"]:
+                    self.assertNotIn("grpc", container[probe])
+                    self.assertEqual(container[probe]["httpGet"], {"path": "/healthz", "port": "metrics"})
+                self.assertEqual(app_protocols(docs, dep_name)["grpc"], "https")
+                self.assertIsNone(app_protocols(docs, dep_name)["metrics"])
+        self.assert_serves_tls(docs, "hermes-dispatcher", HTTP_TLS, mutual=True)
+        self.assertEqual(app_protocols(docs, "hermes-dispatcher")["http"], "https")
+        # Pods that serve nothing but metrics get neither the Secret nor the settings.
+        for dep_name in ["hermes-pool-general"]:
+            dep = deployment(docs, dep_name)
+            self.assertNotIn("hermes-tls", {n for n, _ in secret_refs(dep)})
+            self.assert_plain(docs, dep_name, GRPC_TLS + HTTP_TLS)
+        # The Ingress re-encrypts: ingress-nginx is told the backend speaks HTTPS.
+        (ingress,) = by_kind(docs, "Ingress")
+        annotations = ingress["metadata"]["annotations"]
+        self.assertEqual(annotations["nginx.ingress.kubernetes.io/backend-protocol"], "HTTPS")
+        self.assertEqual(annotations["nginx.ingress.kubernetes.io/proxy-ssl-secret"], "agents/hermes-ingress-client")
+
+    def test_the_doors_follow_their_toggles(self):
+        # The defaults: the dispatcher's gRPC and HTTP, not the internal services, no mTLS.
+        docs, files = render({**with_tls(), "dispatcher": {"ingress": {"enabled": True}}})
+        self.assert_serves_tls(docs, "hermes-dispatcher", GRPC_TLS, mutual=False)
+        self.assert_serves_tls(docs, "hermes-dispatcher", HTTP_TLS, mutual=False)
+        for dep_name in ["hermes-registry", "hermes-memory"]:
+            with self.subTest(deployment=dep_name):
+                self.assert_plain(docs, dep_name, GRPC_TLS)
+                spec = deployment(docs, dep_name)["spec"]["template"]["spec"]
+                self.assertNotIn("tls", {v["name"] for v in spec["volumes"]})
+                self.assertIn("grpc", spec["containers"][0]["readinessProbe"])
+                self.assertEqual(app_protocols(docs, dep_name)["grpc"], "grpc")
+        (ingress,) = by_kind(docs, "Ingress")
+        self.assertEqual(ingress["metadata"]["annotations"], {"nginx.ingress.kubernetes.io/backend-protocol": "HTTPS"})
+        notes = files["hermes/templates/NOTES.txt"]
+        self.assertIn("--server https://localhost:50051", notes)
+        self.assertIn("rollout restart deployment/hermes-dispatcher\n", notes)
+
+        # HTTP plain (TLS terminated by the Ingress), gRPC over TLS.
+        docs, _ = render({**with_tls(http=False), "dispatcher": {"ingress": {"enabled": True, "annotations": {"a": "b"}}}})
+        self.assert_serves_tls(docs, "hermes-dispatcher", GRPC_TLS, mutual=False)
+        self.assert_plain(docs, "hermes-dispatcher", HTTP_TLS)
+        self.assertEqual(app_protocols(docs, "hermes-dispatcher"), {"grpc": "https", "http": "http", "metrics": None})
+        (ingress,) = by_kind(docs, "Ingress")
+        self.assertEqual(ingress["metadata"]["annotations"], {"a": "b"})
+
+        # gRPC plain keeps its grpc probes; the values' own annotation wins over the chart's.
+        docs, _ = render({**with_tls(grpc=False), "dispatcher": {"ingress": {"enabled": True, "annotations": {"nginx.ingress.kubernetes.io/backend-protocol": "GRPCS"}}}})
+        self.assert_plain(docs, "hermes-dispatcher", GRPC_TLS)
+        self.assert_serves_tls(docs, "hermes-dispatcher", HTTP_TLS, mutual=False)
+        container = deployment(docs, "hermes-dispatcher")["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(container["readinessProbe"]["grpc"]["port"], 50051)
+        (ingress,) = by_kind(docs, "Ingress")
+        self.assertEqual(ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"], "GRPCS")
+
+        # No HTTP API, no HTTP TLS.
+        docs, _ = render({**with_tls(), "dispatcher": {"httpPort": 0}})
+        self.assert_plain(docs, "hermes-dispatcher", HTTP_TLS)
+        self.assert_serves_tls(docs, "hermes-dispatcher", GRPC_TLS, mutual=False)
+
+        # A client CA Secret of its own, under its own key, lands at the one path the settings name.
+        docs, _ = render(with_tls(internal=True, clientCaSecret={"name": "clients-ca", "key": "bundle.pem"}))
+        for dep_name in ["hermes-dispatcher", "hermes-registry", "hermes-memory"]:
+            dep = deployment(docs, dep_name)
+            settings = settings_of(docs, dep)
+            self.assertEqual(mounted_file(dep, settings["HERMES_GRPC_TLS_CLIENT_CA_FILE"]), ("clients-ca", "bundle.pem"), dep_name)
+        # Without an fsGroup (null removes the default) the files keep the default mode, which the
+        # pod's user can read.
+        docs, _ = render({**with_tls(), "podSecurityContext": {"fsGroup": None}})
+        (volume,) = [v for v in deployment(docs, "hermes-dispatcher")["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"]
+        self.assertNotIn("defaultMode", volume["projected"])
+
+    def test_without_a_secret_every_door_is_plaintext(self):
+        docs, files = render(load_values("minimal-values.yaml"))
+        for dep in by_kind(docs, "Deployment"):
+            with self.subTest(deployment=dep["metadata"]["name"]):
+                self.assert_plain(docs, dep["metadata"]["name"], GRPC_TLS + HTTP_TLS)
+                self.assertNotIn("tls", {v["name"] for v in dep["spec"]["template"]["spec"]["volumes"]})
+        self.assertEqual(app_protocols(docs, "hermes-dispatcher"), {"grpc": "grpc", "http": "http", "metrics": None})
+        self.assertIn("--server 127.0.0.1:50051", files["hermes/templates/NOTES.txt"])
+        self.assertIn("The API serves plaintext", files["hermes/templates/NOTES.txt"])
+
+    def test_the_settings_are_the_binaries(self):
+        # The names the chart sets are those the binaries read (tests/deploy/test_config.py runs
+        # every ci values file, tls-values.yaml among them, against `--print-env`).
+        self.assertIn("tls-values.yaml", VALUES_FILES)
+
+
 class Rejections(unittest.TestCase):
     def assert_rejected(self, values, *fragments):
         chart = helm.Chart.load(str(CHART))
@@ -560,6 +697,14 @@ class Rejections(unittest.TestCase):
         # Every Deployment with its own, several keys of one Secret included, renders.
         shared_secret = {u: {"urlSecret": {"name": "hermes-nats", "key": u}} for u in ["dispatcher", "registry", "memory", "agent"]}
         render({**WITH_TOKENS, "externalNats": {"users": shared_secret}})
+
+    def test_tls_values_that_would_be_ignored_are_refused(self):
+        self.assert_rejected({**WITH_TOKENS, "tls": {"clientCaSecret": {"name": "hermes-tls"}}}, "tls.clientCaSecret (mTLS) needs", "tls.secretName")
+        self.assert_rejected(with_tls(grpc=False, http=False), "tls.secretName is set but no server uses it")
+        self.assert_rejected({**with_tls(grpc=False), "dispatcher": {"httpPort": 0}}, "tls.secretName is set but no server uses it")
+        self.assert_rejected(with_tls(internl=True), "tls", "internl")
+        self.assert_rejected(with_tls(grpc="yes"), "tls", "grpc")
+        render(with_tls(grpc=False, http=False, internal=True))
 
     def test_network_policy_rules_fail_with_what_to_change(self):
         self.assert_rejected({**WITH_TOKENS, "serviceMonitor": {"enabled": True}}, "set networkPolicy.metricsFrom")

@@ -489,14 +489,17 @@ async fn channel(args: &ServerArg) -> anyhow::Result<Channel> {
         let mut tls = ClientTlsConfig::new();
         match &args.ca_file {
             Some(ca) => {
-                let pem = std::fs::read(ca).with_context(|| format!("cannot read --ca-file {}", ca.display()))?;
+                let pem =
+                    std::fs::read(ca).with_context(|| format!("cannot read --ca-file {}", ca.display()))?;
                 tls = tls.ca_certificate(Certificate::from_pem(pem));
             }
             None => tls = tls.with_native_roots(),
         }
         if let (Some(cert), Some(key)) = (&args.cert_file, &args.key_file) {
-            let cert = std::fs::read(cert).with_context(|| format!("cannot read --cert-file {}", cert.display()))?;
-            let key = std::fs::read(key).with_context(|| format!("cannot read --key-file {}", key.display()))?;
+            let cert =
+                std::fs::read(cert).with_context(|| format!("cannot read --cert-file {}", cert.display()))?;
+            let key =
+                std::fs::read(key).with_context(|| format!("cannot read --key-file {}", key.display()))?;
             tls = tls.identity(Identity::from_pem(cert, key));
         }
         endpoint = endpoint.tls_config(tls).context("bad TLS settings")?;

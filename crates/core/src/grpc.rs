@@ -53,6 +53,7 @@ pub async fn serve(
     max_message_bytes: usize,
     setting: &'static str,
     tls: Option<crate::tls::TlsFiles>,
+    guard: Option<Guard>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -67,6 +68,7 @@ pub async fn serve(
         server = server.tls_config(tls.tonic()).map_err(ServeError::Tls)?;
     }
     server
+        .layer(GuardLayer { guard })
         .layer(MessageLimitLayer::new(max_message_bytes, setting))
         .add_routes(routes.routes())
         .serve_with_incoming_shutdown(
@@ -86,6 +88,57 @@ pub enum ServeError {
     Tls(tonic::transport::Error),
     #[error("the gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+}
+
+/// Decides whether a request may reach its service, from its gRPC path (`/pkg.Service/Method`)
+/// and headers (`authorization`); the refusal is answered as the request's status. For services
+/// that check no credentials themselves, composed on a server whose other services do.
+pub type Guard = std::sync::Arc<dyn Fn(&str, &http::HeaderMap) -> Result<(), tonic::Status> + Send + Sync>;
+
+/// Applies a [`Guard`], when there is one, before any service sees the request.
+#[derive(Clone)]
+pub struct GuardLayer {
+    guard: Option<Guard>,
+}
+
+impl<S> tower::Layer<S> for GuardLayer {
+    type Service = Guarded<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Guarded { inner, guard: self.guard.clone() }
+    }
+}
+
+/// See [`GuardLayer`].
+#[derive(Clone)]
+pub struct Guarded<S> {
+    inner: S,
+    guard: Option<Guard>,
+}
+
+impl<S, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for Guarded<S>
+where
+    S: tower::Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    S::Future: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        if let Some(guard) = &self.guard
+            && let Err(status) = guard(request.uri().path(), request.headers())
+        {
+            let refused = status.into_http::<ResBody>();
+            return Box::pin(async move { Ok(refused) });
+        }
+        Box::pin(self.inner.call(request))
+    }
 }
 
 /// A layer that answers over-limit requests with `INVALID_ARGUMENT` naming `limit`.

@@ -224,6 +224,26 @@ impl Access {
     }
 }
 
+/// The check of the services composed on the dispatcher's gRPC server that check no credentials
+/// themselves: `hermes.v1.Registry` needs any role (it reads agents), `hermes.v1.Memory` the
+/// operator role (sessions and artifacts carry no tenant yet). The Dispatcher service checks
+/// its own calls; health and reflection stay open (they say nothing about goals).
+pub fn guard(access: std::sync::Arc<Access>) -> hermes_core::grpc::Guard {
+    std::sync::Arc::new(move |path: &str, headers: &axum::http::HeaderMap| {
+        let need = if path.starts_with("/hermes.v1.Registry/") {
+            Need::Read
+        } else if path.starts_with("/hermes.v1.Memory/") {
+            Need::Operate
+        } else {
+            return Ok(());
+        };
+        let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
+        let who = access.authenticate(authorization)?;
+        who.require(need)?;
+        Ok(())
+    })
+}
+
 fn decode_sha256(hex: &str) -> Option<[u8; 32]> {
     let hex = hex.trim();
     if hex.len() != 64 {

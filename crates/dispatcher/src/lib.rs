@@ -151,6 +151,9 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let listen = config.grpc_listen;
     cx.grpc_listen(listen, config.grpc_max_message_bytes, hermes_runtime::GRPC_LIMIT_SETTING).await?;
     cx.grpc_tls(config.grpc_tls.clone())?;
+    if config.access.enabled() {
+        cx.grpc_guard(access::guard(config.access.clone()))?;
+    }
     let http_listener = match &config.http {
         Some(http) => Some((http::bind(http).await?, http.clone())),
         None => None,

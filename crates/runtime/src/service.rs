@@ -238,6 +238,7 @@ struct Grpc {
     max_message_bytes: usize,
     setting: &'static str,
     tls: Option<hermes_core::tls::TlsFiles>,
+    guard: Option<hermes_core::grpc::Guard>,
 }
 
 /// What a starting [`Service`] builds on: the NATS connection, named tasks and the gRPC server.
@@ -337,8 +338,17 @@ impl Context {
             max_message_bytes,
             setting,
             tls: None,
+            guard: None,
         });
         Ok(local)
+    }
+
+    /// Checks every gRPC request with `guard` before its service sees it (the dispatcher guards
+    /// the services composed beside it, which check no credentials themselves).
+    pub fn grpc_guard(&mut self, guard: hermes_core::grpc::Guard) -> anyhow::Result<()> {
+        let grpc = self.grpc.as_mut().context("grpc_listen must come before grpc_guard")?;
+        grpc.guard = Some(guard);
+        Ok(())
     }
 
     /// Serves gRPC over TLS with `tls` (mTLS when it names client CAs), unless an earlier call
@@ -383,9 +393,18 @@ impl Context {
             "grpc",
             token,
             tokio::spawn(async move {
-                let Grpc { listener, routes, names, max_message_bytes, setting, tls } = grpc;
-                hermes_core::grpc::serve(listener, routes, &names, max_message_bytes, setting, tls, served)
-                    .await?;
+                let Grpc { listener, routes, names, max_message_bytes, setting, tls, guard } = grpc;
+                hermes_core::grpc::serve(
+                    listener,
+                    routes,
+                    &names,
+                    max_message_bytes,
+                    setting,
+                    tls,
+                    guard,
+                    served,
+                )
+                .await?;
                 Ok(())
             }),
         );

@@ -323,3 +323,38 @@ async fn audited_actions_are_recorded_with_their_principal_and_read_by_their_ten
     assert!(!body.to_string().contains(&b), "no record of team-b's goal reaches team-a: {body}");
     t.stop().await;
 }
+
+/// The Registry and Memory gRPC services on the dispatcher's port check tokens too: any role
+/// reads agents, only operators read memory (sessions and artifacts carry no tenant yet);
+/// health stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_registry_and_memory_services_beside_the_dispatcher_need_a_token() {
+    let mut t =
+        Sandbox::builder().api_tokens(&tokens()).memory(hermes_memory::MemoryConfig::default()).start().await;
+    let channel =
+        tonic::transport::Channel::from_shared(t.stack().grpc_url()).unwrap().connect().await.unwrap();
+    let mut registry = hermes_proto::registry_client::RegistryClient::new(channel.clone());
+    let refused = registry.list_agents(hermes_proto::ListAgentsRequest {}).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    registry
+        .list_agents(with_token(hermes_proto::ListAgentsRequest {}, VIEWER_A))
+        .await
+        .expect("a viewer reads agents");
+
+    let mut memory = hermes_proto::memory_client::MemoryClient::new(channel.clone());
+    let refused = memory.list_sessions(hermes_proto::ListSessionsRequest::default()).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    let refused = memory
+        .list_sessions(with_token(hermes_proto::ListSessionsRequest::default(), VIEWER_A))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    memory
+        .list_sessions(with_token(hermes_proto::ListSessionsRequest::default(), OPERATOR_A))
+        .await
+        .expect("an operator reads memory");
+
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    health.check(tonic_health::pb::HealthCheckRequest::default()).await.expect("health stays open");
+    t.stop().await;
+}
