@@ -114,6 +114,14 @@ fn check_node(
 
     let inputs = parse_inputs(node, problems);
     if let Some(inputs) = &inputs {
+        for key in &node.secret_inputs {
+            if inputs.get(key).is_none() {
+                problems.push(format!(
+                    "node `{id}`: secret_inputs names `{}`, which is not one of its inputs",
+                    truncate_for_message(key)
+                ));
+            }
+        }
         for pointer in crate::artifacts::stub_pointers(inputs) {
             problems.push(format!(
                 "node `{id}` input {pointer}: `$artifact` stubs cannot be submitted; Hermes makes them for large outputs, and a plan refers to another node's output with `$ref`"

@@ -37,6 +37,9 @@ pub struct NodeFile {
     pub tools: Vec<String>,
     #[serde(default)]
     pub model: String,
+    /// Input keys whose values are secrets (redacted wherever the plan is shown).
+    #[serde(default)]
+    pub secret_inputs: Vec<String>,
 }
 
 /// Why a plan file is not a plan.
@@ -71,6 +74,7 @@ impl PlanFile {
                     tags: n.tags,
                     tools: n.tools,
                     model: n.model,
+                    secret_inputs: n.secret_inputs,
                 })
             })
             .collect::<Result<_, _>>()?;

@@ -189,10 +189,53 @@ pub fn redact(value: &Value) -> Value {
 
 /// JSON text with its secrets redacted; text that is not JSON is redacted as free text.
 pub fn redact_json_text(text: &str) -> String {
+    redact_inputs(text, &[])
+}
+
+/// A node's inputs (JSON text) with its secrets redacted: the values of the top-level keys in
+/// `marked` (the node's `secret_inputs`), and everything [`redact`] finds.
+pub fn redact_inputs(text: &str, marked: &[String]) -> String {
     match serde_json::from_str::<Value>(text) {
-        Ok(value) => redact(&value).to_string(),
+        Ok(mut value) => {
+            if let Value::Object(map) = &mut value {
+                for key in marked {
+                    if let Some(v) = map.get_mut(key) {
+                        *v = Value::String(REDACTED.to_owned());
+                    }
+                }
+            }
+            redact(&value).to_string()
+        }
         Err(_) => redact_text(text).into_owned(),
     }
+}
+
+/// A goal's state as a principal without the right to see secrets may read it: plan inputs
+/// (marked `secret_inputs` and by the rules), node and goal outputs and error messages redacted.
+pub fn goal_state(state: &hermes_proto::GoalState) -> hermes_proto::GoalState {
+    let mut state = state.clone();
+    redact_plan(&mut state.plan);
+    state.output_json = redact_json_text(&state.output_json);
+    redact_error(&mut state.error);
+    for node in &mut state.nodes {
+        node.output_json = redact_json_text(&node.output_json);
+        redact_error(&mut node.error);
+        for error in &mut node.errors {
+            error.message = redact_text(&error.message).into_owned();
+        }
+    }
+    if let Some(spec) = &mut state.spec {
+        spec.text = redact_text(&spec.text).into_owned();
+    }
+    state
+}
+
+/// A task as a dead letter shows it: its inputs redacted (its `secret_inputs` too).
+pub fn task(task: &hermes_proto::TaskMessage) -> hermes_proto::TaskMessage {
+    let mut task = task.clone();
+    task.inputs_json = redact_inputs(&task.inputs_json, &task.secret_inputs);
+    task.result_token = REDACTED.to_owned();
+    task
 }
 
 fn redact_error(error: &mut Option<hermes_proto::Error>) {
@@ -203,7 +246,7 @@ fn redact_error(error: &mut Option<hermes_proto::Error>) {
 
 fn redact_plan(plan: &mut Option<hermes_proto::TaskPlan>) {
     for node in plan.iter_mut().flat_map(|p| p.nodes.iter_mut()) {
-        node.inputs_json = redact_json_text(&node.inputs_json);
+        node.inputs_json = redact_inputs(&node.inputs_json, &node.secret_inputs);
     }
 }
 

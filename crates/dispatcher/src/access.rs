@@ -41,6 +41,8 @@ pub enum Need {
     Approve,
     /// Dead letters: listing, reading and replaying them.
     Operate,
+    /// Reading goals' inputs and outputs with their secrets.
+    Secrets,
 }
 
 /// A role a token grants.
@@ -51,6 +53,8 @@ pub enum Role {
     Submitter,
     Approver,
     Operator,
+    /// Sees goals' inputs and outputs whole, secrets included; everyone else sees them redacted.
+    Secrets,
 }
 
 impl Role {
@@ -60,6 +64,7 @@ impl Role {
             Need::Submit => self == Role::Submitter,
             Need::Approve => self == Role::Approver,
             Need::Operate => self == Role::Operator,
+            Need::Secrets => self == Role::Secrets,
         }
     }
 }
@@ -83,7 +88,7 @@ impl Principal {
         Principal {
             name: "anonymous".into(),
             tenant: None,
-            roles: vec![Role::Viewer, Role::Submitter, Role::Approver, Role::Operator],
+            roles: vec![Role::Viewer, Role::Submitter, Role::Approver, Role::Operator, Role::Secrets],
             origin: String::new(),
         }
     }
@@ -107,8 +112,18 @@ impl Principal {
             Need::Submit => "the submitter role",
             Need::Approve => "the approver role",
             Need::Operate => "the operator role",
+            Need::Secrets => "the secrets role",
         };
         Err(Error::Denied { reason: format!("`{}` may not do this: it needs {role}", self.name) })
+    }
+
+    /// `state` as this principal may read it: whole with the secrets role (and with auth off),
+    /// else with its secrets redacted (`hermes_core::redact::goal_state`).
+    pub fn view(&self, state: GoalState) -> GoalState {
+        match self.require(Need::Secrets) {
+            Ok(()) => state,
+            Err(_) => hermes_core::redact::goal_state(&state),
+        }
     }
 
     /// Whether the goal belongs to this principal's tenant (every goal, with auth off).

@@ -3,6 +3,7 @@
 
 use async_nats::HeaderMap;
 use hermes_core::bus::{DLQ_ORIGIN, DLQ_REASON, DLQ_SUBJECT};
+use hermes_core::redact;
 use hermes_core::{Bus, Error, Result};
 use hermes_proto::{DeadLetter, PlanRequest, PlanResult, TaskMessage, TaskResult};
 use prost::Message as _;
@@ -86,6 +87,20 @@ impl DeadLetters {
     }
 }
 
+fn plan_request(mut request: PlanRequest) -> PlanRequest {
+    request.goal_text = redact::redact_text(&request.goal_text).into_owned();
+    request
+}
+
+fn plan_result(mut result: PlanResult) -> PlanResult {
+    if let Some(hermes_proto::plan_result::Outcome::Plan(plan)) = &mut result.outcome {
+        for node in &mut plan.nodes {
+            node.inputs_json = redact::redact_inputs(&node.inputs_json, &node.secret_inputs);
+        }
+    }
+    result
+}
+
 fn dead_letter(
     sequence: u64,
     message: &async_nats::jetstream::message::StreamMessage,
@@ -98,13 +113,19 @@ fn dead_letter(
         let kind = message.subject.rsplit('.').next().unwrap_or_default();
         let payload = message.payload.clone();
         let text = match kind {
-            "task" => TaskMessage::decode(payload).map(|m| format!("{m:#?}")),
-            "result" => TaskResult::decode(payload).map(|m| format!("{m:#?}")),
-            "plan_request" => PlanRequest::decode(payload).map(|m| format!("{m:#?}")),
+            // Secrets never reach the decoded view: inputs (marked and by the rules), outputs and
+            // texts are redacted, and a task's result token is left out.
+            "task" => TaskMessage::decode(payload).map(|m| format!("{:#?}", redact::task(&m))),
+            "result" => TaskResult::decode(payload).map(|mut m| {
+                m.output_json = redact::redact_json_text(&m.output_json);
+                m.result_token = redact::REDACTED.to_owned();
+                format!("{m:#?}")
+            }),
+            "plan_request" => PlanRequest::decode(payload).map(|m| format!("{:#?}", plan_request(m))),
             "plan_result" | "plan" => PlanResult::decode(payload.clone())
-                .map(|m| format!("{m:#?}"))
-                .or_else(|_| PlanRequest::decode(payload).map(|m| format!("{m:#?}"))),
-            _ => Ok(String::from_utf8_lossy(&message.payload).into_owned()),
+                .map(|m| format!("{:#?}", plan_result(m)))
+                .or_else(|_| PlanRequest::decode(payload).map(|m| format!("{:#?}", plan_request(m)))),
+            _ => Ok(redact::redact_text(&String::from_utf8_lossy(&message.payload)).into_owned()),
         };
         text.unwrap_or_else(|e| format!("(does not decode: {e}; {} bytes)", message.payload.len()))
     };

@@ -141,7 +141,7 @@ impl GoalService {
         who.require(Need::Read)?;
         let state = self.get(goal_id).await?;
         match who.sees(&state) {
-            true => Ok(state),
+            true => Ok(who.view(state)),
             false => Err(Error::NotFound { what: "goal", id: goal_id.to_owned() }),
         }
     }
@@ -152,14 +152,14 @@ impl GoalService {
         let mut goals = self.list(usize::MAX).await?;
         goals.retain(|g| who.sees(g));
         goals.truncate(limit);
-        Ok(goals)
+        Ok(goals.into_iter().map(|g| who.view(g)).collect())
     }
 
     pub(crate) async fn cancel_as(&self, who: &Principal, goal_id: &str, reason: &str) -> Result<GoalState> {
         let cancelled = async {
             who.require(Need::Submit)?;
             self.get_as(who, goal_id).await?;
-            self.cancel(goal_id, reason).await
+            Ok(who.view(self.cancel(goal_id, reason).await?))
         }
         .await;
         self.audit.record(who, Action::Cancel, goal_id, reason, &cancelled).await;

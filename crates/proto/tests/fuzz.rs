@@ -270,6 +270,7 @@ fn task_message() -> BoxedStrategy<pb::TaskMessage> {
                 memory_refs,
                 session_id,
                 result_token,
+                secret_inputs: Vec::new(),
             },
         )
         .boxed()
@@ -321,6 +322,7 @@ fn task_node() -> BoxedStrategy<pb::TaskNode> {
                     tags,
                     tools,
                     model,
+                    secret_inputs: Vec::new(),
                 }
             },
         )

@@ -358,3 +358,77 @@ async fn the_registry_and_memory_services_beside_the_dispatcher_need_a_token() {
     health.check(tonic_health::pb::HealthCheckRequest::default()).await.expect("health stays open");
     t.stop().await;
 }
+
+/// Inputs marked `secret_inputs`, and values the redaction rules find, reach only principals
+/// with the `secrets` role: a viewer reads them redacted over gRPC and HTTP and in the events;
+/// a `secret_inputs` name that is not an input is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn secret_inputs_are_shown_only_to_principals_with_the_secrets_role() {
+    const REVEALER: &str = "token-secrets-a";
+    let workspace = tempfile::tempdir().unwrap();
+    let sha: String = Sha256::digest(REVEALER.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let tokens = format!(
+        "{}[[token]]\nname = \"auditor-a\"\nsha256 = \"{sha}\"\ntenant = \"team-a\"\nroles = [\"viewer\", \"secrets\"]\n",
+        tokens()
+    );
+    let t = Sandbox::builder().api_tokens(&tokens).workspace(workspace.path()).start().await;
+    let mut client = t.client.clone();
+    let mut write = node("w", "fs.write", json!({"path": "note.txt", "content": "hunter2-canary"}), &[]);
+    write.secret_inputs = vec!["content".into()];
+    let spec = GoalSpec {
+        plan: Some(hermes_proto::TaskPlan { nodes: vec![write.clone()], ..Default::default() }),
+        ..Default::default()
+    };
+    let goal_id = submit(&mut client, SUBMITTER_A, spec).await;
+    t.events_as(&goal_id, VIEWER_A).await;
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("note.txt")).unwrap(),
+        "hunter2-canary",
+        "the agent got it whole"
+    );
+
+    let as_viewer = client
+        .get_goal(with_token(GetGoalRequest { goal_id: goal_id.clone() }, VIEWER_A))
+        .await
+        .unwrap()
+        .into_inner();
+    let inputs = &as_viewer.plan.as_ref().unwrap().nodes[0].inputs_json;
+    assert!(
+        !inputs.contains("hunter2") && inputs.contains("[REDACTED]") && inputs.contains("note.txt"),
+        "{inputs}"
+    );
+    let as_revealer = client
+        .get_goal(with_token(GetGoalRequest { goal_id: goal_id.clone() }, REVEALER))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(as_revealer.plan.as_ref().unwrap().nodes[0].inputs_json.contains("hunter2-canary"));
+    let listed =
+        client.list_goals(with_token(ListGoalsRequest::default(), VIEWER_A)).await.unwrap().into_inner();
+    assert!(!format!("{listed:?}").contains("hunter2"), "the list is redacted too");
+    let body = http()
+        .get(format!("{}/v1/goals/{goal_id}", t.http_url()))
+        .bearer_auth(VIEWER_A)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!body.contains("hunter2") && body.contains("REDACTED"), "{body}");
+    let events = t.events_as(&goal_id, REVEALER).await;
+    assert!(!format!("{events:?}").contains("hunter2"), "events are redacted for everyone");
+
+    write.secret_inputs = vec!["nope".into()];
+    let spec = GoalSpec {
+        plan: Some(hermes_proto::TaskPlan { nodes: vec![write], ..Default::default() }),
+        ..Default::default()
+    };
+    let refused = client
+        .submit_goal(with_token(SubmitGoalRequest { spec: Some(spec) }, SUBMITTER_A))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("secret_inputs names `nope`"), "{refused:?}");
+    t.stop().await;
+}

@@ -56,7 +56,8 @@ async fn a_poison_task_goes_to_the_dlq_fails_its_node_and_can_be_replayed() {
         task_id: format!("{goal_id}.calc.1"),
         attempt: 1,
         task_type: "math.evaluate".into(),
-        inputs_json: r#"{"expression": "1 + 1"}"#.into(),
+        inputs_json: r#"{"expression": "1 + 1", "variables": {"api_key": "sk-canary-0123456789abcdef"}}"#
+            .into(),
         ..Default::default()
     };
     let stream = t.bus.jetstream().get_stream(topology.tasks_stream()).await.unwrap();
@@ -104,6 +105,12 @@ async fn a_poison_task_goes_to_the_dlq_fails_its_node_and_can_be_replayed() {
     let shown =
         t.client.get_dead_letter(DeadLetterRequest { sequence: dead.sequence }).await.unwrap().into_inner();
     assert!(shown.decoded.contains("math.evaluate") && shown.decoded.contains(goal_id), "{}", shown.decoded);
+    // Secrets never reach the decoded view.
+    assert!(
+        !shown.decoded.contains("sk-canary") && shown.decoded.contains("[REDACTED]"),
+        "{}",
+        shown.decoded
+    );
     // Gone from its work queue, so it is not delivered again by itself.
     assert_eq!(
         t.bus
