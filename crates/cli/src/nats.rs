@@ -176,8 +176,35 @@ pub async fn check_binary_version(binary: &Path) -> anyhow::Result<String> {
     Ok(version)
 }
 
-/// Starts a JetStream-enabled server on a free loopback port with its store in `data_dir`.
-pub async fn start_local(data_dir: &Path) -> anyhow::Result<LocalNats> {
+/// The server's config in a store dir: the auth file, and JetStream encryption when asked for.
+const SERVER_FILE: &str = "server.conf";
+/// The environment variable the server reads its store's encryption secret from; the secret
+/// itself is never written to disk.
+const STORE_SECRET_ENV: &str = "HERMES_STORE_SECRET";
+
+/// Writes the server's config: `auth.conf`, and with `encrypt` a JetStream block that encrypts
+/// the store (ChaCha20-Poly1305) with the key the server reads from its environment.
+fn server_config(data_dir: &Path, encrypt: bool) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = data_dir.join(SERVER_FILE);
+    let mut text = format!("# Written by `hermes up` at every start.\ninclude \"{AUTH_FILE}\"\n");
+    if encrypt {
+        text.push_str(&format!("jetstream {{\n  cipher: chachapoly\n  key: ${STORE_SECRET_ENV}\n}}\n"));
+    }
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("cannot restrict {}", path.display()))?;
+    Ok(path)
+}
+
+/// Starts a JetStream-enabled server on a free loopback port with its store in `data_dir`,
+/// encrypted with `store_secret` when one is given.
+pub async fn start_local(data_dir: &Path, store_secret: Option<&str>) -> anyhow::Result<LocalNats> {
+    if let Some(secret) = store_secret
+        && secret.chars().count() < 16
+    {
+        bail!("store_secret (HERMES_STORE_SECRET) must be at least 16 characters; 32 random ones are better");
+    }
     let binary = find_server_binary()?;
     check_binary_version(&binary).await?;
     std::fs::create_dir_all(data_dir).with_context(|| format!("cannot create {}", data_dir.display()))?;
@@ -185,6 +212,7 @@ pub async fn start_local(data_dir: &Path) -> anyhow::Result<LocalNats> {
         data_dir.canonicalize().with_context(|| format!("cannot resolve {}", data_dir.display()))?;
     let mut lock = lock_store(&data_dir)?;
     let (password, credentials) = local_password(&data_dir)?;
+    let config = server_config(&data_dir, store_secret.is_some())?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     // The parent-death signal follows the thread that forks: this runs on the thread that drives
     // `hermes up` (its main thread), which lives as long as the process.
@@ -199,7 +227,9 @@ pub async fn start_local(data_dir: &Path) -> anyhow::Result<LocalNats> {
         .args(["--pdeathsig", "KILL", "--"])
         .arg(&binary)
         .arg("-c")
-        .arg(&credentials)
+        .arg(&config)
+        .env_remove(STORE_SECRET_ENV)
+        .envs(store_secret.map(|secret| (STORE_SECRET_ENV, secret)))
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
         .arg(&data_dir)
         .stdout(Stdio::null())

@@ -45,6 +45,9 @@ pub struct UpSettings {
     pub grpc: GrpcSettings,
     /// Where the local nats-server keeps its store.
     pub data_dir: PathBuf,
+    /// Encrypts the local nats-server's store with this secret (JetStream encryption at rest);
+    /// it is passed to the server in its environment, never written to disk.
+    pub store_secret: Option<String>,
     pub agents: UpAgents,
     /// Seconds without a heartbeat after which the registry drops an agent.
     pub heartbeat_ttl_secs: u64,
@@ -71,6 +74,7 @@ impl Default for UpSettings {
             drain_timeout_secs: hermes_runtime::DEFAULT_DRAIN_TIMEOUT_SECS,
             grpc: GrpcSettings::local(50051),
             data_dir: ".hermes".into(),
+            store_secret: None,
             agents: UpAgents::default(),
             heartbeat_ttl_secs: hermes_registry::RegistryConfig::default().heartbeat_ttl.as_secs(),
             external_planner: false,
@@ -107,6 +111,9 @@ impl hermes_runtime::Settings for UpSettings {
         let own = match key {
             "nats.url" => Some("Use this NATS server; unset or unreachable: a local nats-server is started."),
             "data_dir" => Some("Where the local nats-server keeps its store."),
+            "store_secret" => Some(
+                "Encrypt the local nats-server's store with this secret (16+ characters; never written to disk).",
+            ),
             "agents.count" => Some("Identical agents local-1..n to run (ignored with agents.config)."),
             "agents.config" => Some("An agents file (TOML) describing the agents to run instead."),
             "agents.max_concurrency" => Some("Tasks each agent runs at once."),
@@ -165,7 +172,9 @@ impl hermes_runtime::Service for UpService {
                     crate::nats::without_credentials(&nats.url)
                 );
             }
-            let local = crate::nats::start_local(&settings.data_dir.join("nats")).await?;
+            let local =
+                crate::nats::start_local(&settings.data_dir.join("nats"), settings.store_secret.as_deref())
+                    .await?;
             nats.url = local.url.clone();
             local_credentials = Some(local.credentials.clone());
             // The first task, so the last drained: the server outlives every service.
@@ -174,6 +183,12 @@ impl hermes_runtime::Service for UpService {
                 drop(local);
                 Ok(())
             });
+        }
+        if local_credentials.is_none() && settings.store_secret.is_some() {
+            anyhow::bail!(
+                "store_secret encrypts the store of the nats-server hermes up starts; this one uses {}, whose encryption is its own configuration (docs/security.md)",
+                crate::nats::without_credentials(&nats.url)
+            );
         }
         cx.connect(&nats).await?;
         let agents = match &settings.agents.config {

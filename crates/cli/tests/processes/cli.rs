@@ -676,3 +676,100 @@ async fn tls_and_mtls_handshakes_succeed_and_fail_as_configured() {
     assert!(!refused.status.success());
     assert!(text(&refused).contains("grpc.tls.cert_file"), "{}", text(&refused));
 }
+
+/// Every file under `dir`, read whole.
+fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.push((path, bytes));
+            }
+        }
+    }
+    out
+}
+
+/// Submits a goal whose input holds `canary` and waits for it to end.
+async fn goal_with_canary(grpc: &str, canary: &str) -> String {
+    let mut client =
+        hermes_proto::dispatcher_client::DispatcherClient::connect(format!("http://{grpc}")).await.unwrap();
+    let plan = hermes_proto::TaskPlan {
+        nodes: vec![hermes_proto::TaskNode {
+            id: "say".into(),
+            task_type: "text.template".into(),
+            inputs_json:
+                serde_json::json!({"template": format!("{canary} {{{{name}}}}"), "values": {"name": "x"}})
+                    .to_string(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let request = hermes_proto::SubmitGoalRequest {
+        spec: Some(hermes_proto::GoalSpec { plan: Some(plan), ..Default::default() }),
+    };
+    let goal_id = client.submit_goal(request).await.unwrap().into_inner().goal_id;
+    let mut events = client
+        .watch_goal(hermes_proto::WatchGoalRequest { goal_id: goal_id.clone(), after_seq: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    while tokio::time::timeout(Duration::from_secs(30), events.message()).await.unwrap().unwrap().is_some() {}
+    goal_id
+}
+
+/// With `store_secret`, the local nats-server's store is encrypted: a goal's input is nowhere in
+/// its files, while without it the same input is there in clear; a restart with the same secret
+/// reads the store back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_secret_encrypts_the_local_store_at_rest() {
+    let canary = "canary-7f3a91c2-plaintext";
+    let grep = |dir: &Path| {
+        files_under(dir)
+            .into_iter()
+            .filter(|(_, b)| b.windows(canary.len()).any(|w| w == canary.as_bytes()))
+            .count()
+    };
+    let start = |data: &Path, extra: &[&str]| {
+        let up = hermes_test_util::process::HermesUp::builder(env!("CARGO_BIN_EXE_hermes"), data)
+            .args(extra)
+            .env("HERMES_LLM_PROVIDER", "none")
+            .current_dir(repo_root())
+            .start();
+        let grpc = up.grpc.clone();
+        (up, grpc)
+    };
+    // The baseline: without a secret the input is in the store in clear.
+    let plain = tempfile::tempdir().unwrap();
+    let (up, grpc) = start(plain.path(), &[]);
+    goal_with_canary(&grpc, canary).await;
+    drop(up);
+    assert!(grep(plain.path()) > 0, "the baseline finds the canary in a plaintext store");
+
+    let secret = "0123456789abcdef0123456789abcdef";
+    let sealed = tempfile::tempdir().unwrap();
+    let (up, grpc) = start(sealed.path(), &["--store-secret", secret]);
+    let goal_id = goal_with_canary(&grpc, canary).await;
+    drop(up);
+    let files = files_under(sealed.path());
+    assert!(files.iter().any(|(p, _)| p.to_string_lossy().contains("jetstream")), "the store was written");
+    assert_eq!(grep(sealed.path()), 0, "the canary is in an encrypted store");
+    assert!(
+        files.iter().all(|(_, b)| !b.windows(secret.len()).any(|w| w == secret.as_bytes())),
+        "the secret is on disk"
+    );
+
+    let (_up, grpc) = start(sealed.path(), &["--store-secret", secret]);
+    let mut client =
+        hermes_proto::dispatcher_client::DispatcherClient::connect(format!("http://{grpc}")).await.unwrap();
+    let goal = client
+        .get_goal(hermes_proto::GetGoalRequest { goal_id })
+        .await
+        .expect("the goal survives a restart")
+        .into_inner();
+    assert!(goal.output_json.contains(canary), "{}", goal.output_json);
+}
