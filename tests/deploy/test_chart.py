@@ -57,6 +57,16 @@ def pool_consumer(task_type):
     return "pool_" + task_type.replace(".", "_")
 
 
+# crates/core/src/topology.rs FAIR_LANES: tenants' tasks wait in lanes of each pool.
+FAIR_LANES = 8
+
+
+def pool_consumers(task_type):
+    """Every consumer of a task type's pool: the plain one and each tenants' lane."""
+    flat = task_type.replace(".", "_")
+    return [pool_consumer(task_type)] + [f"lane{k}_{flat}" for k in range(FAIR_LANES)]
+
+
 def deployment(docs, name):
     return next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == name)
 
@@ -226,7 +236,7 @@ class Invariants(unittest.TestCase):
                 triggers = obj["triggers"]
                 self.assertEqual(
                     sorted(t["metadata"]["consumer"] for t in triggers),
-                    sorted(pool_consumer(t) for t in pool["taskTypes"]),
+                    sorted(c for t in pool["taskTypes"] for c in pool_consumers(t)),
                 )
                 for trigger in triggers:
                     self.assertEqual(trigger["type"], "nats-jetstream")
@@ -244,6 +254,8 @@ class Invariants(unittest.TestCase):
         # (crates/core/src/topology.rs); KEDA must read the same consumer.
         source = (ROOT / "crates" / "core" / "src" / "topology.rs").read_text()
         self.assertIn('format!("pool_{}", task_type.replace(\'.\', "_"))', source)
+        self.assertIn('format!("lane{lane}_{}", task_type.replace(\'.\', "_"))', source)
+        self.assertIn(f"pub const FAIR_LANES: u32 = {FAIR_LANES};", source)
         self.assertIn('fn tasks_stream(&self) -> String {\n        self.stream_name("TASKS")', source)
 
     def test_secrets_and_external_nats_are_wired(self):

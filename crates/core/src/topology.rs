@@ -161,6 +161,25 @@ impl Topology {
     pub fn pool_consumer(&self, task_type: &str) -> String {
         format!("pool_{}", task_type.replace('.', "_"))
     }
+
+    /// The pool subject of a task of `tenant`: tenants' tasks wait in one of [`FAIR_LANES`]
+    /// lanes (by a stable hash of the tenant), which agents serve in turn, so a flood from one
+    /// tenant queues in its lane and not ahead of every other tenant's tasks. Tasks without a
+    /// tenant (auth off) use the plain pool.
+    pub fn pool_task_of(&self, task_type: &str, tenant: Option<&str>) -> String {
+        match tenant {
+            Some(tenant) => self.lane_task(lane_of(tenant), task_type),
+            None => self.pool_task(task_type),
+        }
+    }
+    /// `hermes.task.lane.<lane>.<task_type>`.
+    pub fn lane_task(&self, lane: u32, task_type: &str) -> String {
+        format!("{}.task.lane.{lane}.{task_type}", self.prefix)
+    }
+    /// The consumer of lane `lane` of a task type, shared like its pool consumer.
+    pub fn lane_consumer(&self, lane: u32, task_type: &str) -> String {
+        format!("lane{lane}_{}", task_type.replace('.', "_"))
+    }
     /// Durable consumer of one agent's directed work.
     pub fn agent_consumer(&self, agent_id: &str) -> String {
         format!("agent_{agent_id}")
@@ -257,6 +276,16 @@ impl Topology {
     }
 }
 
+/// How many lanes tenants' pooled tasks are spread over (see [`Topology::pool_task_of`]). Every
+/// dispatcher and agent must agree on it, so it is fixed.
+pub const FAIR_LANES: u32 = 8;
+
+/// The lane of `tenant`: FNV-1a of its name, which is the same on every replica and release.
+pub fn lane_of(tenant: &str) -> u32 {
+    let hash = tenant.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    (hash % u64::from(FAIR_LANES)) as u32
+}
+
 /// Checks a task type: dot-separated segments of `[a-z0-9-]`, each starting with a letter or digit.
 /// Underscores are excluded because `.` maps to `_` in consumer names, which must stay unique.
 pub fn validate_task_type(task_type: &str) -> Result<()> {
@@ -330,6 +359,12 @@ mod tests {
         assert_eq!(t.direct_task("a1", "math.evaluate"), "hermes.task.direct.a1.math.evaluate");
         assert!(t.pool_task("x").starts_with("hermes.task.pool."));
         assert_eq!(t.pool_consumer("math.evaluate"), "pool_math_evaluate");
+        assert_eq!(t.lane_task(3, "math.evaluate"), "hermes.task.lane.3.math.evaluate");
+        assert_eq!(t.lane_consumer(3, "math.evaluate"), "lane3_math_evaluate");
+        assert_eq!(t.pool_task_of("math.evaluate", None), "hermes.task.pool.math.evaluate");
+        assert_eq!(lane_of("team-a"), lane_of("team-a"), "stable");
+        let lanes: std::collections::HashSet<u32> = (0..64).map(|i| lane_of(&format!("tenant-{i}"))).collect();
+        assert_eq!(lanes.len(), FAIR_LANES as usize, "64 tenants spread over every lane");
         assert_eq!(t.tasks_stream(), "HERMES_TASKS");
         assert_eq!(t.goals_bucket(), "hermes_goals");
     }

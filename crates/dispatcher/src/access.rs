@@ -30,6 +30,11 @@ use sha2::{Digest, Sha256};
 /// The label a goal's tenant is kept under.
 pub const TENANT_LABEL: &str = "tenant";
 
+/// The tenant a goal belongs to (its `tenant` label), if any.
+pub fn tenant_of(state: &GoalState) -> Option<&str> {
+    state.spec.as_ref().and_then(|s| s.labels.get(TENANT_LABEL)).map(String::as_str)
+}
+
 /// What a call needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {

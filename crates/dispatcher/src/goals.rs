@@ -25,18 +25,13 @@ use hermes_proto::{
 };
 use tracing::{info, warn};
 
-use crate::access::{Need, Principal, TENANT_LABEL};
+use crate::access::{Need, Principal, TENANT_LABEL, tenant_of};
 use crate::audit::{Action, Audit};
 use crate::effects::{EffectsPublisher, Followups};
 use crate::engine::{self, Applied, Effects, Limits};
 use crate::quota::Quotas;
 use crate::store::GoalStore;
 use crate::{DispatcherConfig, MAX_GOAL_TEXT_BYTES};
-
-/// The tenant a goal belongs to (its `tenant` label), if any.
-fn tenant_of(state: &GoalState) -> Option<&str> {
-    state.spec.as_ref().and_then(|s| s.labels.get(TENANT_LABEL)).map(String::as_str)
-}
 
 fn total_tokens(state: &GoalState) -> u64 {
     state.tokens.as_ref().map(|t| t.input_tokens + t.output_tokens).unwrap_or(0)

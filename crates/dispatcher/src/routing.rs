@@ -59,6 +59,7 @@ pub(crate) async fn route(bus: &Bus, state: &GoalState, tasks: &[TaskMessage]) -
 /// `TaskDispatched` event.
 pub(crate) fn record_decisions(
     topology: &Topology,
+    tenant: Option<&str>,
     events: &mut [Event],
     tasks: &[TaskMessage],
     decisions: &[RouteDecision],
@@ -68,7 +69,7 @@ pub(crate) fn record_decisions(
         .zip(decisions)
         .map(|(task, decision)| {
             let subject = if decision.agent_id.is_empty() {
-                topology.pool_task(&task.task_type)
+                topology.pool_task_of(&task.task_type, tenant)
             } else {
                 topology.direct_task(&decision.agent_id, &task.task_type)
             };

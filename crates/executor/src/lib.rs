@@ -139,14 +139,21 @@ impl Agent {
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
         for task_type in registry.names() {
-            consumers.push(ConsumerSpec {
-                stream: topology.tasks_stream(),
-                name: topology.pool_consumer(task_type),
-                filter_subject: topology.pool_task(task_type),
-                ack_wait: config.ack_wait,
-                max_deliver: config.max_deliver,
-                max_ack_pending: 20_000,
-            });
+            let pools = std::iter::once((topology.pool_consumer(task_type), topology.pool_task(task_type))).chain(
+                (0..hermes_core::topology::FAIR_LANES)
+                    .map(|lane| (topology.lane_consumer(lane, task_type), topology.lane_task(lane, task_type))),
+            );
+            // The plain pool and every tenants' lane: the loop below serves them in turn.
+            for (name, filter_subject) in pools {
+                consumers.push(ConsumerSpec {
+                    stream: topology.tasks_stream(),
+                    name,
+                    filter_subject,
+                    ack_wait: config.ack_wait,
+                    max_deliver: config.max_deliver,
+                    max_ack_pending: 20_000,
+                });
+            }
         }
         // Work the registry routed to this agent in particular.
         consumers.push(ConsumerSpec {
@@ -158,9 +165,7 @@ impl Agent {
             max_ack_pending: 20_000,
         });
         // Bind them now, so a problem shows at start rather than in the pull loop.
-        for spec in &consumers {
-            bus.durable_consumer(spec.clone()).await?;
-        }
+        futures::future::try_join_all(consumers.iter().map(|spec| bus.durable_consumer(spec.clone()))).await?;
         Ok(Agent { bus, config, registry, consumers, started_unix_ms: now_unix_ms() })
     }
 

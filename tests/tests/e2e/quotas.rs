@@ -161,3 +161,27 @@ async fn a_spent_daily_token_budget_stops_new_goals_until_midnight() {
     submit(&t, FREE, nap(1)).await.unwrap();
     t.stop().await;
 }
+
+/// Fair dispatch: a flood of one tenant's goals waits in its lane of the pool, and another
+/// tenant's goal, submitted after the flood, is served in turn instead of after all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_tenants_goal_is_served_in_turn_not_after_a_flood() {
+    assert_ne!(hermes_core::topology::lane_of("team-busy"), hermes_core::topology::lane_of("team-thrifty"));
+    let t = Sandbox::builder().api_tokens(&tokens()).agents(1).max_concurrency(2).start().await;
+    // team-busy may run 2 goals at once; team-free has no quota: flood from team-free.
+    let mut flood = Vec::new();
+    for _ in 0..60 {
+        flood.push(submit(&t, FREE, nap(50)).await.unwrap());
+    }
+    let calm = submit(&t, THRIFTY, nap(1)).await.unwrap();
+    t.events_as(&calm, THRIFTY).await;
+    let request = with_token(ListGoalsRequest { limit: 100, ..Default::default() }, FREE);
+    let goals = t.client.clone().list_goals(request).await.unwrap().into_inner().goals;
+    let done = goals.iter().filter(|g| g.status == hermes_proto::GoalStatus::Completed as i32).count();
+    // Without lanes the calm goal would wait behind all 60 (about 1.5 s of naps on 2 slots).
+    assert!(done < 20, "{done} of the flood's 60 goals ended before the other tenant's one goal");
+    for goal_id in flood {
+        t.events_as(&goal_id, FREE).await;
+    }
+    t.stop().await;
+}
