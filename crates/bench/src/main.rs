@@ -18,6 +18,7 @@ use prost::Message as _;
 use tokio::sync::{Mutex, Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
+mod fairness;
 mod memory;
 mod routing;
 mod watchers;
@@ -38,6 +39,8 @@ struct Scale {
     memory_vectors: &'static [usize],
     /// Goal event watchers per run; the first is the baseline.
     watchers: &'static [usize],
+    /// Goals one tenant floods the fairness row with, and the other tenant's samples.
+    fairness: (usize, usize),
     local_model: bool,
 }
 
@@ -50,6 +53,7 @@ const FULL: Scale = Scale {
     registry_sizes: &[10_000, 20_000, 40_000],
     memory_vectors: &[10_000, 100_000],
     watchers: &[1, 1_000, 10_000],
+    fairness: (10_000, 100),
     local_model: true,
 };
 
@@ -62,6 +66,7 @@ const SMOKE: Scale = Scale {
     registry_sizes: &[200, 400],
     memory_vectors: &[500],
     watchers: &[1, 40],
+    fairness: (200, 10),
     local_model: false,
 };
 
@@ -134,6 +139,8 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     stack.stop().await;
+    let (flood, samples) = scale().fairness;
+    let fair = fairness::measure(&nats.url(), flood, samples).await?;
 
     println!("{:<58} {:>12} {:>12} {:>10}", "measure", "value", "floor", "ratio");
     println!("{}", "-".repeat(95));
@@ -151,6 +158,7 @@ async fn main() -> anyhow::Result<()> {
     println!("\nratio = value / floor. For the fan-out, the floor is {width} tasks at the floor's rate.");
     println!("targets: single-node goal p50 <= 1500 µs; >= 10000 tasks/s.");
     watch_rows(&watch_runs);
+    fairness::rows(&fair);
     let agents = scale().routing_agents;
     println!("\n{:<58} {:>12} {:>12}", format!("routing, {agents} agents over 100 task types"), "p50", "p99");
     println!("{}", "-".repeat(84));

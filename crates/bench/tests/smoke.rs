@@ -23,6 +23,7 @@ fn the_bench_runs_every_row_at_smoke_scale() {
         "40 watchers: another goal end to end (ms)",
         "route decision, in-process",
         "VectorIndex::search, 500 vectors",
+        "while another tenant floods 200 goals (ms)",
     ] {
         assert!(stdout.contains(row), "no `{row}` row in:\n{stdout}");
     }

@@ -282,7 +282,9 @@ pub const FAIR_LANES: u32 = 8;
 
 /// The lane of `tenant`: FNV-1a of its name, which is the same on every replica and release.
 pub fn lane_of(tenant: &str) -> u32 {
-    let hash = tenant.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let hash = tenant
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     (hash % u64::from(FAIR_LANES)) as u32
 }
 
@@ -363,7 +365,8 @@ mod tests {
         assert_eq!(t.lane_consumer(3, "math.evaluate"), "lane3_math_evaluate");
         assert_eq!(t.pool_task_of("math.evaluate", None), "hermes.task.pool.math.evaluate");
         assert_eq!(lane_of("team-a"), lane_of("team-a"), "stable");
-        let lanes: std::collections::HashSet<u32> = (0..64).map(|i| lane_of(&format!("tenant-{i}"))).collect();
+        let lanes: std::collections::HashSet<u32> =
+            (0..64).map(|i| lane_of(&format!("tenant-{i}"))).collect();
         assert_eq!(lanes.len(), FAIR_LANES as usize, "64 tenants spread over every lane");
         assert_eq!(t.tasks_stream(), "HERMES_TASKS");
         assert_eq!(t.goals_bucket(), "hermes_goals");

@@ -107,8 +107,13 @@ impl EffectsPublisher {
     pub(crate) async fn publish(&self, state: &GoalState, mut effects: Effects) -> Result<()> {
         self.offload_large_inputs(&mut effects.tasks).await?;
         let decisions = routing::route(&self.bus, state, &effects.tasks).await;
-        let subjects =
-            routing::record_decisions(self.bus.topology(), crate::access::tenant_of(state), &mut effects.events, &effects.tasks, &decisions);
+        let subjects = routing::record_decisions(
+            self.bus.topology(),
+            crate::access::tenant_of(state),
+            &mut effects.events,
+            &effects.tasks,
+            &decisions,
+        );
         self.watch_unserved(&effects.tasks, &decisions);
         let (outgoing, dispatch_spans) = self.messages(state, &effects, subjects, &decisions);
         metrics::record(state, &effects.events);

@@ -139,10 +139,10 @@ impl Agent {
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
         for task_type in registry.names() {
-            let pools = std::iter::once((topology.pool_consumer(task_type), topology.pool_task(task_type))).chain(
-                (0..hermes_core::topology::FAIR_LANES)
-                    .map(|lane| (topology.lane_consumer(lane, task_type), topology.lane_task(lane, task_type))),
-            );
+            let pools = std::iter::once((topology.pool_consumer(task_type), topology.pool_task(task_type)))
+                .chain((0..hermes_core::topology::FAIR_LANES).map(|lane| {
+                    (topology.lane_consumer(lane, task_type), topology.lane_task(lane, task_type))
+                }));
             // The plain pool and every tenants' lane: the loop below serves them in turn.
             for (name, filter_subject) in pools {
                 consumers.push(ConsumerSpec {
@@ -165,7 +165,8 @@ impl Agent {
             max_ack_pending: 20_000,
         });
         // Bind them now, so a problem shows at start rather than in the pull loop.
-        futures::future::try_join_all(consumers.iter().map(|spec| bus.durable_consumer(spec.clone()))).await?;
+        futures::future::try_join_all(consumers.iter().map(|spec| bus.durable_consumer(spec.clone())))
+            .await?;
         Ok(Agent { bus, config, registry, consumers, started_unix_ms: now_unix_ms() })
     }
 

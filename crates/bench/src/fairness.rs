@@ -1,0 +1,172 @@
+//! The fairness rows: one tenant's single-node goals, end to end, alone and while another
+//! tenant floods the same agents with goals, on a stack with API tokens (so goals carry their
+//! tenants and wait in their tenants' lanes of the pool).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use hermes_cli::stack::{Stack, StackConfig};
+use hermes_proto::dispatcher_client::DispatcherClient;
+use hermes_proto::{GoalSpec, SubmitGoalRequest, TaskNode, TaskPlan};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Completions, percentile};
+
+const FLOOD_TOKEN: &str = "bench-flood";
+const CALM_TOKEN: &str = "bench-calm";
+/// How long each goal's one task takes: long enough that the flood queues.
+const TASK_MS: u64 = 10;
+
+/// What the rows show.
+pub struct Fairness {
+    pub flood: usize,
+    pub alone: (f64, f64),
+    pub under_flood: (f64, f64),
+    /// How long the flood took to drain, for scale.
+    pub flood_wall_ms: f64,
+}
+
+fn tokens() -> String {
+    use sha2::Digest;
+    let entry = |name: &str, token: &str, tenant: &str| {
+        let sha: String = sha2::Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "[[token]]\nname = \"{name}\"\nsha256 = \"{sha}\"\ntenant = \"{tenant}\"\nroles = [\"submitter\", \"viewer\"]\n\n"
+        )
+    };
+    // Tenants in different lanes (hermes_core::topology::lane_of).
+    entry("flood", FLOOD_TOKEN, "flood") + &entry("calm", CALM_TOKEN, "calm")
+}
+
+fn nap_goal() -> GoalSpec {
+    GoalSpec {
+        plan: Some(TaskPlan {
+            nodes: vec![TaskNode {
+                id: "n".into(),
+                task_type: "time.sleep".into(),
+                inputs_json: serde_json::json!({"ms": TASK_MS}).to_string(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn submit(grpc: &DispatcherClient<tonic::transport::Channel>, token: &str) -> anyhow::Result<String> {
+    let mut request = tonic::Request::new(SubmitGoalRequest { spec: Some(nap_goal()) });
+    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse()?);
+    Ok(grpc.clone().submit_goal(request).await?.into_inner().goal_id)
+}
+
+/// `samples` of the calm tenant's goals one after the other; p50 and p99 in ms.
+async fn calm_latency(
+    grpc: &DispatcherClient<tonic::transport::Channel>,
+    done: &Completions,
+    samples: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let mut ms = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let start = Instant::now();
+        let id = submit(grpc, CALM_TOKEN).await?;
+        tokio::time::timeout(Duration::from_secs(120), done.wait(id))
+            .await
+            .context("a calm goal did not end")?;
+        ms.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok((percentile(&mut ms, 0.5), percentile(&mut ms, 0.99)))
+}
+
+pub async fn measure(nats_url: &str, flood: usize, samples: usize) -> anyhow::Result<Fairness> {
+    assert_ne!(hermes_core::topology::lane_of("flood"), hermes_core::topology::lane_of("calm"));
+    let client = async_nats::connect(nats_url).await?;
+    let done = Completions::start(&client).await?;
+    let workspace = tempfile::tempdir()?;
+    let agents = (1..=2)
+        .map(|i| {
+            let mut c = hermes_executor::AgentConfig::new(format!("fair-{i}"), workspace.path());
+            c.max_concurrency = 16;
+            c
+        })
+        .collect();
+    let access = hermes_dispatcher::access::Access::parse(&tokens())?;
+    let shutdown = CancellationToken::new();
+    let stack = Stack::start(
+        StackConfig {
+            nats_url: nats_url.to_owned(),
+            registry: Default::default(),
+            agents,
+            dispatcher: hermes_dispatcher::DispatcherConfig {
+                grpc_listen: "127.0.0.1:0".parse()?,
+                access: Arc::new(access),
+                ..Default::default()
+            },
+            planner: None,
+            memory: None,
+        },
+        shutdown.clone(),
+    )
+    .await?;
+    let grpc = DispatcherClient::connect(stack.grpc_url()).await?;
+    let alone = calm_latency(&grpc, &done, samples).await?;
+
+    // The flood: every goal submitted as fast as 64 submitters go, then followed to its end.
+    let started = Instant::now();
+    let flooding = {
+        let (grpc, done) = (grpc.clone(), done.clone());
+        tokio::spawn(async move {
+            let window = Arc::new(tokio::sync::Semaphore::new(64));
+            let mut running = tokio::task::JoinSet::new();
+            for _ in 0..flood {
+                let permit = window.clone().acquire_owned().await?;
+                let grpc = grpc.clone();
+                let submitted = async move {
+                    let _permit = permit;
+                    submit(&grpc, FLOOD_TOKEN).await
+                };
+                running.spawn(submitted);
+            }
+            let mut ids = Vec::with_capacity(flood);
+            while let Some(id) = running.join_next().await {
+                ids.push(id??);
+            }
+            for id in ids {
+                tokio::time::timeout(Duration::from_secs(300), done.wait(id))
+                    .await
+                    .context("a flood goal did not end")?;
+            }
+            anyhow::Ok(started.elapsed())
+        })
+    };
+    // Measure once the flood is queued behind the agents' slots.
+    let queued_for = Duration::from_millis((flood as u64 * TASK_MS / 32 / 4).clamp(50, 2_000));
+    tokio::time::sleep(queued_for).await;
+    let under_flood = calm_latency(&grpc, &done, samples).await?;
+    let flood_wall = flooding.await??;
+    stack.stop().await;
+    Ok(Fairness { flood, alone, under_flood, flood_wall_ms: flood_wall.as_secs_f64() * 1e3 })
+}
+
+pub fn rows(f: &Fairness) {
+    println!(
+        "\n{:<58} {:>12} {:>12} {:>10}",
+        format!("fairness: one tenant's goal ({TASK_MS} ms task), 2 agents x 16"),
+        "p50",
+        "p99",
+        "p99 ratio"
+    );
+    println!("{}", "-".repeat(95));
+    println!("{:<58} {:>12.1} {:>12.1} {:>9.2}x", "alone (ms)", f.alone.0, f.alone.1, 1.0);
+    println!(
+        "{:<58} {:>12.1} {:>12.1} {:>9.2}x",
+        format!("while another tenant floods {} goals (ms)", f.flood),
+        f.under_flood.0,
+        f.under_flood.1,
+        f.under_flood.1 / f.alone.1
+    );
+    println!(
+        "the flood took {:.0} ms to drain; without lanes a goal submitted into it waits for the rest of it.",
+        f.flood_wall_ms
+    );
+}
