@@ -134,6 +134,11 @@ async fn a_poison_task_goes_to_the_dlq_fails_its_node_and_can_be_replayed() {
         .unwrap()
         .into_inner();
     assert_eq!(replayed.subject, subject);
+    let audit = t.client.list_audit(hermes_proto::ListAuditRequest::default()).await.unwrap().into_inner().records;
+    assert!(
+        audit.iter().any(|r| r.action == "dead_letter.replay" && r.target == dead.sequence.to_string() && r.outcome == "OK"),
+        "the replay is audited: {audit:?}"
+    );
     let back = t
         .bus
         .jetstream()

@@ -157,6 +157,17 @@ async fn a_spent_daily_token_budget_stops_new_goals_until_midnight() {
     let wait = retry_after(&refused);
     let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     assert!(wait.abs_diff(86_400 - now_s % 86_400) <= 2, "{wait} s is not the time to the next UTC day");
+    // Over HTTP too: 429 with the same Retry-After.
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/goals", t.http_url()))
+        .bearer_auth(THRIFTY)
+        .json(&json!({"plan": {"nodes": [{"id": "nap", "task_type": "time.sleep", "inputs": {"ms": 1}}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let http_wait: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(http_wait.abs_diff(wait) <= 2, "{http_wait} against {wait}");
     // Another tenant still submits.
     submit(&t, FREE, nap(1)).await.unwrap();
     t.stop().await;
