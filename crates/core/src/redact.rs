@@ -266,9 +266,54 @@ pub fn event(event: &Event) -> Event {
         Some(Kind::GoalFailed(e)) => redact_error(&mut e.error),
         Some(Kind::PlanCreated(e)) => redact_plan(&mut e.plan),
         Some(Kind::PlanPatched(e)) => redact_plan(&mut e.plan),
+        Some(Kind::GoalAccepted(e)) => e.text = redact_text(&e.text).into_owned(),
         _ => {}
     }
     event
+}
+
+/// A plan request as a dead letter shows it: the goal's text, and a replan's plan inputs,
+/// outputs and errors, redacted.
+pub fn plan_request(request: &hermes_proto::PlanRequest) -> hermes_proto::PlanRequest {
+    let mut request = request.clone();
+    request.goal_text = redact_text(&request.goal_text).into_owned();
+    if let Some(replan) = &mut request.replan {
+        redact_plan(&mut replan.current_plan);
+        redact_error(&mut replan.error);
+        for error in &mut replan.previous_errors {
+            error.message = redact_text(&error.message).into_owned();
+        }
+        for done in &mut replan.completed {
+            done.output_summary = redact_json_text(&done.output_summary);
+        }
+    }
+    request
+}
+
+/// A task result as a dead letter shows it: its output and error redacted, its token left out.
+pub fn task_result(result: &hermes_proto::TaskResult) -> hermes_proto::TaskResult {
+    let mut result = result.clone();
+    result.output_json = redact_json_text(&result.output_json);
+    redact_error(&mut result.error);
+    result.result_token = REDACTED.to_owned();
+    result
+}
+
+/// A plan result as a dead letter shows it: the plan's inputs (marked and by the rules) and
+/// any error redacted.
+pub fn plan_result(result: &hermes_proto::PlanResult) -> hermes_proto::PlanResult {
+    use hermes_proto::plan_result::Outcome;
+    let mut result = result.clone();
+    match &mut result.outcome {
+        Some(Outcome::Plan(plan)) => {
+            for node in &mut plan.nodes {
+                node.inputs_json = redact_inputs(&node.inputs_json, &node.secret_inputs);
+            }
+        }
+        Some(Outcome::Error(error)) => error.message = redact_text(&error.message).into_owned(),
+        _ => {}
+    }
+    result
 }
 
 #[cfg(test)]

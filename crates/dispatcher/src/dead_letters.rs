@@ -72,6 +72,22 @@ impl DeadLetters {
         let subject = message.headers.get(DLQ_SUBJECT).map(|v| v.as_str().to_owned()).ok_or_else(|| {
             Error::FailedPrecondition(format!("dead letter {sequence} does not say where it came from"))
         })?;
+        // A dead letter goes back only where its kind of message lives: anyone who may publish
+        // to the DLQ names the subject, and a replay publishes with the dispatcher's rights.
+        let kind = message.subject.rsplit('.').next().unwrap_or_default();
+        let topology = self.bus.topology();
+        let home = match kind {
+            "task" => format!("{}.task.", topology.prefix()),
+            "result" => format!("{}.result.", topology.prefix()),
+            "plan_request" | "plan_result" | "plan" => format!("{}.plan.", topology.prefix()),
+            _ => String::new(),
+        };
+        if home.is_empty() || !subject.starts_with(&home) || subject.contains(['*', '>']) {
+            return Err(Error::FailedPrecondition(format!(
+                "dead letter {sequence} ({kind}) names `{}` as its subject, which is not a subject of its kind: it is not replayed",
+                hermes_core::topology::truncate_for_message(&subject)
+            )));
+        }
         let mut headers = HeaderMap::new();
         let msg_id = format!("replay:{sequence}:{}", hermes_core::now_unix_ms());
         headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id.as_str());
@@ -85,20 +101,6 @@ impl DeadLetters {
         info!(sequence, subject, event = "dead_letter_replayed", "dead letter replayed");
         Ok((subject, ack.sequence))
     }
-}
-
-fn plan_request(mut request: PlanRequest) -> PlanRequest {
-    request.goal_text = redact::redact_text(&request.goal_text).into_owned();
-    request
-}
-
-fn plan_result(mut result: PlanResult) -> PlanResult {
-    if let Some(hermes_proto::plan_result::Outcome::Plan(plan)) = &mut result.outcome {
-        for node in &mut plan.nodes {
-            node.inputs_json = redact::redact_inputs(&node.inputs_json, &node.secret_inputs);
-        }
-    }
-    result
 }
 
 fn dead_letter(
@@ -116,15 +118,15 @@ fn dead_letter(
             // Secrets never reach the decoded view: inputs (marked and by the rules), outputs and
             // texts are redacted, and a task's result token is left out.
             "task" => TaskMessage::decode(payload).map(|m| format!("{:#?}", redact::task(&m))),
-            "result" => TaskResult::decode(payload).map(|mut m| {
-                m.output_json = redact::redact_json_text(&m.output_json);
-                m.result_token = redact::REDACTED.to_owned();
-                format!("{m:#?}")
-            }),
-            "plan_request" => PlanRequest::decode(payload).map(|m| format!("{:#?}", plan_request(m))),
+            "result" => TaskResult::decode(payload).map(|m| format!("{:#?}", redact::task_result(&m))),
+            "plan_request" => {
+                PlanRequest::decode(payload).map(|m| format!("{:#?}", redact::plan_request(&m)))
+            }
             "plan_result" | "plan" => PlanResult::decode(payload.clone())
-                .map(|m| format!("{:#?}", plan_result(m)))
-                .or_else(|_| PlanRequest::decode(payload).map(|m| format!("{:#?}", plan_request(m)))),
+                .map(|m| format!("{:#?}", redact::plan_result(&m)))
+                .or_else(|_| {
+                    PlanRequest::decode(payload).map(|m| format!("{:#?}", redact::plan_request(&m)))
+                }),
             _ => Ok(redact::redact_text(&String::from_utf8_lossy(&message.payload)).into_owned()),
         };
         text.unwrap_or_else(|e| format!("(does not decode: {e}; {} bytes)", message.payload.len()))

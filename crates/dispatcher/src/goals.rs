@@ -468,7 +468,8 @@ impl GoalService {
         let tenant = tenant_of(&state).map(str::to_owned);
         self.quotas.admit(tenant.as_deref(), &state.goal_id).await?;
         let created = self.store.create(&state).await;
-        if !matches!(created, Ok(true)) {
+        // Stored by a racing submit of the same key (`Ok(false)`), the goal keeps its place.
+        if created.is_err() {
             self.quotas.release(tenant.as_deref(), &state.goal_id).await;
         }
         if !created? {

@@ -151,6 +151,20 @@ pub fn describe(key: &str) -> Option<&'static str> {
 impl DispatchSettings {
     /// The dispatcher's config, with the summarizer and prices of `llm` and the server of `grpc`.
     pub fn config(&self, llm: &LlmSettings, grpc: &GrpcSettings) -> anyhow::Result<DispatcherConfig> {
+        let config = self.config_unchecked(llm, grpc)?;
+        // A cost budget with no prices would never trip: say so at start.
+        if config.prices == crate::engine::Prices::default()
+            && let Some(tenant) = config.access.quotas.iter().find(|q| q.daily_cost_usd.is_some())
+        {
+            anyhow::bail!(
+                "tenant `{}` has a daily_cost_usd quota, but no LLM prices are set (llm.price_input_per_mtok, llm.price_output_per_mtok), so goals cost nothing and it would never apply",
+                tenant.name
+            );
+        }
+        Ok(config)
+    }
+
+    fn config_unchecked(&self, llm: &LlmSettings, grpc: &GrpcSettings) -> anyhow::Result<DispatcherConfig> {
         Ok(DispatcherConfig {
             grpc_listen: grpc.listen,
             grpc_max_message_bytes: grpc.max_message_bytes,

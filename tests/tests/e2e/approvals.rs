@@ -113,9 +113,16 @@ async fn a_denied_call_fails_the_node_with_denied() {
     };
     assert_eq!(t.client.approve_tool_call(request).await.unwrap_err().code(), tonic::Code::NotFound);
     // The audit trail has the denial (auth off: the anonymous principal) and the refused guess.
-    let audit = t.client.list_audit(hermes_proto::ListAuditRequest::default()).await.unwrap().into_inner().records;
-    let denial = audit.iter().find(|r| r.action == "approval.deny" && r.outcome == "OK").expect("the denial is audited");
-    assert_eq!((denial.target.as_str(), denial.principal.as_str()), (format!("{goal_id}/{call_id}").as_str(), "anonymous"));
+    let audit =
+        t.client.list_audit(hermes_proto::ListAuditRequest::default()).await.unwrap().into_inner().records;
+    let denial = audit
+        .iter()
+        .find(|r| r.action == "approval.deny" && r.outcome == "OK")
+        .expect("the denial is audited");
+    assert_eq!(
+        (denial.target.as_str(), denial.principal.as_str()),
+        (format!("{goal_id}/{call_id}").as_str(), "anonymous")
+    );
     assert!(denial.detail.contains("checked by ops"), "{denial:?}");
     assert!(audit.iter().any(|r| r.action == "approval.approve" && r.outcome == "NOT_FOUND"), "{audit:?}");
     t.stop().await;

@@ -134,9 +134,12 @@ async fn a_poison_task_goes_to_the_dlq_fails_its_node_and_can_be_replayed() {
         .unwrap()
         .into_inner();
     assert_eq!(replayed.subject, subject);
-    let audit = t.client.list_audit(hermes_proto::ListAuditRequest::default()).await.unwrap().into_inner().records;
+    let audit =
+        t.client.list_audit(hermes_proto::ListAuditRequest::default()).await.unwrap().into_inner().records;
     assert!(
-        audit.iter().any(|r| r.action == "dead_letter.replay" && r.target == dead.sequence.to_string() && r.outcome == "OK"),
+        audit.iter().any(|r| r.action == "dead_letter.replay"
+            && r.target == dead.sequence.to_string()
+            && r.outcome == "OK"),
         "the replay is audited: {audit:?}"
     );
     let back = t
@@ -161,5 +164,37 @@ async fn a_poison_task_goes_to_the_dlq_fails_its_node_and_can_be_replayed() {
     assert!(list.is_empty(), "{list:?}");
     let missing = t.client.get_dead_letter(DeadLetterRequest { sequence: dead.sequence }).await.unwrap_err();
     assert_eq!(missing.code(), tonic::Code::NotFound);
+    t.stop().await;
+}
+
+/// A dead letter goes back only to a subject of its kind: one that names another subject (any
+/// bus user that may publish to the DLQ could write it) is refused, not published with the
+/// dispatcher's rights.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_letter_naming_a_subject_outside_its_kind_is_not_replayed() {
+    let mut t = Sandbox::start().await;
+    let bus = t.bus.clone();
+    bus.publish_dead_letter("task", "$KV.hermes_goals.g-forged", "HERMES_TASKS:999", "forged", "{}".into())
+        .await
+        .unwrap();
+    let list = t
+        .client
+        .list_dead_letters(ListDeadLettersRequest { limit: 0 })
+        .await
+        .unwrap()
+        .into_inner()
+        .dead_letters;
+    let forged = list.iter().find(|d| d.original_subject == "$KV.hermes_goals.g-forged").expect("listed");
+    let refused =
+        t.client.replay_dead_letter(DeadLetterRequest { sequence: forged.sequence }).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("not a subject of its kind"), "{refused:?}");
+    assert!(bus.goals().get("g-forged").await.unwrap().is_none(), "nothing was written to the goals");
+    let audit =
+        t.client.list_audit(hermes_proto::ListAuditRequest::default()).await.unwrap().into_inner().records;
+    assert!(
+        audit.iter().any(|r| r.action == "dead_letter.replay" && r.outcome == "FAILED_PRECONDITION"),
+        "{audit:?}"
+    );
     t.stop().await;
 }
