@@ -303,6 +303,7 @@ fn task_result() -> BoxedStrategy<pb::TaskResult> {
                 memory_ref,
                 started_unix_ms,
                 result_token,
+                routed: false,
             },
         )
         .boxed()

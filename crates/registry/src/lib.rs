@@ -519,7 +519,10 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
                     }
                 }
                 Some(msg) = results.next() => {
-                    if let Ok(result) = TaskResult::decode(msg.payload) {
+                    // Only a task the registry routed holds a reservation to free.
+                    if let Ok(result) = TaskResult::decode(msg.payload)
+                        && result.routed
+                    {
                         registry.task_finished(&result.agent_id);
                     }
                 }
