@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use hermes_cli::stack::{Stack, StackConfig};
 use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::{GoalSpec, SubmitGoalRequest, TaskNode, TaskPlan};
 use tokio_util::sync::CancellationToken;
@@ -30,15 +29,10 @@ pub struct Fairness {
 }
 
 fn tokens() -> String {
-    use sha2::Digest;
-    let entry = |name: &str, token: &str, tenant: &str| {
-        let sha: String = sha2::Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-        format!(
-            "[[token]]\nname = \"{name}\"\nsha256 = \"{sha}\"\ntenant = \"{tenant}\"\nroles = [\"submitter\", \"viewer\"]\n\n"
-        )
-    };
+    let roles = ["submitter", "viewer"];
     // Tenants in different lanes (hermes_core::topology::lane_of).
-    entry("flood", FLOOD_TOKEN, "flood") + &entry("calm", CALM_TOKEN, "calm")
+    hermes_test_util::api_token("flood", FLOOD_TOKEN, "flood", &roles)
+        + &hermes_test_util::api_token("calm", CALM_TOKEN, "calm", &roles)
 }
 
 fn nap_goal() -> GoalSpec {
@@ -100,31 +94,14 @@ pub async fn measure(nats_url: &str, flood: usize, samples: usize) -> anyhow::Re
     let client = async_nats::connect(nats_url).await?;
     let done = Completions::start(&client).await?;
     let workspace = tempfile::tempdir()?;
-    let agents = (1..=2)
-        .map(|i| {
-            let mut c = hermes_executor::AgentConfig::new(format!("fair-{i}"), workspace.path());
-            c.max_concurrency = 16;
-            c
-        })
-        .collect();
     let access = hermes_dispatcher::access::Access::parse(&tokens())?;
+    let dispatcher = hermes_dispatcher::DispatcherConfig {
+        grpc_listen: "127.0.0.1:0".parse()?,
+        access: Arc::new(access),
+        ..Default::default()
+    };
     let shutdown = CancellationToken::new();
-    let stack = Stack::start(
-        StackConfig {
-            nats_url: nats_url.to_owned(),
-            registry: Default::default(),
-            agents,
-            dispatcher: hermes_dispatcher::DispatcherConfig {
-                grpc_listen: "127.0.0.1:0".parse()?,
-                access: Arc::new(access),
-                ..Default::default()
-            },
-            planner: None,
-            memory: None,
-        },
-        shutdown.clone(),
-    )
-    .await?;
+    let stack = crate::start_stack(nats_url, workspace.path(), "fair", 16, dispatcher, &shutdown).await?;
     let grpc = DispatcherClient::connect(stack.grpc_url()).await?;
     let alone = calm_latency(&grpc, &done, samples).await?;
 

@@ -93,37 +93,20 @@ async fn main() -> anyhow::Result<()> {
     let memory = routing::bytes_per_agent(scale().registry_sizes);
 
     let workspace = tempfile::tempdir()?;
-    let agents = (1..=2)
-        .map(|i| {
-            let mut c = hermes_executor::AgentConfig::new(format!("bench-{i}"), workspace.path());
-            c.max_concurrency = 512;
-            c
-        })
-        .collect();
+    let dispatcher = hermes_dispatcher::DispatcherConfig {
+        grpc_listen: "127.0.0.1:0".parse()?,
+        http: Some(hermes_dispatcher::http::HttpConfig {
+            listen: "127.0.0.1:0".parse()?,
+            max_body_bytes: hermes_dispatcher::http::DEFAULT_MAX_BODY_BYTES,
+            cors_allow_origins: Vec::new(),
+            tls: None,
+        }),
+        // The fan-out rows open every watcher from this one client.
+        max_watches_per_client: 20_000,
+        ..Default::default()
+    };
     let shutdown = CancellationToken::new();
-    let stack = Stack::start(
-        StackConfig {
-            nats_url: nats.url(),
-            registry: Default::default(),
-            agents,
-            dispatcher: hermes_dispatcher::DispatcherConfig {
-                grpc_listen: "127.0.0.1:0".parse()?,
-                http: Some(hermes_dispatcher::http::HttpConfig {
-                    listen: "127.0.0.1:0".parse()?,
-                    max_body_bytes: hermes_dispatcher::http::DEFAULT_MAX_BODY_BYTES,
-                    cors_allow_origins: Vec::new(),
-                    tls: None,
-                }),
-                // The fan-out rows open every watcher from this one client.
-                max_watches_per_client: 20_000,
-                ..Default::default()
-            },
-            planner: None,
-            memory: None,
-        },
-        shutdown.clone(),
-    )
-    .await?;
+    let stack = start_stack(&nats.url(), workspace.path(), "bench", 512, dispatcher, &shutdown).await?;
     let grpc = DispatcherClient::connect(stack.grpc_url()).await?;
     let completions = Completions::start(&client).await?;
 
@@ -408,6 +391,34 @@ async fn floor_throughput(client: &async_nats::Client) -> anyhow::Result<f64> {
     while acks.next().await.is_some() {}
     collector.await?;
     Ok(scale().throughput_tasks as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The in-process stack a table measures: two agents `<name>-1` and `<name>-2` with `slots`
+/// tasks each, every built-in tool, and `dispatcher`.
+async fn start_stack(
+    nats_url: &str,
+    workspace: &std::path::Path,
+    name: &str,
+    slots: u32,
+    dispatcher: hermes_dispatcher::DispatcherConfig,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Stack> {
+    let agents = (1..=2)
+        .map(|i| {
+            let mut c = hermes_executor::AgentConfig::new(format!("{name}-{i}"), workspace);
+            c.max_concurrency = slots;
+            c
+        })
+        .collect();
+    let config = StackConfig {
+        nats_url: nats_url.to_owned(),
+        registry: Default::default(),
+        agents,
+        dispatcher,
+        planner: None,
+        memory: None,
+    };
+    Stack::start(config, shutdown.clone()).await
 }
 
 /// Goal completions observed on the events subjects, keyed by goal id.

@@ -154,7 +154,7 @@ impl Quotas {
         }
         if quota.daily_tokens.is_some() || quota.daily_cost_usd.is_some() {
             let now = now_unix_ms();
-            let (usage, _) = self.usage(&quota.name, now).await?;
+            let usage = self.usage(&quota.name, now).await?;
             let until_midnight = (DAY_MS - now % DAY_MS).div_ceil(1000);
             if let Some(limit) = quota.daily_tokens
                 && usage.tokens >= limit
@@ -188,7 +188,7 @@ impl Quotas {
         let Some(quota) = self.of(tenant) else { return Ok(()) };
         let Some(max) = quota.max_running_goals else { return Ok(()) };
         let key = running_key(&quota.name);
-        self.update_running(&key, |running| {
+        self.update_json(&key, "running goals", |running: &mut BTreeMap<String, u64>| {
             if running.contains_key(goal_id) {
                 return Ok(false);
             }
@@ -211,7 +211,10 @@ impl Quotas {
             return;
         }
         let key = running_key(&quota.name);
-        if let Err(e) = self.update_running(&key, |running| Ok(running.remove(goal_id).is_some())).await {
+        let released = self.update_json(&key, "running goals", |running: &mut BTreeMap<String, u64>| {
+            Ok(running.remove(goal_id).is_some())
+        });
+        if let Err(e) = released.await {
             warn!(tenant = %quota.name, goal_id, error = %e, "cannot release a goal's place under its tenant's quota");
         }
     }
@@ -224,72 +227,61 @@ impl Quotas {
         {
             return;
         }
-        let Some(kv) = &self.kv else { return };
-        let now = now_unix_ms();
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let (mut usage, revision) = match self.usage(&quota.name, now).await {
-                Ok(found) => found,
-                Err(e) => {
-                    warn!(tenant = %quota.name, error = %e, "cannot read a tenant's daily usage");
-                    return;
-                }
-            };
+        let key = usage_key(&quota.name, now_unix_ms());
+        let added = self.update_json(&key, "daily usage", |usage: &mut DailyUsage| {
             usage.tokens += tokens;
             usage.cost_usd += cost_usd;
-            let value = serde_json::to_vec(&usage).expect("usage serializes");
-            let key = usage_key(&quota.name, now);
-            let written = match revision {
-                Some(revision) => kv.update(&key, value.into(), revision).await.is_ok(),
-                None => kv.create(&key, value.into()).await.is_ok(),
-            };
-            if written {
-                return;
-            }
-        }
-        warn!(tenant = %quota.name, tokens, cost_usd, "gave up adding to a tenant's daily usage after conflicts");
-    }
-
-    /// The tenant's usage of the UTC day of `now_ms`, with the entry's revision.
-    pub async fn usage(&self, tenant: &str, now_ms: u64) -> Result<(DailyUsage, Option<u64>)> {
-        let Some(kv) = &self.kv else { return Ok((DailyUsage::default(), None)) };
-        match kv.entry(usage_key(tenant, now_ms)).await.map_err(|e| kv_error("read daily usage", e))? {
-            Some(entry) if entry.operation == kv::Operation::Put => {
-                let usage = serde_json::from_slice(&entry.value).unwrap_or_default();
-                Ok((usage, Some(entry.revision)))
-            }
-            _ => Ok((DailyUsage::default(), None)),
+            Ok(true)
+        });
+        if let Err(e) = added.await {
+            warn!(tenant = %quota.name, tokens, cost_usd, error = %e, "cannot add to a tenant's daily usage");
         }
     }
 
-    /// Applies `change` to a tenant's running goals by compare-and-set; `Ok(false)`: unchanged.
-    async fn update_running(
+    /// The tenant's usage of the UTC day of `now_ms`.
+    pub async fn usage(&self, tenant: &str, now_ms: u64) -> Result<DailyUsage> {
+        Ok(self.read_json(&usage_key(tenant, now_ms), "daily usage").await?.0)
+    }
+
+    /// The JSON value of `key` (its default when absent or unreadable) and the entry's revision.
+    async fn read_json<T: serde::de::DeserializeOwned + Default>(
         &self,
         key: &str,
-        mut change: impl FnMut(&mut BTreeMap<String, u64>) -> Result<bool>,
+        what: &'static str,
+    ) -> Result<(T, Option<u64>)> {
+        let Some(kv) = &self.kv else { return Ok((T::default(), None)) };
+        match kv.entry(key).await.map_err(|e| kv_error(what, e))? {
+            Some(entry) if entry.operation == kv::Operation::Put => {
+                Ok((serde_json::from_slice(&entry.value).unwrap_or_default(), Some(entry.revision)))
+            }
+            _ => Ok((T::default(), None)),
+        }
+    }
+
+    /// Applies `change` to the JSON value of `key` by compare-and-set, again after a conflict;
+    /// `Ok(false)` from `change`: nothing to write.
+    async fn update_json<T: serde::de::DeserializeOwned + Serialize + Default>(
+        &self,
+        key: &str,
+        what: &'static str,
+        mut change: impl FnMut(&mut T) -> Result<bool>,
     ) -> Result<()> {
         let Some(kv) = &self.kv else { return Ok(()) };
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let entry = kv.entry(key).await.map_err(|e| kv_error("read running goals", e))?;
-            let (mut running, revision) = match entry {
-                Some(entry) if entry.operation == kv::Operation::Put => (
-                    serde_json::from_slice::<BTreeMap<String, u64>>(&entry.value).unwrap_or_default(),
-                    Some(entry.revision),
-                ),
-                _ => (BTreeMap::new(), None),
-            };
-            if !change(&mut running)? {
+            let (mut value, revision) = self.read_json::<T>(key, what).await?;
+            if !change(&mut value)? {
                 return Ok(());
             }
-            let value: bytes::Bytes = serde_json::to_vec(&running).expect("running goals serialize").into();
+            let bytes: bytes::Bytes = serde_json::to_vec(&value).expect("quota state serializes").into();
             let written = match revision {
-                Some(revision) => kv.update(key, value, revision).await.is_ok(),
-                None => kv.create(key, value).await.is_ok(),
+                Some(revision) => kv.update(key, bytes, revision).await.is_ok(),
+                None => kv.create(key, bytes).await.is_ok(),
             };
             if written {
                 return Ok(());
             }
         }
-        Err(Error::Unavailable("a tenant's running goals (too many conflicting writers)".into()))
+        Err(Error::Unavailable(format!("a tenant's {what} (too many conflicting writers)")))
     }
 }
 

@@ -12,7 +12,6 @@ use hermes_proto::{
 use hermes_tests::{Sandbox, node};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 
 const SUBMITTER_A: &str = "token-submitter-a";
@@ -22,18 +21,13 @@ const APPROVER_B: &str = "token-approver-b";
 const OPERATOR_A: &str = "token-operator-a";
 
 fn tokens() -> String {
-    let entry = |name: &str, token: &str, tenant: &str, roles: &str| {
-        let sha: String = Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-        format!(
-            "[[token]]\nname = \"{name}\"\nsha256 = \"{sha}\"\ntenant = \"{tenant}\"\nroles = {roles}\n\n"
-        )
-    };
+    use hermes_test_util::api_token as entry;
     [
-        entry("ci-a", SUBMITTER_A, "team-a", "[\"submitter\"]"),
-        entry("dash-a", VIEWER_A, "team-a", "[\"viewer\"]"),
-        entry("ci-b", SUBMITTER_B, "team-b", "[\"submitter\"]"),
-        entry("lead-b", APPROVER_B, "team-b", "[\"approver\"]"),
-        entry("ops-a", OPERATOR_A, "team-a", "[\"operator\"]"),
+        entry("ci-a", SUBMITTER_A, "team-a", &["submitter"]),
+        entry("dash-a", VIEWER_A, "team-a", &["viewer"]),
+        entry("ci-b", SUBMITTER_B, "team-b", &["submitter"]),
+        entry("lead-b", APPROVER_B, "team-b", &["approver"]),
+        entry("ops-a", OPERATOR_A, "team-a", &["operator"]),
     ]
     .concat()
 }
@@ -366,11 +360,8 @@ async fn the_registry_and_memory_services_beside_the_dispatcher_need_a_token() {
 async fn secret_inputs_are_shown_only_to_principals_with_the_secrets_role() {
     const REVEALER: &str = "token-secrets-a";
     let workspace = tempfile::tempdir().unwrap();
-    let sha: String = Sha256::digest(REVEALER.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    let tokens = format!(
-        "{}[[token]]\nname = \"auditor-a\"\nsha256 = \"{sha}\"\ntenant = \"team-a\"\nroles = [\"viewer\", \"secrets\"]\n",
-        tokens()
-    );
+    let tokens =
+        tokens() + &hermes_test_util::api_token("auditor-a", REVEALER, "team-a", &["viewer", "secrets"]);
     let t = Sandbox::builder().api_tokens(&tokens).workspace(workspace.path()).start().await;
     let mut client = t.client.clone();
     let mut write = node("w", "fs.write", json!({"path": "note.txt", "content": "hunter2-canary"}), &[]);

@@ -9,7 +9,6 @@ use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
 use hermes_tests::{Sandbox, node};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 const RATED: &str = "token-rated";
 const BUSY: &str = "token-busy";
@@ -18,10 +17,7 @@ const FREE: &str = "token-free";
 
 fn tokens() -> String {
     let entry = |name: &str, token: &str, tenant: &str| {
-        let sha: String = Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-        format!(
-            "[[token]]\nname = \"{name}\"\nsha256 = \"{sha}\"\ntenant = \"{tenant}\"\nroles = [\"submitter\", \"viewer\"]\n\n"
-        )
+        hermes_test_util::api_token(name, token, tenant, &["submitter", "viewer"])
     };
     [
         entry("rated", RATED, "team-rated"),

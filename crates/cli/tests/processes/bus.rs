@@ -75,14 +75,10 @@ fn service(dir: &Path, binary: &str, args: &[&str]) -> (HermesProcess, PathBuf) 
 const TOKEN: &str = "bus-test-token";
 
 fn tokens_file(dir: &Path) -> PathBuf {
-    use sha2::Digest;
-    let sha: String = sha2::Sha256::digest(TOKEN.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
     let path = dir.join("tokens.toml");
-    let text = format!(
-        "[[token]]\nname = \"ops\"\nsha256 = \"{sha}\"\ntenant = \"team-a\"\n\
-         roles = [\"submitter\", \"viewer\", \"approver\", \"operator\"]\n\n\
-         [[tenant]]\nname = \"team-a\"\nmax_running_goals = 10\ndaily_tokens = 1000000\n"
-    );
+    let roles = ["submitter", "viewer", "approver", "operator"];
+    let text = hermes_test_util::api_token("ops", TOKEN, "team-a", &roles)
+        + "[[tenant]]\nname = \"team-a\"\nmax_running_goals = 10\ndaily_tokens = 1000000\n";
     std::fs::write(&path, text).unwrap();
     path
 }
