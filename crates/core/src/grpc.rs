@@ -40,24 +40,30 @@ pub fn reflection(
     Ok((builder().build_v1()?, builder().build_v1alpha()?))
 }
 
-/// Serves `routes` (the service's own gRPC services, each built with
-/// `.max_decoding_message_size(max_message_bytes)`, and named in `services` for health) on
-/// `listener` until `shutdown`, with what every Hermes server carries: `grpc.health.v1` (the
-/// server and each named service serving), reflection v1 and v1alpha over the Hermes and
-/// health descriptors, the over-limit answer of [`MessageLimitLayer`], and TCP_NODELAY (replies
-/// are small; without it they can wait on Nagle's algorithm).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    mut routes: tonic::service::RoutesBuilder,
-    services: &[&str],
-    max_message_bytes: usize,
-    setting: &'static str,
-    tls: Option<crate::tls::TlsFiles>,
-    guard: Option<Guard>,
-    shutdown: tokio_util::sync::CancellationToken,
-) -> Result<(), ServeError> {
+/// A gRPC server to serve: its listener, its services' routes and how to serve them.
+pub struct Server {
+    pub listener: tokio::net::TcpListener,
+    /// The services' own routes, each built with `.max_decoding_message_size(max_message_bytes)`.
+    pub routes: tonic::service::RoutesBuilder,
+    /// The services' names, reported serving by health.
+    pub names: Vec<&'static str>,
+    pub max_message_bytes: usize,
+    /// Where the limit is set, for the over-limit error.
+    pub setting: &'static str,
+    /// TLS (mTLS with client CAs), or plaintext.
+    pub tls: Option<crate::tls::TlsFiles>,
+    /// The check of every request, when one is set.
+    pub guard: Option<Guard>,
+}
+
+/// Serves `server` until `shutdown`, with what every Hermes server carries: `grpc.health.v1`
+/// (the server and each named service serving), reflection v1 and v1alpha over the Hermes and
+/// health descriptors, the over-limit answer of [`MessageLimitLayer`], its guard and TLS, and
+/// TCP_NODELAY (replies are small; without it they can wait on Nagle's algorithm).
+pub async fn serve(server: Server, shutdown: tokio_util::sync::CancellationToken) -> Result<(), ServeError> {
+    let Server { listener, mut routes, names: services, max_message_bytes, setting, tls, guard } = server;
     let (health, health_service) = tonic_health::server::health_reporter();
-    for service in std::iter::once(&"").chain(services) {
+    for service in std::iter::once(&"").chain(&services) {
         health.set_service_status(*service, tonic_health::ServingStatus::Serving).await;
     }
     let (v1, v1alpha) =

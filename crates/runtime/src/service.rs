@@ -231,15 +231,7 @@ struct Task {
 }
 
 /// The gRPC server a service's [`Context::grpc`] calls build up.
-struct Grpc {
-    listener: tokio::net::TcpListener,
-    routes: tonic::service::RoutesBuilder,
-    names: Vec<&'static str>,
-    max_message_bytes: usize,
-    setting: &'static str,
-    tls: Option<hermes_core::tls::TlsFiles>,
-    guard: Option<hermes_core::grpc::Guard>,
-}
+type Grpc = hermes_core::grpc::Server;
 
 /// What a starting [`Service`] builds on: the NATS connection, named tasks and the gRPC server.
 pub struct Context {
@@ -393,18 +385,7 @@ impl Context {
             "grpc",
             token,
             tokio::spawn(async move {
-                let Grpc { listener, routes, names, max_message_bytes, setting, tls, guard } = grpc;
-                hermes_core::grpc::serve(
-                    listener,
-                    routes,
-                    &names,
-                    max_message_bytes,
-                    setting,
-                    tls,
-                    guard,
-                    served,
-                )
-                .await?;
+                hermes_core::grpc::serve(grpc, served).await?;
                 Ok(())
             }),
         );

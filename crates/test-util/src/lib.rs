@@ -175,6 +175,18 @@ pub fn nats_server_binary() -> Result<PathBuf, NoNatsServer> {
         .ok_or(NoNatsServer)
 }
 
+/// One `[[token]]` entry of an API tokens file (docs/security.md): `token`'s SHA-256, bound to
+/// `tenant` with `roles`.
+pub fn api_token(name: &str, token: &str, tenant: &str, roles: &[&str]) -> String {
+    use sha2::Digest;
+    let sha: String = sha2::Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let roles: Vec<String> = roles.iter().map(|r| format!("\"{r}\"")).collect();
+    format!(
+        "[[token]]\nname = \"{name}\"\nsha256 = \"{sha}\"\ntenant = \"{tenant}\"\nroles = [{}]\n\n",
+        roles.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,16 +202,4 @@ mod tests {
         assert_eq!(a.port(), port);
         std::net::TcpStream::connect(("127.0.0.1", port)).expect("the restarted server listens");
     }
-}
-
-/// One `[[token]]` entry of an API tokens file (docs/security.md): `token`'s SHA-256, bound to
-/// `tenant` with `roles`.
-pub fn api_token(name: &str, token: &str, tenant: &str, roles: &[&str]) -> String {
-    use sha2::Digest;
-    let sha: String = sha2::Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    let roles: Vec<String> = roles.iter().map(|r| format!("\"{r}\"")).collect();
-    format!(
-        "[[token]]\nname = \"{name}\"\nsha256 = \"{sha}\"\ntenant = \"{tenant}\"\nroles = [{}]\n\n",
-        roles.join(", ")
-    )
 }

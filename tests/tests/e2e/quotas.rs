@@ -182,7 +182,7 @@ async fn another_tenants_goal_is_served_in_turn_not_after_a_flood() {
     }
     let calm = submit(&t, THRIFTY, nap(1)).await.unwrap();
     t.events_as(&calm, THRIFTY).await;
-    let request = with_token(ListGoalsRequest { limit: 100, ..Default::default() }, FREE);
+    let request = with_token(ListGoalsRequest { limit: 100 }, FREE);
     let goals = t.client.clone().list_goals(request).await.unwrap().into_inner().goals;
     let done = goals.iter().filter(|g| g.status == hermes_proto::GoalStatus::Completed as i32).count();
     // Without lanes the calm goal would wait behind all 60 (about 1.5 s of naps on 2 slots).

@@ -298,7 +298,7 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
     // a dispatcher, since agents may not write approvals), a file written.
     let spec = GoalSpec { text: "Add 40 and 2, multiply 19 by 3, save the sum".into(), ..Default::default() };
     let goal_id = client
-        .submit_goal(SubmitGoalRequest { spec: Some(spec), ..Default::default() })
+        .submit_goal(SubmitGoalRequest { spec: Some(spec) })
         .await
         .expect("the text goal is accepted")
         .into_inner()
@@ -367,12 +367,8 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
     let plan =
         TaskPlan { nodes: vec![crate_node("nap", "time.sleep", json!({"ms": 1500}))], ..Default::default() };
     let spec = GoalSpec { plan: Some(plan), ..Default::default() };
-    let napping = client
-        .submit_goal(SubmitGoalRequest { spec: Some(spec), ..Default::default() })
-        .await
-        .unwrap()
-        .into_inner()
-        .goal_id;
+    let napping =
+        client.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
     let forged = TaskResult {
         goal_id: napping.clone(),
         node_id: "nap".into(),

@@ -93,7 +93,7 @@ pub(super) fn task_message(
         deadline_unix_ms: deadline,
         memory_refs: Vec::new(),
         session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
-        result_token: result_token(&state.result_key, &task_id.to_string()),
+        result_token: result_token(&state.result_key, task_id.as_ref()),
         secret_inputs: plan_node.secret_inputs.clone(),
     }
 }
