@@ -61,10 +61,11 @@ build: tools models
 
 ## test: the whole suite, built once and run with nextest, then the offline checks of deploy/ and
 ## helm/ (tests/deploy) and the A2A endpoint driven by the official a2a-sdk (tests/a2a), against
-## the built binaries
+## the built binaries. The binaries are built first: the production-shape bus test runs every
+## service's own binary (hermes-dispatcher, hermes-registry, ...)
 test: tools models nextest
-	$(CARGO) nextest run --workspace --no-fail-fast $(FEATURES)
 	$(CARGO) build --workspace --bins $(FEATURES)
+	$(CARGO) nextest run --workspace --no-fail-fast $(FEATURES)
 	scripts/check-deploy.sh
 	scripts/check-a2a.sh
 

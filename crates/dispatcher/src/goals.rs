@@ -91,6 +91,11 @@ impl GoalService {
         &self.bus
     }
 
+    /// The tenants' quotas.
+    pub(crate) fn quotas(&self) -> &Quotas {
+        &self.quotas
+    }
+
     /// The audit trail, which the `*_as` calls append to.
     pub(crate) fn audit(&self) -> &Audit {
         &self.audit

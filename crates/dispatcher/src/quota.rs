@@ -31,6 +31,8 @@ const MAX_CAS_ATTEMPTS: usize = 32;
 /// What a full running-goals quota tells a client to wait: goals end on their own time.
 const RUNNING_RETRY_AFTER_SECS: u64 = 5;
 const DAY_MS: u64 = 24 * 3600 * 1000;
+/// Places younger than this at a scan are not reconciled: their goals may not be stored yet.
+const RECONCILE_GRACE_MS: u64 = 60_000;
 
 /// One tenant's quotas; an absent field is no limit.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -216,6 +218,40 @@ impl Quotas {
         });
         if let Err(e) = released.await {
             warn!(tenant = %quota.name, goal_id, error = %e, "cannot release a goal's place under its tenant's quota");
+        }
+    }
+
+    /// Gives back the places of goals that are not running: `running` holds, per tenant, the
+    /// goals a scan of the goals bucket that began at `scanned_from` found running. Places
+    /// taken less than a minute before the scan are kept (their goals may have been stored after
+    /// the scan listed the bucket), and so are those of goals the scan found.
+    pub async fn reconcile(
+        &self,
+        running: &HashMap<String, std::collections::HashSet<String>>,
+        scanned_from: u64,
+    ) {
+        let none = std::collections::HashSet::new();
+        for quota in self.tenants.values().filter(|q| q.max_running_goals.is_some()) {
+            let alive = running.get(&quota.name).unwrap_or(&none);
+            let key = running_key(&quota.name);
+            let mut freed = 0;
+            let pruned = self.update_json(&key, "running goals", |places: &mut BTreeMap<String, u64>| {
+                let before = places.len();
+                places.retain(|goal_id, admitted| {
+                    *admitted + RECONCILE_GRACE_MS >= scanned_from || alive.contains(goal_id)
+                });
+                freed = before - places.len();
+                Ok(freed > 0)
+            });
+            match pruned.await {
+                Ok(()) if freed > 0 => {
+                    warn!(tenant = %quota.name, freed, event = "quota_places_reconciled", "gave back the running-goal places of goals that had ended")
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    warn!(tenant = %quota.name, error = %e, "cannot reconcile a tenant's running goals")
+                }
+            }
         }
     }
 

@@ -192,3 +192,20 @@ async fn another_tenants_goal_is_served_in_turn_not_after_a_flood() {
     }
     t.stop().await;
 }
+
+/// A place left held by a dispatcher that died before it released it (its goal ended, or was
+/// never stored) is given back by the next scan of the goals, here a restarted dispatcher's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn running_goal_places_of_goals_that_are_gone_are_given_back() {
+    let t = Sandbox::builder().api_tokens(&tokens()).start().await;
+    let tenants = t.bus.jetstream().get_key_value("hermes_tenants").await.unwrap();
+    // Two places held for goals that do not run, taken long ago.
+    let ghosts = json!({"g-ghost-1": 1_000, "g-ghost-2": 1_000}).to_string();
+    tenants.put("running.team-busy", ghosts.into()).await.unwrap();
+    let refused = submit(&t, BUSY, nap(1)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    let t = t.restart_services().await;
+    let goal_id = submit(&t, BUSY, nap(1)).await.expect("the ghosts' places were given back");
+    t.events_as(&goal_id, BUSY).await;
+    t.stop().await;
+}

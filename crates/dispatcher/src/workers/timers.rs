@@ -127,9 +127,19 @@ enum Rescan {
 }
 
 /// Schedules every goal in the bucket that has a deadline ahead; see [`Rescan`] for what else.
+/// Every scan also gives the tenants' running-goal places of goals that ended (or are gone) back,
+/// in case the dispatcher that ended them died before it could.
 async fn rescan(service: &GoalService, schedule: &mut Schedule, why: Rescan) -> hermes_core::Result<()> {
+    let scanned_from = hermes_core::now_unix_ms();
+    let mut running: std::collections::HashMap<String, std::collections::HashSet<String>> =
+        Default::default();
     for key in service.store().keys().await? {
         let Some((state, _)) = service.store().load(&key).await? else { continue };
+        if !crate::engine::is_terminal(state.status)
+            && let Some(tenant) = crate::access::tenant_of(&state)
+        {
+            running.entry(tenant.to_owned()).or_default().insert(state.goal_id.clone());
+        }
         schedule.set(&state.goal_id, service.next_deadline(&state));
         if why == Rescan::Starting && state.status == GoalStatus::Summarizing as i32 {
             service.followups().summarize(&state.goal_id);
@@ -138,6 +148,7 @@ async fn rescan(service: &GoalService, schedule: &mut Schedule, why: Rescan) -> 
             service.republish_in_flight(&state).await?;
         }
     }
+    service.quotas().reconcile(&running, scanned_from).await;
     Ok(())
 }
 
