@@ -205,7 +205,18 @@ async fn running_goal_places_of_goals_that_are_gone_are_given_back() {
     let refused = submit(&t, BUSY, nap(1)).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
     let t = t.restart_services().await;
-    let goal_id = submit(&t, BUSY, nap(1)).await.expect("the ghosts' places were given back");
+    // The restarted dispatcher scans the goals in the background, right after it starts.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let goal_id = loop {
+        match submit(&t, BUSY, nap(1)).await {
+            Ok(goal_id) => break goal_id,
+            Err(status) if std::time::Instant::now() < deadline => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("the ghosts' places were not given back within 15 s: {status:?}"),
+        }
+    };
     t.events_as(&goal_id, BUSY).await;
     t.stop().await;
 }
