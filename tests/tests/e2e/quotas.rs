@@ -176,16 +176,18 @@ async fn another_tenants_goal_is_served_in_turn_not_after_a_flood() {
     assert_ne!(hermes_core::topology::lane_of("team-busy"), hermes_core::topology::lane_of("team-thrifty"));
     let t = Sandbox::builder().api_tokens(&tokens()).agents(1).max_concurrency(2).start().await;
     // team-busy may run 2 goals at once; team-free has no quota: flood from team-free.
+    // 60 naps of 200 ms on 2 slots take 6 s: far longer than submitting them, even on a loaded
+    // machine, so the flood is still queued when the other tenant's goal comes.
     let mut flood = Vec::new();
     for _ in 0..60 {
-        flood.push(submit(&t, FREE, nap(50)).await.unwrap());
+        flood.push(submit(&t, FREE, nap(200)).await.unwrap());
     }
     let calm = submit(&t, THRIFTY, nap(1)).await.unwrap();
     t.events_as(&calm, THRIFTY).await;
     let request = with_token(ListGoalsRequest { limit: 100 }, FREE);
     let goals = t.client.clone().list_goals(request).await.unwrap().into_inner().goals;
     let done = goals.iter().filter(|g| g.status == hermes_proto::GoalStatus::Completed as i32).count();
-    // Without lanes the calm goal would wait behind all 60 (about 1.5 s of naps on 2 slots).
+    // Without lanes the calm goal would wait behind all 60.
     assert!(done < 20, "{done} of the flood's 60 goals ended before the other tenant's one goal");
     for goal_id in flood {
         t.events_as(&goal_id, FREE).await;
