@@ -136,12 +136,19 @@ impl GoalService {
         self.submit(spec).await
     }
 
-    /// The goal, if `who` may read it; another tenant's goal is `NOT_FOUND`, as a missing one.
+    /// The goal as `who` may read it (redacted without the secrets role); another tenant's
+    /// goal is `NOT_FOUND`, as a missing one.
     pub(crate) async fn get_as(&self, who: &Principal, goal_id: &str) -> Result<GoalState> {
+        Ok(who.view(self.readable_by(who, goal_id).await?))
+    }
+
+    /// The goal, whole, if `who` may read it: for calls that only check it exists for `who`, and
+    /// show none of it.
+    pub(crate) async fn readable_by(&self, who: &Principal, goal_id: &str) -> Result<GoalState> {
         who.require(Need::Read)?;
         let state = self.get(goal_id).await?;
         match who.sees(&state) {
-            true => Ok(who.view(state)),
+            true => Ok(state),
             false => Err(Error::NotFound { what: "goal", id: goal_id.to_owned() }),
         }
     }
@@ -158,7 +165,7 @@ impl GoalService {
     pub(crate) async fn cancel_as(&self, who: &Principal, goal_id: &str, reason: &str) -> Result<GoalState> {
         let cancelled = async {
             who.require(Need::Submit)?;
-            self.get_as(who, goal_id).await?;
+            self.readable_by(who, goal_id).await?;
             Ok(who.view(self.cancel(goal_id, reason).await?))
         }
         .await;
@@ -176,7 +183,7 @@ impl GoalService {
         peer: &str,
     ) -> Result<impl Stream<Item = Result<Event>> + Send + use<>> {
         // The one read of the goal: it exists, and is this principal's.
-        self.get_as(who, goal_id).await?;
+        self.readable_by(who, goal_id).await?;
         let client = if who.tenant.is_some() { format!("token:{}", who.name) } else { peer.to_owned() };
         self.watch(goal_id, after_seq, &client).await
     }
@@ -191,7 +198,7 @@ impl GoalService {
     ) -> Result<hermes_proto::ApprovalDecision> {
         let decided = async {
             who.require(Need::Approve)?;
-            self.get_as(who, goal_id)
+            self.readable_by(who, goal_id)
                 .await
                 .map_err(|_| Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") })?;
             let note = if who.tenant.is_some() && note.is_empty() {
@@ -243,7 +250,7 @@ impl GoalService {
                 let visible = match seen.get(&approval.goal_id) {
                     Some(v) => *v,
                     None => {
-                        let v = self.get_as(who, &approval.goal_id).await.is_ok();
+                        let v = self.readable_by(who, &approval.goal_id).await.is_ok();
                         seen.insert(approval.goal_id.clone(), v);
                         v
                     }
@@ -592,34 +599,34 @@ impl GoalService {
             decided_unix_ms: now_unix_ms(),
             timed_out: false,
         };
-        let decided = self.bus.approvals().decide(goal_id, call_id, decision).await?.ok_or_else(not_found)?;
-        if decided.recorded {
-            self.announce_decision(goal_id, call_id, &decided.decision).await?;
-        }
-        Ok(decided.decision)
+        Ok(self.record_decision(goal_id, call_id, decision).await?.ok_or_else(not_found)?.decision)
     }
 
-    /// Publishes `ApprovalDecided` for a decision just recorded.
-    async fn announce_decision(
+    /// Records `decision` on the approval of `call_id` (the first decision wins) and, when this
+    /// call recorded it, announces it with `ApprovalDecided`. `None`: no such approval of the goal.
+    async fn record_decision(
         &self,
         goal_id: &str,
         call_id: &str,
-        decision: &hermes_proto::ApprovalDecision,
-    ) -> Result<()> {
-        let event = Event {
-            goal_id: goal_id.to_owned(),
-            at_unix_ms: now_unix_ms(),
-            kind: Some(Kind::ApprovalDecided(hermes_proto::ApprovalDecided {
+        decision: hermes_proto::ApprovalDecision,
+    ) -> Result<Option<hermes_core::approvals::Decided>> {
+        let Some(decided) = self.bus.approvals().decide(goal_id, call_id, decision).await? else {
+            return Ok(None);
+        };
+        if !decided.recorded {
+            return Ok(Some(decided));
+        }
+        let decision = &decided.decision;
+        self.publish_unnumbered(
+            goal_id,
+            Kind::ApprovalDecided(hermes_proto::ApprovalDecided {
                 call_id: call_id.to_owned(),
                 approved: decision.approved,
                 note: decision.note.clone(),
                 timed_out: decision.timed_out,
-            })),
-            seq: 0,
-            session_id: String::new(),
-        };
-        let msg_id = engine::event_msg_id(&event);
-        self.bus.publish_event(&event, &msg_id).await?;
+            }),
+        )
+        .await?;
         info!(
             goal_id,
             call_id,
@@ -628,6 +635,20 @@ impl GoalService {
             event = "approval_decided",
             "approval decided"
         );
+        Ok(Some(decided))
+    }
+
+    /// Publishes an event that is not a transition's (an approval, an agent's tool call): it has
+    /// no `seq`, and its message id comes from what it says.
+    async fn publish_unnumbered(&self, goal_id: &str, kind: Kind) -> Result<()> {
+        let event = Event {
+            goal_id: goal_id.to_owned(),
+            at_unix_ms: now_unix_ms(),
+            kind: Some(kind),
+            seq: 0,
+            session_id: String::new(),
+        };
+        self.bus.publish_event(&event, &engine::event_msg_id(&event)).await?;
         Ok(())
     }
 
@@ -666,14 +687,7 @@ impl GoalService {
                     attempt: state.nodes[index].attempt,
                     ..called.clone()
                 };
-                let event = Event {
-                    goal_id: goal_id.to_owned(),
-                    at_unix_ms: now_unix_ms(),
-                    kind: Some(Kind::ToolCalled(called)),
-                    seq: 0,
-                    session_id: String::new(),
-                };
-                self.bus.publish_event(&event, &engine::event_msg_id(&event)).await?;
+                self.publish_unnumbered(goal_id, Kind::ToolCalled(called)).await?;
                 Ok(None)
             }
             Some(Report::RequestApproval(asked)) => {
@@ -691,21 +705,15 @@ impl GoalService {
                     });
                 }
                 if created {
-                    let event = Event {
-                        goal_id: goal_id.to_owned(),
-                        at_unix_ms: now_unix_ms(),
-                        kind: Some(Kind::ApprovalRequired(hermes_proto::ApprovalRequired {
-                            call_id: stored.call_id.clone(),
-                            node_id: stored.node_id.clone(),
-                            tool: stored.tool.clone(),
-                            arguments_json: stored.arguments_json.clone(),
-                            reason: stored.reason.clone(),
-                            expires_unix_ms: stored.expires_unix_ms,
-                        })),
-                        seq: 0,
-                        session_id: String::new(),
+                    let required = hermes_proto::ApprovalRequired {
+                        call_id: stored.call_id.clone(),
+                        node_id: stored.node_id.clone(),
+                        tool: stored.tool.clone(),
+                        arguments_json: stored.arguments_json.clone(),
+                        reason: stored.reason.clone(),
+                        expires_unix_ms: stored.expires_unix_ms,
                     };
-                    self.bus.publish_event(&event, &engine::event_msg_id(&event)).await?;
+                    self.publish_unnumbered(goal_id, Kind::ApprovalRequired(required)).await?;
                     info!(goal_id, node_id = %stored.node_id, call_id = %stored.call_id, tool = %stored.tool,
                         event = "approval_required", "waiting for approval");
                 }
@@ -728,11 +736,7 @@ impl GoalService {
                     decided_unix_ms: now_unix_ms(),
                     timed_out: true,
                 };
-                let decided =
-                    self.bus.approvals().decide(goal_id, call_id, timeout).await?.ok_or_else(not_found)?;
-                if decided.recorded {
-                    self.announce_decision(goal_id, call_id, &decided.decision).await?;
-                }
+                let decided = self.record_decision(goal_id, call_id, timeout).await?.ok_or_else(not_found)?;
                 Ok(Some(Approval { decision: Some(decided.decision), ..decided.approval }))
             }
             None => {

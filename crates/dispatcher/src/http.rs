@@ -878,7 +878,7 @@ async fn goal_artifact(
 ) -> Answer {
     api.service.nats_up()?;
     let goal_id = goal_id_arg(&id)?;
-    api.service.get_as(&who(&api, &headers)?, goal_id).await?;
+    api.service.readable_by(&who(&api, &headers)?, goal_id).await?;
     let artifacts = api.service.bus().artifacts();
     let not_found =
         || Problem::from(Error::NotFound { what: "artifact", id: format!("{goal_id}/{reference}") });
