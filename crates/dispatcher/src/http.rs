@@ -622,7 +622,7 @@ async fn submit(
         goal_id = tracing::field::Empty
     );
     let submitted = api.service.submit_as(&caller, spec).instrument(span).await?;
-    let state = api.service.get(&submitted.goal_id).await?;
+    let state = api.service.get_as(&caller, &submitted.goal_id).await?;
     let status = if submitted.duplicate { StatusCode::OK } else { StatusCode::CREATED };
     let mut response = json_response(status, message_json(&to_goal(state)));
     if let Ok(location) = HeaderValue::from_str(&format!("/v1/goals/{}", submitted.goal_id)) {

@@ -409,6 +409,19 @@ async fn secret_inputs_are_shown_only_to_principals_with_the_secrets_role() {
     assert!(!body.contains("hunter2") && body.contains("REDACTED"), "{body}");
     let events = t.events_as(&goal_id, REVEALER).await;
     assert!(!format!("{events:?}").contains("hunter2"), "events are redacted for everyone");
+    // The goal a submit answers with is redacted too (the submitter lacks the secrets role).
+    let plan = json!({"plan": {"nodes": [{"id": "w", "task_type": "fs.write",
+        "inputs": {"path": "other.txt", "content": "hunter2-again"}, "secret_inputs": ["content"]}]}});
+    let answer = http()
+        .post(format!("{}/v1/goals", t.http_url()))
+        .bearer_auth(SUBMITTER_A)
+        .json(&plan)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::CREATED);
+    let body = answer.text().await.unwrap();
+    assert!(!body.contains("hunter2") && body.contains("REDACTED"), "{body}");
 
     write.secret_inputs = vec!["nope".into()];
     let spec = GoalSpec {

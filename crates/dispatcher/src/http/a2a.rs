@@ -368,7 +368,7 @@ async fn send(
             ..Default::default()
         };
         let submitted = api.service.submit_as(who, spec).await?;
-        api.service.get(&submitted.goal_id).await?
+        api.service.get_as(who, &submitted.goal_id).await?
     };
     if stream {
         return Ok(Answer::Stream(Box::new(
@@ -389,7 +389,7 @@ async fn send(
             break;
         }
     }
-    let state = api.service.get(&state.goal_id).await?;
+    let state = api.service.get_as(who, &state.goal_id).await?;
     Ok(Answer::Result(json!({"task": task_json(api, &state, headers).await?})))
 }
 
@@ -466,7 +466,7 @@ async fn answer_approval(
         }
     };
     api.service.decide_approval_as(who, goal_id, &approval.call_id, approve, rest.trim()).await?;
-    Ok(api.service.get(goal_id).await?)
+    Ok(api.service.get_as(who, goal_id).await?)
 }
 
 async fn pending_approvals(api: &Api, goal_id: &str) -> Result<Vec<Approval>, RpcError> {
