@@ -52,7 +52,7 @@ pub async fn run(channel: Channel, command: MemoryCommand) -> anyhow::Result<i32
     match command {
         MemoryCommand::Sessions => {
             let sessions = client
-                .list_sessions(ListSessionsRequest {})
+                .list_sessions(ListSessionsRequest::default())
                 .await
                 .map_err(status_error)?
                 .into_inner()
@@ -68,8 +68,11 @@ pub async fn run(channel: Channel, command: MemoryCommand) -> anyhow::Result<i32
             }
         }
         MemoryCommand::Session { session_id } => {
-            let s =
-                client.get_session(SessionRequest { session_id }).await.map_err(status_error)?.into_inner();
+            let s = client
+                .get_session(SessionRequest { session_id, ..Default::default() })
+                .await
+                .map_err(status_error)?
+                .into_inner();
             println!("session {} ({} turns, {} shown)", s.session_id, s.total_turns, s.turns.len());
             if let Some(summary) = &s.summary {
                 println!("summary ({}):", summary.method);
@@ -89,7 +92,7 @@ pub async fn run(channel: Channel, command: MemoryCommand) -> anyhow::Result<i32
         }
         MemoryCommand::Artifacts { goal } => {
             let list = client
-                .list_artifacts(ListArtifactsRequest { goal_id: goal })
+                .list_artifacts(ListArtifactsRequest { goal_id: goal, ..Default::default() })
                 .await
                 .map_err(status_error)?
                 .into_inner()
@@ -108,7 +111,7 @@ pub async fn run(channel: Channel, command: MemoryCommand) -> anyhow::Result<i32
         }
         MemoryCommand::Artifact { reference, output } => {
             let mut chunks = client
-                .get_artifact(ArtifactRequest { r#ref: reference })
+                .get_artifact(ArtifactRequest { r#ref: reference, ..Default::default() })
                 .await
                 .map_err(status_error)?
                 .into_inner();
@@ -139,7 +142,7 @@ pub async fn run(channel: Channel, command: MemoryCommand) -> anyhow::Result<i32
         }
         MemoryCommand::Collections => {
             let list = client
-                .list_collections(ListCollectionsRequest {})
+                .list_collections(ListCollectionsRequest::default())
                 .await
                 .map_err(status_error)?
                 .into_inner()

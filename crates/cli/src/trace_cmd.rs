@@ -182,7 +182,7 @@ mod tests {
     use hermes_proto::{NodeState, TaskDispatched, TaskPlan, TaskSucceeded, TokenUsage, ToolCalled};
 
     fn event(at: u64, kind: Kind) -> Event {
-        Event { goal_id: "g-1".into(), at_unix_ms: at, kind: Some(kind), seq: 0, session_id: String::new() }
+        Event { goal_id: "g-1".into(), at_unix_ms: at, kind: Some(kind), ..Default::default() }
     }
 
     #[test]

@@ -88,14 +88,16 @@ impl MemoryClient {
         self.call("append_turn", request).await
     }
 
-    pub async fn session(&self, session_id: &str) -> Result<SessionState> {
-        self.call("session", &SessionRequest { session_id: session_id.to_owned() }).await
+    /// Session `session_id` of `tenant` (empty: no tenant, auth off).
+    pub async fn session(&self, tenant: &str, session_id: &str) -> Result<SessionState> {
+        let request = SessionRequest { session_id: session_id.to_owned(), tenant: tenant.to_owned() };
+        self.call("session", &request).await
     }
 
-    /// Every session, as stored.
-    pub async fn sessions(&self) -> Result<Vec<SessionState>> {
-        let reply: hermes_proto::ListSessionsReply =
-            self.call("list_sessions", &hermes_proto::ListSessionsRequest {}).await?;
+    /// The sessions of `tenant`; with the empty tenant, every session under its stored name.
+    pub async fn sessions(&self, tenant: &str) -> Result<Vec<SessionState>> {
+        let request = hermes_proto::ListSessionsRequest { tenant: tenant.to_owned() };
+        let reply: hermes_proto::ListSessionsReply = self.call("list_sessions", &request).await?;
         Ok(reply.sessions)
     }
 
@@ -111,8 +113,9 @@ impl MemoryClient {
         self.call("get_doc", request).await
     }
 
-    pub async fn collections(&self) -> Result<ListCollectionsReply> {
-        self.call("collections", &ListCollectionsRequest {}).await
+    /// The collections of `tenant` (empty: every collection under its stored name).
+    pub async fn collections(&self, tenant: &str) -> Result<ListCollectionsReply> {
+        self.call("collections", &ListCollectionsRequest { tenant: tenant.to_owned() }).await
     }
 }
 

@@ -54,6 +54,8 @@ pub struct ArtifactInfo {
     /// 0: kept until the bucket's retention ends.
     pub expires_unix_ms: u64,
     pub preview: String,
+    /// The tenant that stored it through the Memory API; empty for goals' artifacts.
+    pub tenant: String,
 }
 
 /// The artifact store. Cheap to clone.
@@ -85,6 +87,18 @@ impl Artifacts {
         goal_id: &str,
         ttl: Option<Duration>,
     ) -> Result<ArtifactInfo> {
+        self.put_owned(bytes, content_type, goal_id, "", ttl).await
+    }
+
+    /// [`Artifacts::put`], recording `tenant` as the artifact's owner (empty: none).
+    pub async fn put_owned(
+        &self,
+        bytes: &[u8],
+        content_type: &str,
+        goal_id: &str,
+        tenant: &str,
+        ttl: Option<Duration>,
+    ) -> Result<ArtifactInfo> {
         let reference = format!("art-{}", uuid::Uuid::now_v7().simple());
         let created = now_unix_ms();
         let expires = ttl.map(|t| created + t.as_millis() as u64).unwrap_or(0);
@@ -95,6 +109,7 @@ impl Artifacts {
             ("created_unix_ms", created.to_string()),
             ("expires_unix_ms", expires.to_string()),
             ("preview", preview.clone()),
+            ("tenant", tenant.to_owned()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -115,6 +130,7 @@ impl Artifacts {
             created_unix_ms: created,
             expires_unix_ms: expires,
             preview,
+            tenant: tenant.to_owned(),
         })
     }
 
@@ -334,6 +350,7 @@ fn info_of(info: &object_store::ObjectInfo) -> ArtifactInfo {
         created_unix_ms: number("created_unix_ms"),
         expires_unix_ms: number("expires_unix_ms"),
         preview: field("preview"),
+        tenant: field("tenant"),
     }
 }
 

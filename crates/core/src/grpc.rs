@@ -98,8 +98,15 @@ pub enum ServeError {
 
 /// Decides whether a request may reach its service, from its gRPC path (`/pkg.Service/Method`)
 /// and headers (`authorization`); the refusal is answered as the request's status. For services
-/// that check no credentials themselves, composed on a server whose other services do.
-pub type Guard = std::sync::Arc<dyn Fn(&str, &http::HeaderMap) -> Result<(), tonic::Status> + Send + Sync>;
+/// that check no credentials themselves, composed on a server whose other services do. A guard
+/// may rewrite the headers: it stamps [`TENANT_HEADER`] with the caller's tenant.
+pub type Guard =
+    std::sync::Arc<dyn Fn(&str, &mut http::HeaderMap) -> Result<(), tonic::Status> + Send + Sync>;
+
+/// The metadata a [`Guard`] stamps with the authenticated caller's tenant, after removing any the
+/// caller sent. Services behind a guard (the Memory API on the dispatcher's port) scope their
+/// data to it; a service on its own port has no guard and trusts the request's `tenant` field.
+pub const TENANT_HEADER: &str = "x-hermes-tenant";
 
 /// Applies a [`Guard`], when there is one, before any service sees the request.
 #[derive(Clone)]
@@ -136,12 +143,13 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
-        if let Some(guard) = &self.guard
-            && let Err(status) = guard(request.uri().path(), request.headers())
-        {
-            let refused = status.into_http::<ResBody>();
-            return Box::pin(async move { Ok(refused) });
+    fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
+        if let Some(guard) = &self.guard {
+            let path = request.uri().path().to_owned();
+            if let Err(status) = guard(&path, request.headers_mut()) {
+                let refused = status.into_http::<ResBody>();
+                return Box::pin(async move { Ok(refused) });
+            }
         }
         Box::pin(self.inner.call(request))
     }

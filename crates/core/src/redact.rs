@@ -380,6 +380,7 @@ mod tests {
                 output_json: r#"{"text": "login with password=opensesame", "token": "t-1"}"#.into(),
                 ..Default::default()
             })),
+            ..Default::default()
         };
         let text = format!("{:?}", super::event(&event));
         assert!(!text.contains("opensesame") && !text.contains("t-1"), "{text}");

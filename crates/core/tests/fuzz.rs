@@ -564,6 +564,7 @@ fn events_carrying(text: &str) -> Vec<Event> {
             goal_id: "g".into(),
             at_unix_ms: 1,
             kind: Some(kind),
+            tenant: String::new(),
         })
         .collect()
 }
@@ -587,6 +588,7 @@ proptest! {
             created_unix_ms: 1,
             expires_unix_ms: 0,
             preview: "p".into(),
+            tenant: String::new(),
         };
         let stub = artifacts::stub(&info);
         prop_assert_eq!(artifacts::stub_reference(&stub), Some(reference.as_str()));

@@ -246,10 +246,16 @@ impl Access {
 
 /// The check of the services composed on the dispatcher's gRPC server that check no credentials
 /// themselves: `hermes.v1.Registry` needs any role (it reads agents), `hermes.v1.Memory` the
-/// operator role (sessions and artifacts carry no tenant yet). The Dispatcher service checks
-/// its own calls; health and reflection stay open (they say nothing about goals).
+/// operator role. The guard stamps the caller's tenant as [`TENANT_HEADER`], removing any the
+/// caller sent, and the Memory service keeps each tenant's sessions, collections and artifacts
+/// apart by it. The Dispatcher service checks its own calls; health and reflection stay open
+/// (they say nothing about goals).
+///
+/// [`TENANT_HEADER`]: hermes_core::grpc::TENANT_HEADER
 pub fn guard(access: std::sync::Arc<Access>) -> hermes_core::grpc::Guard {
-    std::sync::Arc::new(move |path: &str, headers: &axum::http::HeaderMap| {
+    use hermes_core::grpc::TENANT_HEADER;
+    std::sync::Arc::new(move |path: &str, headers: &mut axum::http::HeaderMap| {
+        headers.remove(TENANT_HEADER);
         let need = if path.starts_with("/hermes.v1.Registry/") {
             Need::Read
         } else if path.starts_with("/hermes.v1.Memory/") {
@@ -260,6 +266,12 @@ pub fn guard(access: std::sync::Arc<Access>) -> hermes_core::grpc::Guard {
         let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
         let who = access.authenticate(authorization)?;
         who.require(need)?;
+        if let Some(tenant) = &who.tenant {
+            // A tenant is a checked word (`check_id`), always a valid header value.
+            if let Ok(value) = axum::http::HeaderValue::from_str(tenant) {
+                headers.insert(TENANT_HEADER, value);
+            }
+        }
         Ok(())
     })
 }

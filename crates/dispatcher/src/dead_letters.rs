@@ -109,24 +109,34 @@ fn dead_letter(
     decode: bool,
 ) -> DeadLetter {
     let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_owned()).unwrap_or_default();
+    let kind = message.subject.rsplit('.').next().unwrap_or_default();
+    let payload = || message.payload.clone();
+    let goal_id = match kind {
+        "task" => TaskMessage::decode(payload()).map(|m| m.goal_id).ok(),
+        "result" => TaskResult::decode(payload()).map(|m| m.goal_id).ok(),
+        "plan_request" => PlanRequest::decode(payload()).map(|m| m.goal_id).ok(),
+        "plan_result" | "plan" => PlanResult::decode(payload())
+            .map(|m| m.goal_id)
+            .or_else(|_| PlanRequest::decode(payload()).map(|m| m.goal_id))
+            .ok(),
+        _ => None,
+    };
     let decoded = if !decode {
         String::new()
     } else {
-        let kind = message.subject.rsplit('.').next().unwrap_or_default();
-        let payload = message.payload.clone();
         let text = match kind {
             // Secrets never reach the decoded view: inputs (marked and by the rules), outputs and
             // texts are redacted, and a task's result token is left out.
-            "task" => TaskMessage::decode(payload).map(|m| format!("{:#?}", redact::task(&m))),
-            "result" => TaskResult::decode(payload).map(|m| format!("{:#?}", redact::task_result(&m))),
+            "task" => TaskMessage::decode(payload()).map(|m| format!("{:#?}", redact::task(&m))),
+            "result" => TaskResult::decode(payload()).map(|m| format!("{:#?}", redact::task_result(&m))),
             "plan_request" => {
-                PlanRequest::decode(payload).map(|m| format!("{:#?}", redact::plan_request(&m)))
+                PlanRequest::decode(payload()).map(|m| format!("{:#?}", redact::plan_request(&m)))
             }
-            "plan_result" | "plan" => PlanResult::decode(payload.clone())
-                .map(|m| format!("{:#?}", redact::plan_result(&m)))
-                .or_else(|_| {
-                    PlanRequest::decode(payload).map(|m| format!("{:#?}", redact::plan_request(&m)))
-                }),
+            "plan_result" | "plan" => {
+                PlanResult::decode(payload()).map(|m| format!("{:#?}", redact::plan_result(&m))).or_else(
+                    |_| PlanRequest::decode(payload()).map(|m| format!("{:#?}", redact::plan_request(&m))),
+                )
+            }
             _ => Ok(redact::redact_text(&String::from_utf8_lossy(&message.payload)).into_owned()),
         };
         text.unwrap_or_else(|e| format!("(does not decode: {e}; {} bytes)", message.payload.len()))
@@ -140,5 +150,6 @@ fn dead_letter(
         at_unix_ms: (message.time.unix_timestamp_nanos() / 1_000_000) as u64,
         size_bytes: message.payload.len() as u64,
         decoded,
+        goal_id: goal_id.unwrap_or_default(),
     }
 }

@@ -223,7 +223,62 @@ impl GoalService {
         decided
     }
 
-    /// Replays a dead letter for `who` (operators only), and audits it.
+    /// The dead letters `who` may see (operators only): with auth on, those of its tenant's goals,
+    /// and those that name no goal (see `DeadLetter.goal_id`).
+    pub(crate) async fn dead_letters_as(
+        &self,
+        who: &Principal,
+        dead_letters: &crate::DeadLetters,
+        limit: usize,
+    ) -> Result<Vec<hermes_proto::DeadLetter>> {
+        who.require(Need::Operate)?;
+        let letters = dead_letters.list(limit).await?;
+        if who.tenant.is_none() {
+            return Ok(letters);
+        }
+        let mut seen = std::collections::HashMap::new();
+        let mut kept = Vec::new();
+        for letter in letters {
+            if letter.goal_id.is_empty() {
+                kept.push(letter);
+                continue;
+            }
+            let visible = match seen.get(&letter.goal_id) {
+                Some(v) => *v,
+                None => {
+                    let v = self.readable_by(who, &letter.goal_id).await.is_ok();
+                    seen.insert(letter.goal_id.clone(), v);
+                    v
+                }
+            };
+            if visible {
+                kept.push(letter);
+            }
+        }
+        Ok(kept)
+    }
+
+    /// One dead letter for `who` (operators only): another tenant's is `NOT_FOUND`, and one that
+    /// names no goal comes without its payload with auth on.
+    pub(crate) async fn dead_letter_as(
+        &self,
+        who: &Principal,
+        dead_letters: &crate::DeadLetters,
+        sequence: u64,
+    ) -> Result<hermes_proto::DeadLetter> {
+        who.require(Need::Operate)?;
+        let mut letter = dead_letters.get(sequence).await?;
+        if who.tenant.is_some() {
+            if letter.goal_id.is_empty() {
+                letter.decoded = "(withheld: it names no goal, so it is no tenant's)".into();
+            } else if self.readable_by(who, &letter.goal_id).await.is_err() {
+                return Err(Error::NotFound { what: "dead letter", id: sequence.to_string() });
+            }
+        }
+        Ok(letter)
+    }
+
+    /// Replays a dead letter for `who` (operators only, of its goal's tenant), and audits it.
     pub(crate) async fn replay_dead_letter_as(
         &self,
         who: &Principal,
@@ -231,7 +286,12 @@ impl GoalService {
         sequence: u64,
     ) -> Result<(String, u64)> {
         let replayed = async {
-            who.require(Need::Operate)?;
+            let letter = self.dead_letter_as(who, dead_letters, sequence).await?;
+            if who.tenant.is_some() && letter.goal_id.is_empty() {
+                return Err(Error::FailedPrecondition(format!(
+                    "dead letter {sequence} names no goal, so it is no tenant's: it is not replayed"
+                )));
+            }
             dead_letters.replay(sequence).await
         }
         .await;
@@ -451,7 +511,7 @@ impl GoalService {
                 labels: spec.labels.clone(),
                 plan_nodes: state.nodes.len() as u32,
             })),
-            seq: 0,
+            ..Default::default()
         });
         match validated {
             Some(validated) => {
@@ -467,8 +527,7 @@ impl GoalService {
                             .collect(),
                         repairs: Vec::new(),
                     })),
-                    seq: 0,
-                    session_id: String::new(),
+                    ..Default::default()
                 });
                 engine::dispatch_ready(&mut state, self.limits(), now, &mut effects);
             }
@@ -645,8 +704,7 @@ impl GoalService {
             goal_id: goal_id.to_owned(),
             at_unix_ms: now_unix_ms(),
             kind: Some(kind),
-            seq: 0,
-            session_id: String::new(),
+            ..Default::default()
         };
         self.bus.publish_event(&event, &engine::event_msg_id(&event)).await?;
         Ok(())

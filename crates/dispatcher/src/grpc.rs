@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
-use crate::access::{Need, Principal};
+use crate::access::Principal;
 use crate::{DeadLetters, GoalService};
 
 /// The `hermes.v1.Dispatcher` service; watch streams end when `shutdown` is cancelled.
@@ -158,9 +158,10 @@ impl DispatcherApi for Api {
         request: Request<ListDeadLettersRequest>,
     ) -> Result<Response<ListDeadLettersResponse>, Status> {
         self.service.nats_up()?;
-        self.who(&request)?.require(Need::Operate)?;
+        let who = self.who(&request)?;
         let limit = request.into_inner().limit as usize;
-        Ok(Response::new(ListDeadLettersResponse { dead_letters: self.dead_letters.list(limit).await? }))
+        let dead_letters = self.service.dead_letters_as(&who, &self.dead_letters, limit).await?;
+        Ok(Response::new(ListDeadLettersResponse { dead_letters }))
     }
 
     async fn get_dead_letter(
@@ -168,8 +169,9 @@ impl DispatcherApi for Api {
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<DeadLetter>, Status> {
         self.service.nats_up()?;
-        self.who(&request)?.require(Need::Operate)?;
-        Ok(Response::new(self.dead_letters.get(request.into_inner().sequence).await?))
+        let who = self.who(&request)?;
+        let sequence = request.into_inner().sequence;
+        Ok(Response::new(self.service.dead_letter_as(&who, &self.dead_letters, sequence).await?))
     }
 
     async fn replay_dead_letter(

@@ -878,12 +878,16 @@ async fn goal_artifact(
 ) -> Answer {
     api.service.nats_up()?;
     let goal_id = goal_id_arg(&id)?;
-    api.service.readable_by(&who(&api, &headers)?, goal_id).await?;
+    let caller = who(&api, &headers)?;
+    api.service.readable_by(&caller, goal_id).await?;
     let artifacts = api.service.bus().artifacts();
     let not_found =
         || Problem::from(Error::NotFound { what: "artifact", id: format!("{goal_id}/{reference}") });
     let info = artifacts.info(&reference).await.map_err(|_| not_found())?;
-    if info.goal_id != goal_id {
+    // One stored through the Memory API names its goal as its tenant wrote it: it is the goal's
+    // only when that tenant is the goal's.
+    let foreign = !info.tenant.is_empty() && caller.tenant.as_deref() != Some(info.tenant.as_str());
+    if info.goal_id != goal_id || foreign {
         return Err(not_found());
     }
     let bytes = artifacts.get(&reference).await?;
@@ -901,27 +905,26 @@ async fn agents(State(api): State<Api>, headers: HeaderMap) -> Answer {
     Ok(json_response(StatusCode::OK, json!({"agents": agents})))
 }
 
-/// Sessions carry no tenant yet, so with auth on only operators read them.
-fn sessions_allowed(api: &Api, headers: &HeaderMap) -> std::result::Result<(), Problem> {
-    let caller = who(api, headers)?;
-    Ok(caller.require(if api.service.auth_enabled() { Need::Operate } else { Need::Read })?)
-}
-
-/// `GET /v1/sessions`: every memory session, from the memory service.
+/// `GET /v1/sessions`: the caller's tenant's memory sessions, from the memory service.
 async fn sessions(State(api): State<Api>, headers: HeaderMap) -> Answer {
     api.service.nats_up()?;
-    sessions_allowed(&api, &headers)?;
-    let sessions = hermes_clients::memory::MemoryClient::new(api.service.bus()).sessions().await?;
+    let caller = who(&api, &headers)?;
+    caller.require(Need::Read)?;
+    let memory = hermes_clients::memory::MemoryClient::new(api.service.bus());
+    let sessions = memory.sessions(caller.tenant.as_deref().unwrap_or("")).await?;
     let sessions: Vec<Value> = sessions.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"sessions": sessions})))
 }
 
-/// `GET /v1/sessions/{id}`.
+/// `GET /v1/sessions/{id}`: one session of the caller's tenant (empty when it has no turns, as
+/// another tenant's session of that name is to this one).
 async fn session(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
     api.service.nats_up()?;
-    sessions_allowed(&api, &headers)?;
+    let caller = who(&api, &headers)?;
+    caller.require(Need::Read)?;
     check_id("session_id", &id, 200, IdShape::Dotted)?;
-    let session = hermes_clients::memory::MemoryClient::new(api.service.bus()).session(&id).await?;
+    let memory = hermes_clients::memory::MemoryClient::new(api.service.bus());
+    let session = memory.session(caller.tenant.as_deref().unwrap_or(""), &id).await?;
     Ok(json_response(StatusCode::OK, message_json(&session)))
 }
 
@@ -967,9 +970,9 @@ async fn dead_letters_list(
     query: std::result::Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Answer {
     api.service.nats_up()?;
-    who(&api, &headers)?.require(Need::Operate)?;
+    let caller = who(&api, &headers)?;
     let query = query_arg(query)?;
-    let letters = api.dead_letters.list(query.limit.unwrap_or(0)).await?;
+    let letters = api.service.dead_letters_as(&caller, &api.dead_letters, query.limit.unwrap_or(0)).await?;
     let letters: Vec<Value> = letters.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"deadLetters": letters})))
 }
@@ -1004,8 +1007,8 @@ fn sequence_arg(text: &str) -> std::result::Result<u64, Problem> {
 
 async fn dead_letter(State(api): State<Api>, headers: HeaderMap, Path(seq): Path<String>) -> Answer {
     api.service.nats_up()?;
-    who(&api, &headers)?.require(Need::Operate)?;
-    let letter = api.dead_letters.get(sequence_arg(&seq)?).await?;
+    let caller = who(&api, &headers)?;
+    let letter = api.service.dead_letter_as(&caller, &api.dead_letters, sequence_arg(&seq)?).await?;
     Ok(json_response(StatusCode::OK, message_json(&letter)))
 }
 

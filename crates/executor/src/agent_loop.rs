@@ -381,6 +381,7 @@ async fn publish_tool_called(
     let event = hermes_proto::Event {
         seq: 0,
         session_id: String::new(),
+        tenant: String::new(),
         goal_id: scope.goal_id.clone(),
         at_unix_ms: hermes_core::now_unix_ms(),
         kind: Some(hermes_proto::event::Kind::ToolCalled(hermes_proto::ToolCalled {

@@ -729,6 +729,7 @@ async fn run_tool(
             attempt: task.attempt,
             task_id: task.task_id.clone(),
             result_token: task.result_token.clone(),
+            tenant: task.tenant.clone(),
             agent_id: shared.agent_id.clone(),
             calls: Default::default(),
             approval_timeout: shared.approval_timeout,

@@ -110,6 +110,8 @@ pub struct TaskScope {
     /// The attempt's secret from its task message: the dispatchers hear this agent's reports on
     /// the task (events, approvals) only with it.
     pub result_token: String,
+    /// The goal's tenant, whose memory the memory tools use (empty with auth off).
+    pub tenant: String,
     pub agent_id: String,
     /// Calls made so far in this task, for the call index.
     pub calls: Arc<std::sync::atomic::AtomicU32>,

@@ -11,8 +11,8 @@ use hermes_proto::put_artifact_chunk::Part;
 use hermes_proto::{
     AppendTurnRequest, ArtifactChunk, ArtifactRequest, ContextReply, ContextRequest, DeleteArtifactReply,
     GetDocRequest, ListArtifactsReply, ListArtifactsRequest, ListCollectionsReply, ListCollectionsRequest,
-    ListSessionsReply, ListSessionsRequest, MemoryDoc, MemoryRef, PutArtifactChunk, SearchReply,
-    SearchRequest, SessionRequest, SessionState, UpsertReply, UpsertRequest,
+    ListSessionsReply, ListSessionsRequest, MemoryDoc, MemoryRef, PutArtifactChunk, PutArtifactHeader,
+    SearchReply, SearchRequest, SessionRequest, SessionState, UpsertReply, UpsertRequest,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -37,6 +37,63 @@ impl MemoryGrpc {
     }
 }
 
+impl MemoryGrpc {
+    /// The artifact the request names, when it is the request's tenant's: another tenant's is
+    /// `NOT_FOUND`, as one that does not exist. The empty tenant (auth off) sees every artifact.
+    async fn tenants_artifact(&self, request: ArtifactRequest) -> Result<ArtifactInfo, Status> {
+        let info = self.memory.bus().artifacts().info(&request.r#ref).await?;
+        if !request.tenant.is_empty() && info.tenant != request.tenant {
+            return Err(hermes_core::Error::NotFound { what: "artifact", id: request.r#ref }.into());
+        }
+        Ok(info)
+    }
+}
+
+/// A request whose data is its tenant's (see [`crate::tenancy`]).
+trait Scoped {
+    fn tenant_mut(&mut self) -> &mut String;
+}
+
+macro_rules! scoped_requests {
+    ($($request:ty),* $(,)?) => {
+        $(impl Scoped for $request {
+            fn tenant_mut(&mut self) -> &mut String {
+                &mut self.tenant
+            }
+        })*
+    };
+}
+
+scoped_requests!(
+    ArtifactRequest,
+    ListArtifactsRequest,
+    AppendTurnRequest,
+    SessionRequest,
+    ListSessionsRequest,
+    UpsertRequest,
+    SearchRequest,
+    GetDocRequest,
+    ListCollectionsRequest,
+    ContextRequest,
+);
+
+/// The tenant the dispatcher's guard stamped on the request, if it passed one.
+fn stamped_tenant<T>(request: &Request<T>) -> Option<String> {
+    let value = request.metadata().get(hermes_core::grpc::TENANT_HEADER)?;
+    value.to_str().ok().map(str::to_owned)
+}
+
+/// The request in the tenant the guard stamped; without a guard (memory on its own port), in
+/// the tenant it names.
+fn scoped<T: Scoped>(request: Request<T>) -> T {
+    let stamped = stamped_tenant(&request);
+    let mut inner = request.into_inner();
+    if let Some(tenant) = stamped {
+        *inner.tenant_mut() = tenant;
+    }
+    inner
+}
+
 fn to_ref(info: ArtifactInfo) -> MemoryRef {
     MemoryRef {
         r#ref: info.reference,
@@ -46,6 +103,7 @@ fn to_ref(info: ArtifactInfo) -> MemoryRef {
         goal_id: info.goal_id,
         created_unix_ms: info.created_unix_ms,
         expires_unix_ms: info.expires_unix_ms,
+        tenant: info.tenant,
     }
 }
 
@@ -57,6 +115,7 @@ impl MemoryApi for MemoryGrpc {
         &self,
         request: Request<Streaming<PutArtifactChunk>>,
     ) -> Result<Response<MemoryRef>, Status> {
+        let stamped = stamped_tenant(&request);
         let mut stream = request.into_inner();
         let mut header = None;
         let mut data = Vec::new();
@@ -75,37 +134,41 @@ impl MemoryApi for MemoryGrpc {
                 None => {}
             }
         }
-        let header =
+        let mut header: PutArtifactHeader =
             header.ok_or_else(|| Status::invalid_argument("the first message must be the header"))?;
+        if let Some(tenant) = stamped {
+            header.tenant = tenant;
+        }
         let ttl = (header.ttl_secs > 0).then(|| std::time::Duration::from_secs(header.ttl_secs));
         let content_type = if header.content_type.is_empty() {
             "application/octet-stream"
         } else {
             header.content_type.as_str()
         };
-        let info = self.memory.bus().artifacts().put(&data, content_type, &header.goal_id, ttl).await?;
+        let artifacts = self.memory.bus().artifacts();
+        let info = artifacts.put_owned(&data, content_type, &header.goal_id, &header.tenant, ttl).await?;
         Ok(Response::new(to_ref(info)))
     }
 
     type GetArtifactStream = ChunkStream;
 
     async fn get_artifact(&self, request: Request<ArtifactRequest>) -> Result<Response<ChunkStream>, Status> {
-        let bytes = self.memory.bus().artifacts().get(&request.into_inner().r#ref).await?;
+        let reference = self.tenants_artifact(scoped(request)).await?.reference;
+        let bytes = self.memory.bus().artifacts().get(&reference).await?;
         let chunks: Vec<Result<ArtifactChunk, Status>> =
             bytes.chunks(CHUNK_SIZE * 32).map(|c| Ok(ArtifactChunk { data: c.to_vec() })).collect();
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 
     async fn stat_artifact(&self, request: Request<ArtifactRequest>) -> Result<Response<MemoryRef>, Status> {
-        let info = self.memory.bus().artifacts().info(&request.into_inner().r#ref).await?;
-        Ok(Response::new(to_ref(info)))
+        Ok(Response::new(to_ref(self.tenants_artifact(scoped(request)).await?)))
     }
 
     async fn list_artifacts(
         &self,
         request: Request<ListArtifactsRequest>,
     ) -> Result<Response<ListArtifactsReply>, Status> {
-        let goal_id = request.into_inner().goal_id;
+        let ListArtifactsRequest { goal_id, tenant } = scoped(request);
         let artifacts = self
             .memory
             .bus()
@@ -113,7 +176,9 @@ impl MemoryApi for MemoryGrpc {
             .list()
             .await?
             .into_iter()
-            .filter(|a| goal_id.is_empty() || a.goal_id == goal_id)
+            .filter(|a| {
+                (goal_id.is_empty() || a.goal_id == goal_id) && (tenant.is_empty() || a.tenant == tenant)
+            })
             .map(to_ref)
             .collect();
         Ok(Response::new(ListArtifactsReply { artifacts }))
@@ -123,8 +188,7 @@ impl MemoryApi for MemoryGrpc {
         &self,
         request: Request<ArtifactRequest>,
     ) -> Result<Response<DeleteArtifactReply>, Status> {
-        let reference = request.into_inner().r#ref;
-        self.memory.bus().artifacts().info(&reference).await?;
+        let reference = self.tenants_artifact(scoped(request)).await?.reference;
         self.memory.bus().artifacts().delete(&reference).await?;
         Ok(Response::new(DeleteArtifactReply {}))
     }
@@ -133,40 +197,40 @@ impl MemoryApi for MemoryGrpc {
         &self,
         request: Request<AppendTurnRequest>,
     ) -> Result<Response<SessionState>, Status> {
-        Ok(Response::new(self.memory.append_turn(request.into_inner()).await?))
+        Ok(Response::new(self.memory.append_turn(scoped(request)).await?))
     }
 
     async fn get_session(&self, request: Request<SessionRequest>) -> Result<Response<SessionState>, Status> {
-        Ok(Response::new(self.memory.session(request.into_inner()).await?))
+        Ok(Response::new(self.memory.session(scoped(request)).await?))
     }
 
     async fn list_sessions(
         &self,
         request: Request<ListSessionsRequest>,
     ) -> Result<Response<ListSessionsReply>, Status> {
-        Ok(Response::new(self.memory.list_sessions(request.into_inner()).await?))
+        Ok(Response::new(self.memory.list_sessions(scoped(request)).await?))
     }
 
     async fn upsert(&self, request: Request<UpsertRequest>) -> Result<Response<UpsertReply>, Status> {
-        Ok(Response::new(self.memory.upsert(request.into_inner()).await?))
+        Ok(Response::new(self.memory.upsert(scoped(request)).await?))
     }
 
     async fn search(&self, request: Request<SearchRequest>) -> Result<Response<SearchReply>, Status> {
-        Ok(Response::new(self.memory.search(request.into_inner()).await?))
+        Ok(Response::new(self.memory.search(scoped(request)).await?))
     }
 
     async fn get_doc(&self, request: Request<GetDocRequest>) -> Result<Response<MemoryDoc>, Status> {
-        Ok(Response::new(self.memory.get_doc(request.into_inner())?))
+        Ok(Response::new(self.memory.get_doc(scoped(request))?))
     }
 
     async fn list_collections(
         &self,
         request: Request<ListCollectionsRequest>,
     ) -> Result<Response<ListCollectionsReply>, Status> {
-        Ok(Response::new(self.memory.collections(request.into_inner())))
+        Ok(Response::new(self.memory.collections(scoped(request))))
     }
 
     async fn context(&self, request: Request<ContextRequest>) -> Result<Response<ContextReply>, Status> {
-        Ok(Response::new(self.memory.context(request.into_inner()).await?))
+        Ok(Response::new(self.memory.context(scoped(request)).await?))
     }
 }

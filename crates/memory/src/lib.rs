@@ -8,6 +8,7 @@
 pub mod grpc;
 pub mod service;
 pub mod sessions;
+pub mod tenancy;
 pub mod vectors;
 
 use std::collections::HashMap;
@@ -198,23 +199,30 @@ impl Memory {
     }
 
     pub async fn append_turn(&self, request: AppendTurnRequest) -> Result<SessionState> {
-        let turn = request
+        let mut turn = request
             .turn
             .ok_or_else(|| Error::InvalidArgument { field: "turn".into(), reason: "missing".into() })?;
-        self.sessions.append(turn).await
+        turn.session_id = tenancy::session_key(&request.tenant, &turn.session_id);
+        Ok(as_seen_by(&request.tenant, self.sessions.append(turn).await?))
     }
 
     /// The session, empty when it has no turns yet.
     pub async fn session(&self, request: SessionRequest) -> Result<SessionState> {
-        Ok(self
-            .sessions
-            .get(&request.session_id)
-            .await?
-            .unwrap_or(SessionState { session_id: request.session_id, ..Default::default() }))
+        let key = tenancy::session_key(&request.tenant, &request.session_id);
+        Ok(match self.sessions.get(&key).await? {
+            Some(state) => as_seen_by(&request.tenant, state),
+            None => SessionState { session_id: request.session_id, ..Default::default() },
+        })
     }
 
-    pub async fn list_sessions(&self, _: ListSessionsRequest) -> Result<ListSessionsReply> {
-        Ok(ListSessionsReply { sessions: self.sessions.list().await? })
+    /// The sessions of the request's tenant.
+    pub async fn list_sessions(&self, request: ListSessionsRequest) -> Result<ListSessionsReply> {
+        let sessions = self.sessions.list().await?.into_iter();
+        let sessions = sessions
+            .filter(|s| tenancy::session_of(&request.tenant, &s.session_id).is_some())
+            .map(|s| as_seen_by(&request.tenant, s))
+            .collect();
+        Ok(ListSessionsReply { sessions })
     }
 
     fn embedder(&self) -> Result<&Arc<dyn Embedder>> {
@@ -229,6 +237,7 @@ impl Memory {
     pub async fn upsert(&self, request: UpsertRequest) -> Result<UpsertReply> {
         let collection = collection_or_default(&request.collection);
         vectors::validate_collection(&collection)?;
+        let collection = tenancy::collection_key(&request.tenant, &collection);
         if request.docs.is_empty() {
             return Ok(UpsertReply { upserted: 0 });
         }
@@ -249,6 +258,7 @@ impl Memory {
     async fn search_excluding(&self, request: SearchRequest, exclude: &[String]) -> Result<SearchReply> {
         let collection = collection_or_default(&request.collection);
         vectors::validate_collection(&collection)?;
+        let collection = tenancy::collection_key(&request.tenant, &collection);
         let embedder = self.embedder()?;
         let query = embedder
             .embed(std::slice::from_ref(&request.query))
@@ -263,23 +273,33 @@ impl Memory {
     }
 
     pub fn get_doc(&self, request: GetDocRequest) -> Result<MemoryDoc> {
-        let collection = collection_or_default(&request.collection);
+        let collection =
+            tenancy::collection_key(&request.tenant, &collection_or_default(&request.collection));
         self.vectors
             .index()
             .get(&collection, &request.id)
             .ok_or(Error::NotFound { what: "memory document", id: request.id })
     }
 
-    pub fn collections(&self, _: ListCollectionsRequest) -> ListCollectionsReply {
-        ListCollectionsReply { collections: self.vectors.index().collections() }
+    /// The collections of the request's tenant, named as it named them.
+    pub fn collections(&self, request: ListCollectionsRequest) -> ListCollectionsReply {
+        let collections = self.vectors.index().collections().into_iter();
+        let collections = collections
+            .filter_map(|mut c| {
+                c.name = tenancy::collection_of(&request.tenant, &c.name)?.to_owned();
+                Some(c)
+            })
+            .collect();
+        ListCollectionsReply { collections }
     }
 
     /// What the planner gets: the session window and the memories most related to the goal.
     pub async fn context(&self, request: ContextRequest) -> Result<ContextReply> {
         let mut session = match request.session_id.as_str() {
             "" => None,
-            id => self.sessions.get(id).await?,
-        };
+            id => self.sessions.get(&tenancy::session_key(&request.tenant, id)).await?,
+        }
+        .map(|s| as_seen_by(&request.tenant, s));
         // The goal being planned may already be a turn; the planner has its text anyway.
         if let Some(session) = session.as_mut() {
             session.turns.retain(|t| request.goal_id.is_empty() || t.goal_id != request.goal_id);
@@ -287,7 +307,12 @@ impl Memory {
         let mut memories = Vec::new();
         if self.config.embedder.is_some() && !request.goal_text.trim().is_empty() {
             let top_k = if request.top_k == 0 { self.config.recall_top_k as u32 } else { request.top_k };
-            let search = SearchRequest { query: request.goal_text.clone(), top_k, ..Default::default() };
+            let search = SearchRequest {
+                query: request.goal_text.clone(),
+                top_k,
+                tenant: request.tenant.clone(),
+                ..Default::default()
+            };
             match self.search_excluding(search, std::slice::from_ref(&request.goal_id)).await {
                 Ok(reply) => memories = reply.hits,
                 Err(e) => warn!(error = %e, "cannot recall memories for a goal"),
@@ -307,7 +332,7 @@ impl Memory {
     /// replica still handles the acceptance) is retried a few times.
     async fn on_event(&self, event: &Event, delivered: i64) -> Result<()> {
         let turn = |role: &str, content: String| SessionTurn {
-            session_id: event.session_id.clone(),
+            session_id: tenancy::session_key(&event.tenant, &event.session_id),
             role: role.to_owned(),
             content,
             goal_id: event.goal_id.clone(),
@@ -402,9 +427,25 @@ impl Memory {
             metadata,
             updated_unix_ms: now_unix_ms(),
         };
-        self.upsert(UpsertRequest { collection: DEFAULT_COLLECTION.into(), docs: vec![doc] }).await?;
+        let request = UpsertRequest {
+            collection: DEFAULT_COLLECTION.into(),
+            docs: vec![doc],
+            tenant: event.tenant.clone(),
+        };
+        self.upsert(request).await?;
         Ok(())
     }
+}
+
+/// `state` (stored under its tenant's name) named as `tenant` gave it.
+fn as_seen_by(tenant: &str, mut state: SessionState) -> SessionState {
+    if let Some(id) = tenancy::session_of(tenant, &state.session_id) {
+        state.session_id = id.to_owned();
+    }
+    for turn in &mut state.turns {
+        turn.session_id.clone_from(&state.session_id);
+    }
+    state
 }
 
 /// What memory notes of a running goal (see `Topology::memory_goals_bucket`).

@@ -90,6 +90,7 @@ impl Planner {
             goal_text: request.goal_text.clone(),
             goal_id: request.goal_id.clone(),
             top_k: 0,
+            tenant: request.tenant.clone(),
         };
         match self.memory.context(&ask).await {
             Ok(reply) => Some(reply),

@@ -253,12 +253,16 @@ fn token_usage() -> BoxedStrategy<pb::TokenUsage> {
 }
 
 fn task_message() -> BoxedStrategy<pb::TaskMessage> {
-    ((text(), text(), text(), any::<u32>()), (text(), text(), any::<u64>(), texts(), text()), text())
+    (
+        (text(), text(), text(), any::<u32>()),
+        (text(), text(), any::<u64>(), texts(), text()),
+        (text(), text()),
+    )
         .prop_map(
             |(
                 (goal_id, node_id, task_id, attempt),
                 (task_type, inputs_json, deadline_unix_ms, memory_refs, session_id),
-                result_token,
+                (result_token, tenant),
             )| pb::TaskMessage {
                 goal_id,
                 node_id,
@@ -271,6 +275,7 @@ fn task_message() -> BoxedStrategy<pb::TaskMessage> {
                 session_id,
                 result_token,
                 secret_inputs: Vec::new(),
+                tenant,
             },
         )
         .boxed()
@@ -435,6 +440,7 @@ fn event() -> BoxedStrategy<pb::Event> {
             kind,
             seq,
             session_id: String::new(),
+            tenant: String::new(),
         })
         .boxed()
 }
@@ -460,6 +466,7 @@ fn plan_request() -> BoxedStrategy<pb::PlanRequest> {
             goal_text,
             session_id,
             replan,
+            tenant: String::new(),
         })
         .boxed()
 }

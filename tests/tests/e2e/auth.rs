@@ -319,7 +319,7 @@ async fn audited_actions_are_recorded_with_their_principal_and_read_by_their_ten
 }
 
 /// The Registry and Memory gRPC services on the dispatcher's port check tokens too: any role
-/// reads agents, only operators read memory (sessions and artifacts carry no tenant yet);
+/// reads agents, only operators use the Memory API (each in its tenant, see tenancy.rs);
 /// health stays open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_registry_and_memory_services_beside_the_dispatcher_need_a_token() {

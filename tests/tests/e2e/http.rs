@@ -694,7 +694,7 @@ async fn agents_and_memory_sessions_are_read_over_http() {
             content: content.into(),
             ..Default::default()
         };
-        memory.append_turn(AppendTurnRequest { turn: Some(turn) }).await.unwrap();
+        memory.append_turn(AppendTurnRequest { turn: Some(turn), ..Default::default() }).await.unwrap();
     }
 
     let (code, page) = get(&format!("{base}/v1/sessions")).await;

@@ -22,3 +22,5 @@ mod planning;
 mod quotas;
 mod reconnect;
 mod routing;
+#[cfg(feature = "local")]
+mod tenancy;

@@ -35,10 +35,13 @@ async fn a_follow_up_goal_is_planned_with_the_session_window_and_summary() {
             content: turn_text(i),
             ..Default::default()
         };
-        memory.append_turn(AppendTurnRequest { turn: Some(turn) }).await.unwrap();
+        memory.append_turn(AppendTurnRequest { turn: Some(turn), ..Default::default() }).await.unwrap();
     }
-    let session =
-        memory.get_session(SessionRequest { session_id: "sales-chat".into() }).await.unwrap().into_inner();
+    let session = memory
+        .get_session(SessionRequest { session_id: "sales-chat".into(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(session.total_turns, 25);
     assert_eq!(session.turns.len(), 10);
     assert_eq!(session.turns[0].content, turn_text(15));
@@ -81,7 +84,7 @@ async fn a_follow_up_goal_is_planned_with_the_session_window_and_summary() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let session = memory
-            .get_session(SessionRequest { session_id: "sales-chat".into() })
+            .get_session(SessionRequest { session_id: "sales-chat".into(), ..Default::default() })
             .await
             .unwrap()
             .into_inner();
@@ -136,7 +139,11 @@ async fn a_related_earlier_goal_is_recalled_into_the_planner_prompt() {
     let client = hermes_memory::MemoryClient::new(&t.bus);
     let deadline = Instant::now() + Duration::from_secs(10);
     while client
-        .get_doc(&hermes_proto::GetDocRequest { collection: String::new(), id: first.clone() })
+        .get_doc(&hermes_proto::GetDocRequest {
+            collection: String::new(),
+            id: first.clone(),
+            ..Default::default()
+        })
         .await
         .is_err()
     {

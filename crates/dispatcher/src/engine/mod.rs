@@ -73,20 +73,24 @@ impl Effects {
             kind: Some(kind),
             seq: 0,
             session_id: String::new(),
+            tenant: String::new(),
         });
     }
 
     /// Numbers the transition's events on from the goal's last `seq`. Call it inside the
     /// compare-and-set, after the transition, so the numbers are committed with the state: a
     /// goal's events then run 1, 2, 3, ... in the order its transitions committed.
-    /// Goal-level events also carry the goal's session (see `Event.session_id`).
+    /// Goal-level events also carry the goal's session and tenant (see `Event.session_id`).
     pub fn number(&mut self, state: &mut GoalState) {
         let session = state.spec.as_ref().map(|s| s.session_id.as_str()).unwrap_or("");
+        let tenant = state.spec.as_ref().and_then(|s| s.labels.get(crate::access::TENANT_LABEL));
+        let tenant = tenant.map(String::as_str).unwrap_or("");
         for event in &mut self.events {
             state.event_seq += 1;
             event.seq = state.event_seq;
             if is_goal_level(event) {
                 event.session_id = session.to_owned();
+                event.tenant = tenant.to_owned();
             }
         }
     }

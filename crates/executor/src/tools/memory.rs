@@ -108,7 +108,11 @@ impl Tool for MemoryPut {
             let collection = args.collection.unwrap_or_default();
             let doc = MemoryDoc { id: id.clone(), text: args.text, metadata, updated_unix_ms: 0 };
             self.0
-                .upsert(&UpsertRequest { collection: collection.clone(), docs: vec![doc] })
+                .upsert(&UpsertRequest {
+                    collection: collection.clone(),
+                    docs: vec![doc],
+                    tenant: tenant_of(ctx),
+                })
                 .await
                 .map_err(tool_error)?;
             let collection = if collection.is_empty() {
@@ -134,10 +138,14 @@ impl Tool for MemoryGet {
         schema_of::<GetArgs>()
     }
 
-    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: GetArgs = parse_args(args)?;
-            let request = GetDocRequest { collection: args.collection.unwrap_or_default(), id: args.id };
+            let request = GetDocRequest {
+                collection: args.collection.unwrap_or_default(),
+                id: args.id,
+                tenant: tenant_of(ctx),
+            };
             Ok(doc_json(&self.0.get_doc(&request).await.map_err(tool_error)?))
         })
     }
@@ -156,7 +164,7 @@ impl Tool for MemorySearch {
         schema_of::<SearchArgs>()
     }
 
-    fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: SearchArgs = parse_args(args)?;
             let request = SearchRequest {
@@ -164,6 +172,7 @@ impl Tool for MemorySearch {
                 query: args.query,
                 top_k: args.top_k.unwrap_or(5),
                 filter: args.filter,
+                tenant: tenant_of(ctx),
             };
             let reply = self.0.search(&request).await.map_err(tool_error)?;
             let hits: Vec<Value> = reply
@@ -178,4 +187,9 @@ impl Tool for MemorySearch {
             Ok(json!({"hits": hits, "count": hits.len()}))
         })
     }
+}
+
+/// The tenant whose memory a task's tools use: its goal's (none outside a task).
+fn tenant_of(ctx: &ToolContext) -> String {
+    ctx.task.as_ref().map(|t| t.tenant.clone()).unwrap_or_default()
 }

@@ -87,7 +87,7 @@ async fn a_paraphrased_earlier_goal_ranks_first_among_200_unrelated_ones() {
             ..Default::default()
         },
     );
-    memory.upsert(UpsertRequest { collection: String::new(), docs }).await.unwrap();
+    memory.upsert(UpsertRequest { collection: String::new(), docs, ..Default::default() }).await.unwrap();
     let query = SearchRequest {
         query: "how much money did we make in April, broken down by kind of product?".into(),
         top_k: 3,

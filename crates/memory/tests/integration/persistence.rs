@@ -27,6 +27,7 @@ fn turn(i: usize) -> AppendTurnRequest {
             content: format!("turn {i}. I prefer short answers."),
             ..Default::default()
         }),
+        ..Default::default()
     }
 }
 
@@ -62,7 +63,8 @@ async fn sessions_artifacts_and_vectors_survive_a_restart_and_mismatches_are_ref
     let bus = Bus::connect(BusConfig::new(nats.url())).await.unwrap();
     let second_run = CancellationToken::new();
     let memory = Memory::open(bus.clone(), MemoryConfig::default(), second_run.clone()).await.unwrap();
-    let session = memory.session(SessionRequest { session_id: "s-1".into() }).await.unwrap();
+    let session =
+        memory.session(SessionRequest { session_id: "s-1".into(), ..Default::default() }).await.unwrap();
     assert_eq!(session.total_turns, 13);
     assert_eq!(session.turns.len(), 10);
     assert_eq!(session.turns[0].content, "turn 3. I prefer short answers.");
@@ -107,7 +109,7 @@ async fn semantic_requests_without_an_embedding_model_say_how_to_get_one() {
     let client = hermes_memory::MemoryClient::new(&bus);
     let mut ready = false;
     for _ in 0..100 {
-        match client.collections().await {
+        match client.collections("").await {
             Ok(_) => {
                 ready = true;
                 break;
@@ -151,7 +153,8 @@ async fn the_summarizer_model_folds_old_turns_and_the_fallback_covers_its_failur
     for i in 0..4 {
         memory.append_turn(turn(i)).await.unwrap();
     }
-    let session = memory.session(SessionRequest { session_id: "s-1".into() }).await.unwrap();
+    let session =
+        memory.session(SessionRequest { session_id: "s-1".into(), ..Default::default() }).await.unwrap();
     let summary = session.summary.unwrap();
     assert_eq!(
         (summary.method.as_str(), summary.preferences.as_slice()),
@@ -164,7 +167,8 @@ async fn the_summarizer_model_folds_old_turns_and_the_fallback_covers_its_failur
     );
     // The script is exhausted now: the next fold falls back to the extractive summary.
     memory.append_turn(turn(4)).await.unwrap();
-    let session = memory.session(SessionRequest { session_id: "s-1".into() }).await.unwrap();
+    let session =
+        memory.session(SessionRequest { session_id: "s-1".into(), ..Default::default() }).await.unwrap();
     assert_eq!(session.summary.unwrap().method, "extractive");
     run.cancel();
 }

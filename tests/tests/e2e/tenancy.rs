@@ -1,0 +1,313 @@
+//! Each tenant's memory is its own, with auth on: sessions, semantic memories recalled into the
+//! planner's prompt, collections, artifacts stored through the Memory API, and dead letters. A
+//! tenant using the same session name as another gets its own session; another tenant's
+//! artifact or dead letter is `NOT_FOUND`.
+
+use std::time::{Duration, Instant};
+
+use hermes_proto::event::Kind;
+use hermes_proto::{
+    ArtifactRequest, DeadLetterRequest, GoalSpec, ListArtifactsRequest, ListDeadLettersRequest,
+    PutArtifactChunk, PutArtifactHeader, SearchRequest, SubmitGoalRequest, put_artifact_chunk::Part,
+};
+use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
+use hermes_tests::Sandbox;
+use serde_json::{Value, json};
+
+const PLANNER: &str = "planner-model";
+const SUMMARIZER: &str = "summarizer-model";
+const SUBMITTER_A: &str = "tenancy-submitter-a";
+const OPERATOR_A: &str = "tenancy-operator-a";
+const SUBMITTER_B: &str = "tenancy-submitter-b";
+const OPERATOR_B: &str = "tenancy-operator-b";
+
+fn tokens() -> String {
+    use hermes_test_util::api_token as entry;
+    [
+        entry("ci-a", SUBMITTER_A, "team-a", &["submitter"]),
+        entry("ops-a", OPERATOR_A, "team-a", &["operator"]),
+        entry("ci-b", SUBMITTER_B, "team-b", &["submitter"]),
+        entry("ops-b", OPERATOR_B, "team-b", &["operator"]),
+    ]
+    .concat()
+}
+
+fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+/// The memory service with the local MiniLM embeddings, so goals are remembered and recalled.
+fn local_memory() -> hermes_memory::MemoryConfig {
+    let dir = std::env::var_os("HERMES_LOCAL_EMBEDDING_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| hermes_tests::repo_root().join(".tools/models/all-MiniLM-L6-v2"));
+    let embedding = hermes_llm::embed::EmbeddingSettings {
+        provider: Some("local".into()),
+        local_dir: dir,
+        ..Default::default()
+    };
+    hermes_memory::MemoryConfig { embedder: embedding.embedder().unwrap(), ..Default::default() }
+}
+
+/// Submits a text goal in session `chat` as `token` and waits for it to complete.
+async fn text_goal(t: &Sandbox, llm: &ScriptedLlm, token: &str, text: &str, answer: &str) -> String {
+    let plan =
+        json!({"nodes": [{"id": "sum", "task_type": "math.evaluate", "inputs": {"expression": "17 + 5"}}]});
+    llm.push(PLANNER, ScriptedResponse::content(plan.to_string()));
+    llm.push(
+        SUMMARIZER,
+        ScriptedResponse::content(
+            json!({"answer": answer, "cited_nodes": ["sum"], "conflicts": []}).to_string(),
+        ),
+    );
+    let spec = GoalSpec { text: text.into(), session_id: "chat".into(), ..Default::default() };
+    let goal_id = t
+        .client
+        .clone()
+        .submit_goal(with_token(SubmitGoalRequest { spec: Some(spec) }, token))
+        .await
+        .unwrap()
+        .into_inner()
+        .goal_id;
+    let events = t.events_as(&goal_id, token).await;
+    assert!(matches!(events.last().unwrap().kind, Some(Kind::GoalCompleted(_))), "{events:?}");
+    goal_id
+}
+
+/// Waits until the memory service has remembered `goal_id` in `tenant`'s default collection.
+async fn remembered(t: &Sandbox, tenant: &str, goal_id: &str) {
+    let client = hermes_memory::MemoryClient::new(&t.bus);
+    let request =
+        hermes_proto::GetDocRequest { id: goal_id.into(), tenant: tenant.into(), ..Default::default() };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while client.get_doc(&request).await.is_err() {
+        assert!(Instant::now() < deadline, "goal {goal_id} was not remembered for {tenant}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn http_json(url: String, token: &str) -> Value {
+    let reply = reqwest::Client::new().get(url).bearer_auth(token).send().await.unwrap();
+    assert!(reply.status().is_success(), "{}", reply.status());
+    reply.json().await.unwrap()
+}
+
+fn session_goals(session: &Value) -> Vec<String> {
+    let turns = session["turns"].as_array().cloned().unwrap_or_default();
+    turns.iter().filter_map(|t| t["goalId"].as_str().map(str::to_owned)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sessions_memories_artifacts_and_dead_letters_are_each_tenants_own() {
+    let llm = ScriptedLlm::start().await;
+    let mut t =
+        Sandbox::builder().api_tokens(&tokens()).llm(llm.base_url()).memory(local_memory()).start().await;
+
+    // Tenant A's goal is remembered in A's memory only.
+    let a1 = text_goal(
+        &t,
+        &llm,
+        SUBMITTER_A,
+        "Compute the total April revenue per product category",
+        "April revenue: toys 17, books 5, total 22.",
+    )
+    .await;
+    remembered(&t, "team-a", &a1).await;
+    let memory = hermes_memory::MemoryClient::new(&t.bus);
+    for tenant in ["team-b", ""] {
+        let request =
+            hermes_proto::GetDocRequest { id: a1.clone(), tenant: tenant.into(), ..Default::default() };
+        let missing = memory.get_doc(&request).await.unwrap_err();
+        assert_eq!(missing.code(), hermes_core::ErrorCode::NotFound, "{tenant:?}: {missing}");
+    }
+
+    // Tenant B asks the same in its session of the same name: its planner sees neither A's
+    // session turns nor A's memory.
+    let b1 = text_goal(
+        &t,
+        &llm,
+        SUBMITTER_B,
+        "How much money did we make in April for each kind of product?",
+        "Total: 22.",
+    )
+    .await;
+    let b_prompt = llm.requests_for(PLANNER)[1]["messages"][1]["content"].as_str().unwrap().to_owned();
+    assert!(!b_prompt.contains("April revenue: toys 17"), "{b_prompt}");
+    assert!(!b_prompt.contains("# Memory"), "{b_prompt}");
+    assert!(!b_prompt.contains("Compute the total April revenue"), "{b_prompt}");
+
+    // Tenant A asks again: its own session and memory are in the prompt (the control).
+    let a2 = text_goal(
+        &t,
+        &llm,
+        SUBMITTER_A,
+        "How much money did we make in April for each kind of product?",
+        "Total: 22.",
+    )
+    .await;
+    let a_prompt = llm.requests_for(PLANNER)[2]["messages"][1]["content"].as_str().unwrap().to_owned();
+    assert!(a_prompt.contains("# Memory\nRecalled from earlier goals"), "{a_prompt}");
+    assert!(a_prompt.contains("Answer: April revenue: toys 17"), "{a_prompt}");
+
+    // Over HTTP, each tenant's `chat` session holds its own goals' turns only.
+    let base = t.http_url();
+    let a_session = http_json(format!("{base}/v1/sessions/chat"), SUBMITTER_A).await;
+    let b_session = http_json(format!("{base}/v1/sessions/chat"), SUBMITTER_B).await;
+    assert_eq!(a_session["sessionId"], "chat", "{a_session}");
+    let a_goals = session_goals(&a_session);
+    assert!(a_goals.contains(&a1) && a_goals.contains(&a2) && !a_goals.contains(&b1), "{a_session}");
+    assert_eq!(session_goals(&b_session).iter().filter(|g| **g != b1).count(), 0, "{b_session}");
+    let b_list = http_json(format!("{base}/v1/sessions"), SUBMITTER_B).await;
+    let names: Vec<&str> =
+        b_list["sessions"].as_array().unwrap().iter().filter_map(|s| s["sessionId"].as_str()).collect();
+    assert_eq!(names, ["chat"], "{b_list}");
+    assert_eq!(session_goals(&b_list["sessions"][0]), session_goals(&b_session));
+
+    // The Memory API on the dispatcher's port: B's operator searches B's memory, whatever
+    // tenant it names.
+    let channel =
+        tonic::transport::Channel::from_shared(t.stack().grpc_url()).unwrap().connect().await.unwrap();
+    let mut grpc = hermes_proto::memory_client::MemoryClient::new(channel);
+    let search = SearchRequest {
+        query: "April revenue per category".into(),
+        top_k: 10,
+        tenant: "team-a".into(),
+        ..Default::default()
+    };
+    let hits = grpc.search(with_token(search.clone(), OPERATOR_B)).await.unwrap().into_inner().hits;
+    let ids: Vec<&str> = hits.iter().filter_map(|h| h.doc.as_ref()).map(|d| d.id.as_str()).collect();
+    assert!(!ids.contains(&a1.as_str()) && !ids.contains(&a2.as_str()), "{ids:?}");
+    let hits = grpc.search(with_token(search, OPERATOR_A)).await.unwrap().into_inner().hits;
+    assert!(hits.iter().filter_map(|h| h.doc.as_ref()).any(|d| d.id == a1), "{hits:?}");
+    let collections = grpc
+        .list_collections(with_token(hermes_proto::ListCollectionsRequest::default(), OPERATOR_A))
+        .await
+        .unwrap()
+        .into_inner()
+        .collections;
+    assert_eq!(
+        collections.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        ["memory"],
+        "{collections:?}"
+    );
+
+    // An artifact A's operator stores is A's: B gets NOT_FOUND and does not list it.
+    let chunks = vec![
+        PutArtifactChunk {
+            part: Some(Part::Header(PutArtifactHeader {
+                content_type: "text/plain".into(),
+                tenant: "team-b".into(),
+                ..Default::default()
+            })),
+        },
+        PutArtifactChunk { part: Some(Part::Data(b"team a's notes".to_vec())) },
+    ];
+    let stored =
+        grpc.put_artifact(with_token(futures::stream::iter(chunks), OPERATOR_A)).await.unwrap().into_inner();
+    assert_eq!(stored.tenant, "team-a", "the guard's tenant, not the one sent");
+    let request = ArtifactRequest { r#ref: stored.r#ref.clone(), ..Default::default() };
+    let missing = grpc.stat_artifact(with_token(request.clone(), OPERATOR_B)).await.unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+    let missing = grpc.get_artifact(with_token(request.clone(), OPERATOR_B)).await.unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+    let missing = grpc.delete_artifact(with_token(request.clone(), OPERATOR_B)).await.unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+    let listed = |token| {
+        let mut grpc = grpc.clone();
+        async move {
+            let reply =
+                grpc.list_artifacts(with_token(ListArtifactsRequest::default(), token)).await.unwrap();
+            reply.into_inner().artifacts.into_iter().map(|a| a.r#ref).collect::<Vec<_>>()
+        }
+    };
+    assert!(!listed(OPERATOR_B).await.contains(&stored.r#ref));
+    assert!(listed(OPERATOR_A).await.contains(&stored.r#ref));
+    grpc.stat_artifact(with_token(request, OPERATOR_A)).await.expect("A reads its own");
+
+    // A dead letter of A's goal is A's; one that names no goal is listed to both without its
+    // payload, and neither may replay it.
+    let task = hermes_proto::TaskMessage {
+        goal_id: a1.clone(),
+        task_id: format!("{a1}.sum.9"),
+        ..Default::default()
+    };
+    let payload = prost::Message::encode_to_vec(&task);
+    t.bus
+        .publish_dead_letter(
+            "task",
+            "hermes.task.pool.math.evaluate",
+            "HERMES_TASKS:990",
+            "poison",
+            payload.into(),
+        )
+        .await
+        .unwrap();
+    t.bus
+        .publish_dead_letter(
+            "result",
+            &format!("hermes.result.{a1}"),
+            "HERMES_RESULTS:991",
+            "garbage",
+            "{}".into(),
+        )
+        .await
+        .unwrap();
+    let mut client = t.client.clone();
+    let list = |token| {
+        let mut client = client.clone();
+        async move {
+            let reply =
+                client.list_dead_letters(with_token(ListDeadLettersRequest::default(), token)).await.unwrap();
+            reply.into_inner().dead_letters
+        }
+    };
+    let a_letters = list(OPERATOR_A).await;
+    let b_letters = list(OPERATOR_B).await;
+    let owned = a_letters.iter().find(|d| d.goal_id == a1).expect("A lists its goal's dead letter");
+    let unowned = a_letters.iter().find(|d| d.goal_id.is_empty()).expect("A lists the one naming no goal");
+    assert!(b_letters.iter().all(|d| d.goal_id.is_empty()), "{b_letters:?}");
+    assert!(b_letters.iter().any(|d| d.sequence == unowned.sequence), "{b_letters:?}");
+    let missing = client
+        .get_dead_letter(with_token(DeadLetterRequest { sequence: owned.sequence }, OPERATOR_B))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+    let missing = client
+        .replay_dead_letter(with_token(DeadLetterRequest { sequence: owned.sequence }, OPERATOR_B))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+    let read = client
+        .get_dead_letter(with_token(DeadLetterRequest { sequence: owned.sequence }, OPERATOR_A))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(read.decoded.contains(&a1), "{read:?}");
+    let withheld = client
+        .get_dead_letter(with_token(DeadLetterRequest { sequence: unowned.sequence }, OPERATOR_B))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(withheld.decoded.starts_with("(withheld"), "{withheld:?}");
+    let refused = client
+        .replay_dead_letter(with_token(DeadLetterRequest { sequence: unowned.sequence }, OPERATOR_A))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    // Over HTTP too.
+    let b_http = http_json(format!("{base}/v1/dead-letters"), OPERATOR_B).await;
+    assert!(
+        b_http["deadLetters"].as_array().unwrap().iter().all(|d| d.get("goalId").is_none_or(|g| g == "")),
+        "{b_http}"
+    );
+    let reply = reqwest::Client::new()
+        .get(format!("{base}/v1/dead-letters/{}", owned.sequence))
+        .bearer_auth(OPERATOR_B)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), reqwest::StatusCode::NOT_FOUND);
+    t.stop().await;
+}
