@@ -21,7 +21,7 @@ export HERMES_QWEN_MODEL ?= $(QWEN_MODEL)
 export HERMES_LOCAL_EMBEDDING_DIR ?= $(LOCAL_EMBEDDING_DIR)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all tools models models-1.5b eval-planner nextest build test deploy-check chaos fuzz demo bench clean fmt lint
+.PHONY: all tools models models-1.5b eval-planner nextest build test deploy-check chaos fuzz demo bench bench-peers clean fmt lint
 
 all: build
 
@@ -62,12 +62,14 @@ build: tools models
 ## test: the whole suite, built once and run with nextest, then the offline checks of deploy/ and
 ## helm/ (tests/deploy) and the A2A endpoint driven by the official a2a-sdk (tests/a2a), against
 ## the built binaries. The binaries are built first: the production-shape bus test runs every
-## service's own binary (hermes-dispatcher, hermes-registry, ...)
+## service's own binary (hermes-dispatcher, hermes-registry, ...). Last, a smoke of
+## `make bench-peers` with the debug bench binary
 test: tools models nextest
 	$(CARGO) build --workspace --bins $(FEATURES)
 	$(CARGO) nextest run --workspace --no-fail-fast $(FEATURES)
 	scripts/check-deploy.sh
 	scripts/check-a2a.sh
+	HERMES_BENCH_BIN=target/debug/hermes-bench BENCH_PEERS_SCALE=smoke scripts/bench-peers.sh "$(TOOLS)"
 
 ## deploy-check: only the offline checks of deploy/ and helm/ (needs the binaries built)
 deploy-check: tools
@@ -76,7 +78,7 @@ deploy-check: tools
 ## chaos: the chaos suite at full trial counts (make test runs it reduced); prints its table
 chaos: tools nextest
 	$(CARGO) build --bins -p hermes-cli
-	HERMES_CHAOS_SCALE=full $(CARGO) nextest run -p hermes-tests --test chaos --no-capture
+	HERMES_CHAOS_SCALE=full $(CARGO) nextest run -p hermes-tests --test chaos --run-ignored all --no-capture
 
 ## fuzz: the property-based fuzz targets (tests/fuzz.rs of hermes-core, -llm, -proto, -executor)
 ## at FUZZ_CASES cases per property (make test runs them at 256). No $(FEATURES): the targets need
@@ -96,6 +98,14 @@ demo: tools models
 ## bench: JetStream floor vs Hermes, in one run against one nats-server
 bench: tools models
 	$(CARGO) run --release -p hermes-bench --features hermes-bench/local
+
+## bench-peers: Celery beside Hermes and the JetStream floor, in one run: the floor's and Hermes's
+## rows of the bench (HERMES_BENCH_ROWS=peers), then the same two shapes through Celery with 2
+## worker processes and a private Redis on a free port, as ratios. Redis (Debian's packages,
+## unpacked without root) and Celery (PyPI, hash-pinned) go into .tools/ the first time.
+## BENCH_PEERS_SCALE=smoke runs it small; HERMES_BENCH_BIN=PATH runs a built hermes-bench
+bench-peers: tools
+	CARGO="$(CARGO)" scripts/bench-peers.sh "$(TOOLS)"
 
 fmt:
 	$(CARGO) fmt --all

@@ -32,8 +32,46 @@ struct Up {
     _data: tempfile::TempDir,
 }
 
+/// The NATS under a [`Cluster`]: one server, or a three-node JetStream cluster with R3 streams.
+enum Nats {
+    One(hermes_test_util::NatsServer),
+    Three(hermes_test_util::NatsCluster),
+}
+
+impl Nats {
+    /// What the services connect to: the server's URL, or every cluster server's.
+    fn url(&self) -> String {
+        match self {
+            Nats::One(server) => server.url(),
+            Nats::Three(cluster) => cluster.urls(),
+        }
+    }
+
+    /// Stream replicas the services create (`HERMES_NATS_REPLICAS`).
+    fn replicas(&self) -> &'static str {
+        match self {
+            Nats::One(_) => "1",
+            Nats::Three(_) => "3",
+        }
+    }
+
+    fn one(&mut self) -> &mut hermes_test_util::NatsServer {
+        match self {
+            Nats::One(server) => server,
+            Nats::Three(_) => panic!("a single-server scenario on a cluster"),
+        }
+    }
+
+    fn three(&mut self) -> &mut hermes_test_util::NatsCluster {
+        match self {
+            Nats::Three(cluster) => cluster,
+            Nats::One(_) => panic!("a cluster scenario on one server"),
+        }
+    }
+}
+
 struct Cluster {
-    nats: hermes_test_util::NatsServer,
+    nats: Nats,
     workspace: tempfile::TempDir,
     ups: Vec<Up>,
     /// Which `hermes up` clients talk to.
@@ -47,12 +85,21 @@ impl Cluster {
     }
 
     async fn start_with(dispatchers: usize, agent_ids: &[&str]) -> Cluster {
-        let nats = hermes_test_util::NatsServer::start();
+        Self::start_on(Nats::One(hermes_test_util::NatsServer::start()), dispatchers, agent_ids).await
+    }
+
+    /// Hermes on a three-node JetStream cluster: R3 streams, every service given all three URLs.
+    async fn start_clustered(dispatchers: usize, agent_ids: &[&str]) -> Cluster {
+        let nats = Nats::Three(hermes_test_util::NatsCluster::start(3));
+        Self::start_on(nats, dispatchers, agent_ids).await
+    }
+
+    async fn start_on(nats: Nats, dispatchers: usize, agent_ids: &[&str]) -> Cluster {
         let workspace = tempfile::tempdir().unwrap();
         let ups = (0..dispatchers)
             .map(|_| {
                 let data = tempfile::tempdir().unwrap();
-                Up { proc: start_up(&nats.url(), data.path()), _data: data }
+                Up { proc: start_up(&nats.url(), nats.replicas(), data.path()), _data: data }
             })
             .collect();
         let mut cluster = Cluster { nats, workspace, ups, current: 0, agents: HashMap::new() };
@@ -65,6 +112,7 @@ impl Cluster {
 
     fn start_agent(&mut self, id: &str) {
         let agent = HermesAgent::builder(hermes_bin(), &self.nats.url(), id)
+            .env("HERMES_NATS_REPLICAS", self.nats.replicas())
             .args(["--tools", "fs.write,time.sleep"])
             .args(["--heartbeat-ms", "200", "--ack-wait-secs", "3", "--max-concurrency", "64", "--workspace"])
             .arg(self.workspace.path())
@@ -207,10 +255,11 @@ impl Cluster {
     }
 }
 
-fn start_up(nats_url: &str, data: &Path) -> HermesUp {
+fn start_up(nats_url: &str, replicas: &str, data: &Path) -> HermesUp {
     // Text goals are accepted; planners, when a scenario wants them, run as their own processes.
     HermesUp::builder(hermes_bin(), data)
         .nats_url(nats_url)
+        .env("HERMES_NATS_REPLICAS", replicas)
         .args(["--agents", "0", "--no-memory", "--external-planner", "--heartbeat-ttl-secs", "1"])
         .start()
 }
@@ -303,9 +352,9 @@ async fn kill_nats(trials: usize, goals_per_trial: usize) -> Row {
     let mut cluster = Cluster::start(&["a1", "a2"]).await;
     for trial in 0..trials {
         let goals = cluster.submit(&format!("s4t{trial}"), goals_per_trial, 500).await;
-        cluster.nats.kill();
+        cluster.nats.one().kill();
         tokio::time::sleep(Duration::from_millis(500)).await;
-        cluster.nats.restart();
+        cluster.nats.one().restart();
         let restarted = Instant::now();
         // Reconnect time: until the API answers for a goal again.
         let mut client = cluster.client().await;
@@ -597,6 +646,187 @@ async fn random_kills(duration: Duration) -> Row {
     row
 }
 
+/// The streams whose leaders and replicas the cluster scenarios watch.
+const CLUSTER_STREAMS: &[&str] = &["HERMES_TASKS", "HERMES_RESULTS", "HERMES_EVENTS", "KV_hermes_goals"];
+
+/// The leader of `stream`, by its server name, as the cluster reports it now.
+async fn stream_leader(urls: &str, stream: &str) -> Option<String> {
+    let client = async_nats::connect(hermes_core::bus::server_urls(urls)).await.ok()?;
+    let js = async_nats::jetstream::new(client);
+    let mut stream = js.get_stream(stream).await.ok()?;
+    stream.info().await.ok()?.cluster.clone()?.leader
+}
+
+/// Waits until every stream of [`CLUSTER_STREAMS`] has a leader and all its replicas are current
+/// (after a server came back), so the next fault does not land on a group still catching up.
+async fn wait_streams_current(urls: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    let client = async_nats::connect(hermes_core::bus::server_urls(urls)).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    'wait: loop {
+        assert!(Instant::now() < deadline, "the cluster's streams did not catch up within {timeout:?}");
+        for name in CLUSTER_STREAMS {
+            let Ok(mut stream) = js.get_stream(*name).await else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue 'wait;
+            };
+            let current = match stream.info().await {
+                Ok(info) => info.cluster.as_ref().is_some_and(|c| {
+                    c.leader.is_some()
+                        && c.replicas.len() == 2
+                        && c.replicas.iter().all(|r| r.current && !r.offline)
+                }),
+                Err(_) => false,
+            };
+            if !current {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue 'wait;
+            }
+        }
+        return;
+    }
+}
+
+/// Which server a cluster scenario faults.
+#[derive(Clone, Copy)]
+enum Victim {
+    /// The leader of `HERMES_TASKS`.
+    TasksLeader,
+    /// The JetStream meta leader.
+    MetaLeader,
+}
+
+impl Cluster {
+    fn victim(&self, victim: Victim, tasks_leader: Option<String>) -> usize {
+        let Nats::Three(nats) = &self.nats else { panic!("a cluster scenario on one server") };
+        let name = match victim {
+            Victim::TasksLeader => tasks_leader.expect("HERMES_TASKS has a leader"),
+            Victim::MetaLeader => nats.meta_leader().expect("the cluster has a meta leader"),
+        };
+        nats.index_of(&name).unwrap_or_else(|| panic!("no server named {name}"))
+    }
+}
+
+/// 8 and 9: `kill -9` one server of the three mid-load (the tasks stream's leader, or the meta
+/// leader), let the goals finish on the other two, then restart it.
+async fn kill_a_cluster_server(victim: Victim, trials: usize, goals_per_trial: usize) -> Row {
+    let scenario = match victim {
+        Victim::TasksLeader => "8 cluster: kill -9 HERMES_TASKS's leader",
+        Victim::MetaLeader => "9 cluster: kill -9 the meta leader",
+    };
+    let mut row = Row { scenario, ..Default::default() };
+    let mut cluster = Cluster::start_clustered(1, &["a1", "a2", "a3"]).await;
+    let urls = cluster.nats.url();
+    for trial in 0..trials {
+        let goals = cluster.submit(&format!("s8t{trial}"), goals_per_trial, 300).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let leader = stream_leader(&urls, "HERMES_TASKS").await;
+        let i = cluster.victim(victim, leader);
+        let killed = Instant::now();
+        cluster.nats.three().kill(i);
+        let completed = cluster.wait_all(&goals, Duration::from_secs(120)).await;
+        row.recovery_ms.push(killed.elapsed().as_secs_f64() * 1000.0);
+        row.trials += 1;
+        row.count(&cluster, &goals, &completed);
+        cluster.nats.three().restart(i);
+        wait_streams_current(&urls, Duration::from_secs(60)).await;
+    }
+    row
+}
+
+/// 10: SIGSTOP the tasks stream's leader past the cluster's heartbeats (a new leader is elected
+/// while it is frozen), then SIGCONT it; goals submitted before the freeze finish.
+async fn freeze_a_cluster_server(trials: usize, goals_per_trial: usize, frozen: Duration) -> Row {
+    let mut row = Row { scenario: "10 cluster: SIGSTOP a server, SIGCONT", ..Default::default() };
+    let mut cluster = Cluster::start_clustered(1, &["a1", "a2", "a3"]).await;
+    let urls = cluster.nats.url();
+    for trial in 0..trials {
+        let goals = cluster.submit(&format!("s10t{trial}"), goals_per_trial, 300).await;
+        let leader = stream_leader(&urls, "HERMES_TASKS").await;
+        let i = cluster.victim(Victim::TasksLeader, leader);
+        let stopped = Instant::now();
+        cluster.nats.three().freeze(i);
+        tokio::time::sleep(frozen).await;
+        cluster.nats.three().thaw(i);
+        let completed = cluster.wait_all(&goals, Duration::from_secs(120)).await;
+        row.recovery_ms.push(stopped.elapsed().as_secs_f64() * 1000.0);
+        row.trials += 1;
+        row.count(&cluster, &goals, &completed);
+        wait_streams_current(&urls, Duration::from_secs(60)).await;
+    }
+    row
+}
+
+/// 11: a rolling restart of all three servers (each `kill -9`ed, restarted and caught up before
+/// the next), with goals submitted before and during it.
+async fn rolling_restart(trials: usize, goals_per_step: usize) -> Row {
+    let mut row = Row { scenario: "11 cluster: rolling restart of all three", ..Default::default() };
+    let mut cluster = Cluster::start_clustered(1, &["a1", "a2", "a3"]).await;
+    let urls = cluster.nats.url();
+    for trial in 0..trials {
+        let started = Instant::now();
+        let mut goals = Vec::new();
+        for i in 0..cluster.nats.three().size() {
+            goals.extend(cluster.submit(&format!("s11t{trial}n{i}"), goals_per_step, 300).await);
+            cluster.nats.three().restart(i);
+            wait_streams_current(&urls, Duration::from_secs(60)).await;
+        }
+        let completed = cluster.wait_all(&goals, Duration::from_secs(120)).await;
+        row.recovery_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        row.trials += 1;
+        row.count(&cluster, &goals, &completed);
+    }
+    row
+}
+
+/// Prints the table of `rows` and fails on any loss or duplicate.
+fn report(rows: &[Row], recovery: &str) {
+    println!(
+        "\n{:<44} {:>6} {:>6} {:>9} {:>10} {:>5} {:>10} {:>10}",
+        "scenario", "trials", "goals", "completed", "duplicates", "lost", "recov p50", "recov p99"
+    );
+    for row in rows {
+        row.print();
+    }
+    println!("{recovery}\n");
+    for row in rows {
+        assert_eq!(row.duplicates, 0, "{}: duplicated side effects", row.scenario);
+        assert_eq!(row.lost, 0, "{}: lost goals", row.scenario);
+        assert_eq!(row.completed, row.goals, "{}: goals that did not complete", row.scenario);
+    }
+}
+
+/// Hermes on a three-node JetStream cluster (R3), every service given the three URLs: servers
+/// killed, frozen and restarted one at a time under load. `make chaos` runs it (it is ignored in
+/// `make test` until scenario 9 stops losing goals at times: docs/operations.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "make chaos runs it; scenario 9 (kill the meta leader) still loses goals at times"]
+async fn cluster_chaos() {
+    let full = full();
+    let (trials, goals) = if full { (3, 60) } else { (1, 12) };
+    // `HERMES_CLUSTER_ONLY=8` runs one scenario, for debugging.
+    if let Ok(only) = std::env::var("HERMES_CLUSTER_ONLY") {
+        let row = match only.as_str() {
+            "8" => kill_a_cluster_server(Victim::TasksLeader, trials, goals).await,
+            "9" => kill_a_cluster_server(Victim::MetaLeader, trials, goals).await,
+            "10" => freeze_a_cluster_server(trials, goals, Duration::from_secs(6)).await,
+            "11" => rolling_restart(1, goals / 3).await,
+            _ => panic!("HERMES_CLUSTER_ONLY: 8, 9, 10 or 11"),
+        };
+        return report(&[row], "");
+    }
+    let rows = vec![
+        kill_a_cluster_server(Victim::TasksLeader, trials, goals).await,
+        kill_a_cluster_server(Victim::MetaLeader, trials, goals).await,
+        freeze_a_cluster_server(trials, goals, Duration::from_secs(6)).await,
+        rolling_restart(if full { 2 } else { 1 }, goals / 3).await,
+    ];
+    report(
+        &rows,
+        "recovery: ms from the fault (11: from the first restart) to every goal of the trial ended",
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chaos() {
     let full = full();
@@ -620,19 +850,8 @@ async fn chaos() {
         poison_task(if full { 3 } else { 1 }).await,
         random_kills(Duration::from_secs(if full { 45 } else { 8 })).await,
     ];
-    println!(
-        "\n{:<44} {:>6} {:>6} {:>9} {:>10} {:>5} {:>10} {:>10}",
-        "scenario", "trials", "goals", "completed", "duplicates", "lost", "recov p50", "recov p99"
+    report(
+        &rows,
+        "recovery: ms from the fault to every goal of the trial ended (scenario 4: to the API answering again)",
     );
-    for row in &rows {
-        row.print();
-    }
-    println!(
-        "recovery: ms from the fault to every goal of the trial ended (scenario 4: to the API answering again)\n"
-    );
-    for row in &rows {
-        assert_eq!(row.duplicates, 0, "{}: duplicated side effects", row.scenario);
-        assert_eq!(row.lost, 0, "{}: lost goals", row.scenario);
-        assert_eq!(row.completed, row.goals, "{}: goals that did not complete", row.scenario);
-    }
 }

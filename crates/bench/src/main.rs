@@ -84,7 +84,12 @@ async fn main() -> anyhow::Result<()> {
 
     let client = async_nats::connect(nats.url()).await?;
     let floor_lat = floor_latency(&client).await?;
+    let floor_in = messages_in(&nats);
     let floor_tput = floor_throughput(&client).await?;
+    let floor_ops = (messages_in(&nats) - floor_in) / scale().throughput_tasks as f64;
+    if peers_only() {
+        return peer_rows(&nats, floor_lat, floor_tput).await;
+    }
     // Before the stack starts: its registry would share the route queue group with this one.
     let route_local = routing::decision_latency(scale().routing_agents, 2 * scale().routing_agents);
     let route_nats =
@@ -111,7 +116,9 @@ async fn main() -> anyhow::Result<()> {
     let completions = Completions::start(&client).await?;
 
     let goal_lat = goal_latency(&grpc, &completions).await?;
+    let goal_in = messages_in(&nats);
     let goal_tput = goal_throughput(&grpc, &completions).await?;
+    let goal_ops = (messages_in(&nats) - goal_in) / scale().throughput_tasks as f64;
     let fan_out = fan_out_wall(&grpc, &completions).await?;
     let http = stack.http_url().context("the bench stack serves HTTP")?;
     let mut watch_runs = Vec::new();
@@ -135,6 +142,7 @@ async fn main() -> anyhow::Result<()> {
     row("hermes single-node goal p99 via gRPC, 1 in flight (µs)", goal_lat.1, floor_lat.1);
     row("  of which SubmitGoal returned, p50 (µs)", goal_lat.2, floor_lat.0);
     row(&format!("hermes tasks/s, {in_flight} single-node goals in flight"), goal_tput, floor_tput);
+    row("NATS messages into the server per goal (per task for the floor)", goal_ops, floor_ops);
     let width = scale().fan_out;
     let floor_fan_out_ms = width as f64 / floor_tput * 1000.0;
     row(&format!("hermes {width}-node fan-out goal wall time (ms)"), fan_out, floor_fan_out_ms);
@@ -292,6 +300,49 @@ fn local_model_rows() {
 #[cfg(not(feature = "local"))]
 fn local_model_rows() {
     println!("\nlocal model: not measured (built without the `local` feature; `make bench` turns it on)");
+}
+
+/// Messages clients published into the server so far (`/varz` `in_msgs`; JetStream API calls,
+/// acks and KV operations included): the bench's "NATS operations".
+fn messages_in(nats: &hermes_test_util::NatsServer) -> f64 {
+    nats.monitor("/varz").and_then(|v| v["in_msgs"].as_f64()).unwrap_or(f64::NAN)
+}
+
+/// `HERMES_BENCH_ROWS=peers`: only the shapes `make bench-peers` sets beside Celery.
+fn peers_only() -> bool {
+    std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "peers")
+}
+
+/// The single-task and in-flight rows alone, as one `PEER hermes {...}` line for
+/// `scripts/bench-peers.sh`, with the floor measured in the same run.
+async fn peer_rows(
+    nats: &hermes_test_util::NatsServer,
+    floor_lat: (f64, f64),
+    floor_tput: f64,
+) -> anyhow::Result<()> {
+    let workspace = tempfile::tempdir()?;
+    let dispatcher =
+        hermes_dispatcher::DispatcherConfig { grpc_listen: "127.0.0.1:0".parse()?, ..Default::default() };
+    let shutdown = CancellationToken::new();
+    let stack = start_stack(&nats.url(), workspace.path(), "bench", 512, dispatcher, &shutdown).await?;
+    let grpc = DispatcherClient::connect(stack.grpc_url()).await?;
+    let client = async_nats::connect(nats.url()).await?;
+    let completions = Completions::start(&client).await?;
+    let goal_lat = goal_latency(&grpc, &completions).await?;
+    let goal_tput = goal_throughput(&grpc, &completions).await?;
+    stack.stop().await;
+    let line = serde_json::json!({
+        "floor_p50_us": floor_lat.0,
+        "floor_p99_us": floor_lat.1,
+        "floor_tasks_per_s": floor_tput,
+        "hermes_p50_us": goal_lat.0,
+        "hermes_p99_us": goal_lat.1,
+        "hermes_tasks_per_s": goal_tput,
+        "in_flight": scale().in_flight,
+        "tasks": scale().throughput_tasks,
+    });
+    println!("PEER hermes {line}");
+    Ok(())
 }
 
 fn row(name: &str, value: f64, floor: f64) {

@@ -256,9 +256,16 @@ pub async fn reachable(url: &str) -> bool {
     matches!(tokio::time::timeout(Duration::from_secs(2), connect).await, Ok(true))
 }
 
+/// Whether any server of `url` (one URL or a comma-separated cluster) takes a TCP connection.
 async fn async_connect(url: &str) -> bool {
-    let hostport = url.trim_start_matches("nats://").split(',').next().unwrap_or_default().to_owned();
-    tokio::net::TcpStream::connect(hostport).await.is_ok()
+    for url in hermes_core::bus::server_urls(url) {
+        let url = hermes_core::bus::without_credentials(&url);
+        let hostport = url.trim_start_matches("nats://").trim_start_matches("tls://").to_owned();
+        if tokio::net::TcpStream::connect(hostport).await.is_ok() {
+            return true;
+        }
+    }
+    false
 }
 
 #[cfg(test)]

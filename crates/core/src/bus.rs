@@ -108,8 +108,16 @@ fn is_subject_token(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// `url` with any `user:password@` taken out, for messages.
+/// The URLs of `url`, a comma-separated list of a cluster's servers (or one server).
+pub fn server_urls(url: &str) -> Vec<String> {
+    url.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_owned).collect()
+}
+
+/// `url` (one URL, or a comma-separated list) with any `user:password@` taken out, for messages.
 pub fn without_credentials(url: &str) -> String {
+    if url.contains(',') {
+        return server_urls(url).iter().map(|u| without_credentials(u)).collect::<Vec<_>>().join(",");
+    }
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => format!("{}{}", &url[..scheme + 3], &url[at + 1..]),
         _ => url.to_owned(),
@@ -127,9 +135,15 @@ impl Bus {
         }
         let mut options = async_nats::ConnectOptions::new();
         let mut inbox_prefix = config.inbox_prefix.clone().unwrap_or_else(|| "_INBOX".to_owned());
+        // A cluster is given as its servers' URLs, comma-separated; the client connects to one and
+        // fails over to the others (and to those the servers announce) by itself.
+        let urls = server_urls(&config.url);
         // async-nats reads no credentials from the URL itself: `user:password@` (or a lone
-        // `token@`) is applied here.
-        if let Ok(addr) = config.url.parse::<async_nats::ServerAddr>()
+        // `token@`) is applied here, from the first URL that has them.
+        if let Some(addr) = urls
+            .iter()
+            .filter_map(|u| u.parse::<async_nats::ServerAddr>().ok())
+            .find(|a| a.username().is_some())
             && let Some(user) = addr.username()
         {
             options = match addr.password() {
@@ -164,10 +178,14 @@ impl Bus {
         let client = options
             .name(&config.name)
             .connection_timeout(config.connect_timeout)
+            // A server that stops answering (frozen, partitioned) is left after two missed pings,
+            // for another of the cluster: async-nats's default (a minute) would hold every pull
+            // and publish of this process on it for two.
+            .ping_interval(Duration::from_secs(3))
             // After the first connection succeeds, reconnect forever; services ride out a
             // nats-server restart without being restarted themselves.
             .max_reconnects(None)
-            .connect(&config.url)
+            .connect(urls)
             .await
             .map_err(|source| Error::Connect { url: without_credentials(&config.url), source })?;
         check_server_version(&client.server_info().version)?;
@@ -376,7 +394,10 @@ impl Bus {
                                 current = None;
                                 continue;
                             }
-                            return Some((Err(Error::jetstream("pull", e)), (current, bus, spec, batch)));
+                            // Open the pull again: its pending requests may have died with the
+                            // server that led the consumer (a JetStream cluster elects another),
+                            // and a stream left on them would wait for nothing.
+                            return Some((Err(Error::jetstream("pull", e)), (None, bus, spec, batch)));
                         }
                         None => current = None,
                     }

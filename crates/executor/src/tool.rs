@@ -175,7 +175,7 @@ const LEDGER_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x2f9d_61c4_8a0e_4b73
 /// `{"attempt": n, "ok": output}` or `{"attempt": n, "error": {code, message}}`.
 fn ledger_entry(attempt: u32, outcome: Option<&Result<Value, ToolError>>) -> bytes::Bytes {
     let value = match outcome {
-        None => serde_json::json!({"attempt": attempt, "pending": true}),
+        None => return pending_entry(attempt, ""),
         Some(Ok(output)) => serde_json::json!({"attempt": attempt, "ok": output}),
         Some(Err(e)) => serde_json::json!({
             "attempt": attempt,
@@ -451,10 +451,8 @@ impl ToolRegistry {
             return recorded;
         }
         let result = self.call_with_retries(entry, name, args, ctx).await;
-        if let Some((store, key, attempt)) = ledger
-            && let Err(e) = store.put(key, ledger_entry(attempt, Some(&result))).await
-        {
-            tracing::warn!(key, error = %e, "cannot record a side effect in the ledger");
+        if let Some((store, key, attempt)) = ledger {
+            record(store, key, ledger_entry(attempt, Some(&result))).await;
         }
         result
     }
@@ -548,28 +546,90 @@ fn traced(value: &Value) -> String {
     }
 }
 
+/// How long a claim keeps trying while the ledger is unreachable (a JetStream cluster electing a
+/// new leader for the ledger's stream, a server restarting) before the call fails `UNAVAILABLE`.
+const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Claims a side-effecting call in the ledger before it runs. `None`: the call is ours to run.
 /// `Some(outcome)`: a previous delivery or attempt already decided it, and that is the result.
+///
+/// A claim that fails because the ledger is unreachable is tried again for up to
+/// [`CLAIM_PATIENCE`]. Each claim carries a random id, so a claim whose write landed but whose
+/// acknowledgement was lost (the stream's leader died in between) is recognised as this
+/// delivery's own when tried again, and not mistaken for an earlier delivery's unknown outcome.
 async fn claim(
     store: &async_nats::jetstream::kv::Store,
     key: &str,
     attempt: u32,
     name: &str,
 ) -> Result<Option<Result<Value, ToolError>>, ToolError> {
+    let claim_id = uuid::Uuid::new_v4().simple().to_string();
+    let deadline = std::time::Instant::now() + CLAIM_PATIENCE;
+    let mut pause = std::time::Duration::from_millis(100);
+    loop {
+        match claim_once(store, key, attempt, name, &claim_id).await {
+            Err(Transient(e)) if std::time::Instant::now() < deadline => {
+                tracing::warn!(key, tool = name, error = %e.message, "the ledger is unreachable; claiming again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(2));
+            }
+            Err(Transient(e)) => return Err(e),
+            Ok(outcome) => return outcome,
+        }
+    }
+}
+
+/// Records a call's outcome in the ledger, trying again for up to [`CLAIM_PATIENCE`] while it is
+/// unreachable: an outcome left unrecorded would make a later delivery refuse the call as one
+/// whose outcome is unknown.
+async fn record(store: &async_nats::jetstream::kv::Store, key: &str, entry: bytes::Bytes) {
+    let deadline = std::time::Instant::now() + CLAIM_PATIENCE;
+    let mut pause = std::time::Duration::from_millis(100);
+    loop {
+        match store.put(key, entry.clone()).await {
+            Ok(_) => return,
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::warn!(key, error = %e, "cannot record a side effect in the ledger yet; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(2));
+            }
+            Err(e) => {
+                tracing::warn!(key, error = %e, "cannot record a side effect in the ledger");
+                return;
+            }
+        }
+    }
+}
+
+/// A ledger failure that another try may not have (no answer, no leader, a lost connection).
+struct Transient(ToolError);
+
+fn pending_entry(attempt: u32, claim_id: &str) -> bytes::Bytes {
+    serde_json::json!({"attempt": attempt, "pending": true, "claim": claim_id}).to_string().into()
+}
+
+/// One try of [`claim`]: `Err` when the ledger did not answer, else what the claim decided.
+async fn claim_once(
+    store: &async_nats::jetstream::kv::Store,
+    key: &str,
+    attempt: u32,
+    name: &str,
+    claim_id: &str,
+) -> Result<Result<Option<Result<Value, ToolError>>, ToolError>, Transient> {
     let unavailable = |e: &dyn std::fmt::Display| ToolError {
         code: ErrorCode::Unavailable,
         message: format!("ledger: {e}"),
     };
-    match store.create(key, ledger_entry(attempt, None)).await {
-        Ok(_) => return Ok(None),
+    match store.create(key, pending_entry(attempt, claim_id)).await {
+        Ok(_) => return Ok(Ok(None)),
         Err(e) if e.kind() == async_nats::jetstream::kv::CreateErrorKind::AlreadyExists => {}
-        Err(e) => return Err(unavailable(&e)),
+        Err(e) => return Err(Transient(unavailable(&e))),
     }
-    let entry = store
-        .entry(key)
-        .await
-        .map_err(|e| unavailable(&e))?
-        .ok_or_else(|| unavailable(&"the entry vanished"))?;
+    let entry = match store.entry(key).await {
+        Ok(Some(entry)) => entry,
+        Ok(None) => return Err(Transient(unavailable(&"the entry vanished"))),
+        Err(e) => return Err(Transient(unavailable(&e))),
+    };
     let recorded: Value = serde_json::from_slice(&entry.value).unwrap_or(Value::Null);
     let recorded_attempt = recorded.get("attempt").and_then(Value::as_u64).unwrap_or(0) as u32;
     if let Some(output) = recorded.get("ok") {
@@ -579,7 +639,7 @@ async fn claim(
             event = "ledger_hit",
             "side effect already done; reusing its recorded outcome"
         );
-        return Ok(Some(Ok(output.clone())));
+        return Ok(Ok(Some(Ok(output.clone()))));
     }
     if let Some(error) = recorded.get("error") {
         let error = ToolError {
@@ -591,21 +651,25 @@ async fn claim(
             message: error.get("message").and_then(Value::as_str).unwrap_or_default().to_owned(),
         };
         if recorded_attempt >= attempt {
-            return Ok(Some(Err(error)));
+            return Ok(Ok(Some(Err(error))));
         }
         // An earlier attempt failed; this one may try again, if no other delivery claims it first.
-        return match store.update(key, ledger_entry(attempt, None), entry.revision).await {
+        return Ok(match store.update(key, pending_entry(attempt, claim_id), entry.revision).await {
             Ok(_) => Ok(None),
             Err(e) => Err(unavailable(&format!("another delivery claimed `{name}` first: {e}"))),
-        };
+        });
+    }
+    // This delivery's own claim, written by a try whose answer was lost: the call is still ours.
+    if recorded.get("claim").and_then(Value::as_str) == Some(claim_id) {
+        return Ok(Ok(None));
     }
     // Pending: a delivery started the call and stopped before recording what happened.
-    Ok(Some(Err(ToolError {
+    Ok(Ok(Some(Err(ToolError {
         code: ErrorCode::ToolError,
         message: format!(
             "`{name}` was started by an earlier delivery (attempt {recorded_attempt}) whose outcome is unknown; not repeating a side effect"
         ),
-    })))
+    }))))
 }
 
 #[cfg(test)]

@@ -85,7 +85,9 @@ pub const GRPC_LIMIT_SETTING: &str = "grpc.max_message_bytes, HERMES_GRPC_MAX_ME
 /// Help for the shared keys.
 pub fn describe(key: &str) -> Option<&'static str> {
     Some(match key {
-        "nats.url" => "NATS server URL (user and password may be given in it).",
+        "nats.url" => {
+            "NATS server URL (user and password may be given in it); a cluster: its URLs, comma-separated."
+        }
         "nats.replicas" => "Replicas of the streams and buckets Hermes creates (1, or 3 on a cluster).",
         "nats.creds" => "A NATS credentials file.",
         "nats.inbox_prefix" => {

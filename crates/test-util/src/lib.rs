@@ -3,10 +3,13 @@
 //! (`-p -1`, read back from its ports file) and a temporary store dir, and kills it when dropped,
 //! the way the async-nats test harness does.
 
+pub mod cluster;
 pub mod fuzz;
 pub mod process;
 pub mod scripted;
 pub mod tls;
+
+pub use cluster::NatsCluster;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -21,6 +24,8 @@ pub struct NatsServer {
     binary: PathBuf,
     /// A config file (`-c`), for servers with accounts and users.
     config: Option<PathBuf>,
+    /// The monitoring port (`/varz`, `/jsz`): see [`NatsServer::monitor`].
+    monitor_port: u16,
 }
 
 impl NatsServer {
@@ -30,8 +35,8 @@ impl NatsServer {
         let binary = nats_server_binary().unwrap_or_else(|e| panic!("{e}"));
         let store = tempfile::tempdir().expect("temp store dir");
         let ports = tempfile::tempdir().expect("temp ports dir");
-        let child = spawn(&binary, "-1", store.path(), Some(ports.path()), None);
-        let mut server = NatsServer { child, port: 0, store, binary, config: None };
+        let child = spawn(&binary, "-1", "-1", store.path(), Some(ports.path()), None);
+        let mut server = NatsServer { child, port: 0, store, binary, config: None, monitor_port: 0 };
         server.port = server.read_port(ports.path());
         server.wait_ready();
         server
@@ -46,8 +51,8 @@ impl NatsServer {
         let ports = tempfile::tempdir().expect("temp ports dir");
         let path = store.path().join("server.conf");
         std::fs::write(&path, config).expect("write the server config");
-        let child = spawn(&binary, "-1", store.path(), Some(ports.path()), Some(&path));
-        let mut server = NatsServer { child, port: 0, store, binary, config: Some(path) };
+        let child = spawn(&binary, "-1", "-1", store.path(), Some(ports.path()), Some(&path));
+        let mut server = NatsServer { child, port: 0, store, binary, config: Some(path), monitor_port: 0 };
         server.port = server.read_port(ports.path());
         server.wait_ready();
         server
@@ -66,6 +71,12 @@ impl NatsServer {
         self.port
     }
 
+    /// A monitoring endpoint (`/varz`: `in_msgs`, `out_msgs`, ...) as JSON; `None` when it does
+    /// not answer.
+    pub fn monitor(&self, path: &str) -> Option<serde_json::Value> {
+        cluster::monitor(self.monitor_port, path)
+    }
+
     /// Kills the server with SIGKILL, keeping its store dir, as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -75,13 +86,19 @@ impl NatsServer {
     /// Starts the server again on the same port and store dir, as a restarted pod would.
     pub fn restart(&mut self) {
         self.kill();
-        self.child =
-            spawn(&self.binary, &self.port.to_string(), self.store.path(), None, self.config.as_deref());
+        self.child = spawn(
+            &self.binary,
+            &self.port.to_string(),
+            &self.monitor_port.to_string(),
+            self.store.path(),
+            None,
+            self.config.as_deref(),
+        );
         self.wait_ready();
     }
 
     /// The client port from the `<name>_<pid>.ports` file the server writes once it listens:
-    /// `{"nats": ["nats://127.0.0.1:PORT"], ...}`.
+    /// `{"nats": ["nats://127.0.0.1:PORT"], "monitoring": [...]}` (the monitoring port is kept).
     fn read_port(&mut self, dir: &Path) -> u16 {
         let suffix = format!("_{}.ports", self.child.id());
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -91,11 +108,16 @@ impl NatsServer {
                 .flatten()
                 .flatten()
                 .find(|e| e.file_name().to_str().is_some_and(|name| name.ends_with(&suffix)));
-            if let Some(port) = file.and_then(|f| std::fs::read_to_string(f.path()).ok()).and_then(|text| {
-                let ports: serde_json::Value = serde_json::from_str(&text).ok()?;
-                let url = ports["nats"].get(0)?.as_str()?;
-                url.rsplit(':').next()?.parse().ok()
-            }) {
+            let ports = file
+                .and_then(|f| std::fs::read_to_string(f.path()).ok())
+                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok());
+            let port_of = |ports: &serde_json::Value, kind: &str| -> Option<u16> {
+                ports[kind].get(0)?.as_str()?.rsplit(':').next()?.parse().ok()
+            };
+            if let Some(ports) = ports
+                && let Some(port) = port_of(&ports, "nats")
+            {
+                self.monitor_port = port_of(&ports, "monitoring").unwrap_or(0);
                 return port;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -124,12 +146,19 @@ impl Drop for NatsServer {
     }
 }
 
-fn spawn(binary: &Path, port: &str, store: &Path, ports_dir: Option<&Path>, config: Option<&Path>) -> Child {
+fn spawn(
+    binary: &Path,
+    port: &str,
+    monitor_port: &str,
+    store: &Path,
+    ports_dir: Option<&Path>,
+    config: Option<&Path>,
+) -> Child {
     let mut command = Command::new(binary);
     if let Some(config) = config {
         command.arg("-c").arg(config).arg("-l").arg(store.join("server.log"));
     }
-    command.args(["-a", "127.0.0.1", "-p", port, "-js", "-sd"]).arg(store);
+    command.args(["-a", "127.0.0.1", "-p", port, "-m", monitor_port, "-js", "-sd"]).arg(store);
     if let Some(dir) = ports_dir {
         command.arg("--ports_file_dir").arg(dir);
     }

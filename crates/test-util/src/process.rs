@@ -350,6 +350,12 @@ impl HermesAgentBuilder {
         self
     }
 
+    /// An environment variable for the process (e.g. `HERMES_NATS_REPLICAS`).
+    pub fn env(mut self, key: &str, value: impl AsRef<OsStr>) -> Self {
+        self.recipe.env.push((key.into(), value.as_ref().to_owned()));
+        self
+    }
+
     /// Starts it and waits until it serves (`hermes agent <id>: serving ...` on its stdout).
     pub fn start(self) -> HermesAgent {
         let child = self.recipe.spawn();
