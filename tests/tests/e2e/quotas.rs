@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hermes_proto::{CancelGoalRequest, GoalSpec, ListGoalsRequest, SubmitGoalRequest};
 use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
-use hermes_tests::{Sandbox, node};
+use hermes_tests::{Sandbox, node, with_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -29,12 +29,6 @@ fn tokens() -> String {
         "[[tenant]]\nname = \"team-thrifty\"\ndaily_tokens = 100\n\n".into(),
     ]
     .concat()
-}
-
-fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-    request
 }
 
 fn nap(ms: u64) -> GoalSpec {
@@ -201,11 +195,15 @@ async fn another_tenants_goal_is_served_in_turn_not_after_a_flood() {
 async fn running_goal_places_of_goals_that_are_gone_are_given_back() {
     let t = Sandbox::builder().api_tokens(&tokens()).start().await;
     let tenants = t.bus.jetstream().get_key_value("hermes_tenants").await.unwrap();
-    // Two places held for goals that do not run, taken long ago.
-    let ghosts = json!({"g-ghost-1": 1_000, "g-ghost-2": 1_000}).to_string();
-    tenants.put("running.team-busy", ghosts.into()).await.unwrap();
+    // Two places held for goals that do not run. Taken just now, they are within the scans'
+    // grace, so the start-up scan of this dispatcher (in the background, maybe still to come)
+    // keeps them and they hold the tenant's quota.
+    let ghosts = |at: u64| json!({"g-ghost-1": at, "g-ghost-2": at}).to_string();
+    tenants.put("running.team-busy", ghosts(hermes_core::now_unix_ms()).into()).await.unwrap();
     let refused = submit(&t, BUSY, nap(1)).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    // Now taken long ago: the restarted dispatcher's scan gives them back.
+    tenants.put("running.team-busy", ghosts(1_000).into()).await.unwrap();
     let t = t.restart_services().await;
     // The restarted dispatcher scans the goals in the background, right after it starts.
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
