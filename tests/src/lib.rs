@@ -352,3 +352,29 @@ pub fn node(id: &str, task_type: &str, inputs: serde_json::Value, deps: &[&str])
         ..Default::default()
     }
 }
+
+/// `message` as a gRPC request carrying `token` (`authorization: Bearer <token>`), for stacks
+/// with auth on.
+pub fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("a token"));
+    request
+}
+
+/// The memory service with the local MiniLM embeddings (`HERMES_LOCAL_EMBEDDING_DIR`, else
+/// `.tools/models/all-MiniLM-L6-v2`; `make models`), so goals are remembered and recalled.
+#[cfg(feature = "local")]
+pub fn local_memory() -> hermes_memory::MemoryConfig {
+    let dir = std::env::var_os("HERMES_LOCAL_EMBEDDING_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".tools/models/all-MiniLM-L6-v2"));
+    let embedding = hermes_llm::embed::EmbeddingSettings {
+        provider: Some("local".into()),
+        local_dir: dir,
+        ..Default::default()
+    };
+    hermes_memory::MemoryConfig {
+        embedder: embedding.embedder().expect("the local embedding model"),
+        ..Default::default()
+    }
+}

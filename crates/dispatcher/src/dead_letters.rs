@@ -103,6 +103,42 @@ impl DeadLetters {
     }
 }
 
+/// A dead letter's payload, decoded as its kind (`hermes.dlq.<kind>`) says.
+enum Payload {
+    Task(TaskMessage),
+    Result(TaskResult),
+    PlanRequest(PlanRequest),
+    PlanResult(PlanResult),
+    /// Not a Hermes message kind: shown as text.
+    Other,
+}
+
+impl Payload {
+    fn decode(kind: &str, payload: &bytes::Bytes) -> std::result::Result<Payload, prost::DecodeError> {
+        let payload = || payload.clone();
+        Ok(match kind {
+            "task" => Payload::Task(TaskMessage::decode(payload())?),
+            "result" => Payload::Result(TaskResult::decode(payload())?),
+            "plan_request" => Payload::PlanRequest(PlanRequest::decode(payload())?),
+            "plan_result" | "plan" => match PlanResult::decode(payload()) {
+                Ok(result) => Payload::PlanResult(result),
+                Err(_) => Payload::PlanRequest(PlanRequest::decode(payload())?),
+            },
+            _ => Payload::Other,
+        })
+    }
+
+    fn goal_id(&self) -> &str {
+        match self {
+            Payload::Task(m) => &m.goal_id,
+            Payload::Result(m) => &m.goal_id,
+            Payload::PlanRequest(m) => &m.goal_id,
+            Payload::PlanResult(m) => &m.goal_id,
+            Payload::Other => "",
+        }
+    }
+}
+
 fn dead_letter(
     sequence: u64,
     message: &async_nats::jetstream::message::StreamMessage,
@@ -110,36 +146,20 @@ fn dead_letter(
 ) -> DeadLetter {
     let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_owned()).unwrap_or_default();
     let kind = message.subject.rsplit('.').next().unwrap_or_default();
-    let payload = || message.payload.clone();
-    let goal_id = match kind {
-        "task" => TaskMessage::decode(payload()).map(|m| m.goal_id).ok(),
-        "result" => TaskResult::decode(payload()).map(|m| m.goal_id).ok(),
-        "plan_request" => PlanRequest::decode(payload()).map(|m| m.goal_id).ok(),
-        "plan_result" | "plan" => PlanResult::decode(payload())
-            .map(|m| m.goal_id)
-            .or_else(|_| PlanRequest::decode(payload()).map(|m| m.goal_id))
-            .ok(),
-        _ => None,
-    };
-    let decoded = if !decode {
-        String::new()
-    } else {
-        let text = match kind {
-            // Secrets never reach the decoded view: inputs (marked and by the rules), outputs and
-            // texts are redacted, and a task's result token is left out.
-            "task" => TaskMessage::decode(payload()).map(|m| format!("{:#?}", redact::task(&m))),
-            "result" => TaskResult::decode(payload()).map(|m| format!("{:#?}", redact::task_result(&m))),
-            "plan_request" => {
-                PlanRequest::decode(payload()).map(|m| format!("{:#?}", redact::plan_request(&m)))
-            }
-            "plan_result" | "plan" => {
-                PlanResult::decode(payload()).map(|m| format!("{:#?}", redact::plan_result(&m))).or_else(
-                    |_| PlanRequest::decode(payload()).map(|m| format!("{:#?}", redact::plan_request(&m))),
-                )
-            }
-            _ => Ok(redact::redact_text(&String::from_utf8_lossy(&message.payload)).into_owned()),
-        };
-        text.unwrap_or_else(|e| format!("(does not decode: {e}; {} bytes)", message.payload.len()))
+    let payload = Payload::decode(kind, &message.payload);
+    let goal_id = payload.as_ref().map(|p| p.goal_id().to_owned()).unwrap_or_default();
+    let decoded = match (decode, payload) {
+        (false, _) => String::new(),
+        // Secrets never reach the decoded view: inputs (marked and by the rules), outputs and
+        // texts are redacted, and a task's result token is left out.
+        (true, Ok(Payload::Task(m))) => format!("{:#?}", redact::task(&m)),
+        (true, Ok(Payload::Result(m))) => format!("{:#?}", redact::task_result(&m)),
+        (true, Ok(Payload::PlanRequest(m))) => format!("{:#?}", redact::plan_request(&m)),
+        (true, Ok(Payload::PlanResult(m))) => format!("{:#?}", redact::plan_result(&m)),
+        (true, Ok(Payload::Other)) => {
+            redact::redact_text(&String::from_utf8_lossy(&message.payload)).into_owned()
+        }
+        (true, Err(e)) => format!("(does not decode: {e}; {} bytes)", message.payload.len()),
     };
     DeadLetter {
         sequence,
@@ -150,6 +170,6 @@ fn dead_letter(
         at_unix_ms: (message.time.unix_timestamp_nanos() / 1_000_000) as u64,
         size_bytes: message.payload.len() as u64,
         decoded,
-        goal_id: goal_id.unwrap_or_default(),
+        goal_id,
     }
 }

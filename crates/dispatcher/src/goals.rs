@@ -233,29 +233,40 @@ impl GoalService {
     ) -> Result<Vec<hermes_proto::DeadLetter>> {
         who.require(Need::Operate)?;
         let letters = dead_letters.list(limit).await?;
+        // One that names no goal is every operator's.
+        Ok(self.readable_only(who, letters, |l| (!l.goal_id.is_empty()).then_some(l.goal_id.as_str())).await)
+    }
+
+    /// `items` less those of goals `who` may not read (`goal_of`; `None`: no goal, kept), each
+    /// goal read once. With auth off, all of them.
+    async fn readable_only<T>(
+        &self,
+        who: &Principal,
+        items: Vec<T>,
+        goal_of: impl Fn(&T) -> Option<&str>,
+    ) -> Vec<T> {
         if who.tenant.is_none() {
-            return Ok(letters);
+            return items;
         }
-        let mut seen = std::collections::HashMap::new();
+        let mut seen = std::collections::HashMap::<String, bool>::new();
         let mut kept = Vec::new();
-        for letter in letters {
-            if letter.goal_id.is_empty() {
-                kept.push(letter);
-                continue;
-            }
-            let visible = match seen.get(&letter.goal_id) {
-                Some(v) => *v,
-                None => {
-                    let v = self.readable_by(who, &letter.goal_id).await.is_ok();
-                    seen.insert(letter.goal_id.clone(), v);
-                    v
-                }
+        for item in items {
+            let visible = match goal_of(&item) {
+                None => true,
+                Some(goal_id) => match seen.get(goal_id) {
+                    Some(v) => *v,
+                    None => {
+                        let v = self.readable_by(who, goal_id).await.is_ok();
+                        seen.insert(goal_id.to_owned(), v);
+                        v
+                    }
+                },
             };
             if visible {
-                kept.push(letter);
+                kept.push(item);
             }
         }
-        Ok(kept)
+        kept
     }
 
     /// One dead letter for `who` (operators only): another tenant's is `NOT_FOUND`, and one that
@@ -302,26 +313,8 @@ impl GoalService {
     /// The pending approvals of the goals `who` may read.
     pub(crate) async fn pending_approvals_as(&self, who: &Principal) -> Result<Vec<hermes_proto::Approval>> {
         who.require(Need::Read)?;
-        let mut pending = self.bus.approvals().pending().await?;
-        if who.tenant.is_some() {
-            let mut seen = std::collections::HashMap::new();
-            let mut kept = Vec::new();
-            for approval in pending {
-                let visible = match seen.get(&approval.goal_id) {
-                    Some(v) => *v,
-                    None => {
-                        let v = self.readable_by(who, &approval.goal_id).await.is_ok();
-                        seen.insert(approval.goal_id.clone(), v);
-                        v
-                    }
-                };
-                if visible {
-                    kept.push(approval);
-                }
-            }
-            pending = kept;
-        }
-        Ok(pending)
+        let pending = self.bus.approvals().pending().await?;
+        Ok(self.readable_only(who, pending, |a| Some(a.goal_id.as_str())).await)
     }
 
     /// The task types the agents online now serve, fresh from the registry.

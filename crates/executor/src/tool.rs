@@ -173,11 +173,10 @@ const LEDGER_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x2f9d_61c4_8a0e_4b73
 
 /// A ledger entry: `{"attempt": n, "pending": true}` while the call runs, then
 /// `{"attempt": n, "ok": output}` or `{"attempt": n, "error": {code, message}}`.
-fn ledger_entry(attempt: u32, outcome: Option<&Result<Value, ToolError>>) -> bytes::Bytes {
+fn ledger_entry(attempt: u32, outcome: &Result<Value, ToolError>) -> bytes::Bytes {
     let value = match outcome {
-        None => return pending_entry(attempt, ""),
-        Some(Ok(output)) => serde_json::json!({"attempt": attempt, "ok": output}),
-        Some(Err(e)) => serde_json::json!({
+        Ok(output) => serde_json::json!({"attempt": attempt, "ok": output}),
+        Err(e) => serde_json::json!({
             "attempt": attempt,
             "error": {"code": e.code.as_str(), "message": e.message},
         }),
@@ -452,7 +451,7 @@ impl ToolRegistry {
         }
         let result = self.call_with_retries(entry, name, args, ctx).await;
         if let Some((store, key, attempt)) = ledger {
-            record(store, key, ledger_entry(attempt, Some(&result))).await;
+            record(store, key, ledger_entry(attempt, &result)).await;
         }
         result
     }

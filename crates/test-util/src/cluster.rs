@@ -97,10 +97,13 @@ impl NatsCluster {
     /// The JetStream meta leader's name, as server `i` (or, when it does not answer, any other)
     /// reports it; `None` while there is none.
     pub fn meta_leader(&self) -> Option<String> {
-        (0..self.nodes.len()).find_map(|i| {
-            let jsz = self.monitor(i, "/jsz")?;
-            jsz["meta_cluster"]["leader"].as_str().filter(|l| !l.is_empty()).map(str::to_owned)
-        })
+        (0..self.nodes.len()).find_map(|i| self.meta_leader_seen_by(i))
+    }
+
+    /// The meta leader server `i` names (`/jsz`), if it answers and knows one.
+    fn meta_leader_seen_by(&self, i: usize) -> Option<String> {
+        let jsz = self.monitor(i, "/jsz")?;
+        jsz["meta_cluster"]["leader"].as_str().filter(|l| !l.is_empty()).map(str::to_owned)
     }
 
     /// Waits until every running server names the same meta leader.
@@ -109,10 +112,7 @@ impl NatsCluster {
         loop {
             let leaders: Vec<Option<String>> = (0..self.nodes.len())
                 .filter(|&i| self.nodes[i].child.is_some())
-                .map(|i| {
-                    let jsz = self.monitor(i, "/jsz")?;
-                    jsz["meta_cluster"]["leader"].as_str().filter(|l| !l.is_empty()).map(str::to_owned)
-                })
+                .map(|i| self.meta_leader_seen_by(i))
                 .collect();
             if let Some(Some(first)) = leaders.first()
                 && leaders.iter().all(|l| l.as_ref() == Some(first))

@@ -9,7 +9,7 @@ use hermes_proto::{
     ApproveToolCallRequest, CancelGoalRequest, GetGoalRequest, GoalSpec, ListDeadLettersRequest,
     ListGoalsRequest, SubmitGoalRequest, WatchGoalRequest,
 };
-use hermes_tests::{Sandbox, node};
+use hermes_tests::{Sandbox, node, with_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tonic::transport::Channel;
@@ -30,12 +30,6 @@ fn tokens() -> String {
         entry("ops-a", OPERATOR_A, "team-a", &["operator"]),
     ]
     .concat()
-}
-
-fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-    request
 }
 
 fn sleep_spec(ms: u64) -> GoalSpec {

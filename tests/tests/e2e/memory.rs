@@ -106,16 +106,7 @@ async fn a_follow_up_goal_is_planned_with_the_session_window_and_summary() {
 #[cfg(feature = "local")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_related_earlier_goal_is_recalled_into_the_planner_prompt() {
-    let dir = std::env::var_os("HERMES_LOCAL_EMBEDDING_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| hermes_tests::repo_root().join(".tools/models/all-MiniLM-L6-v2"));
-    let embedding = hermes_llm::embed::EmbeddingSettings {
-        provider: Some("local".into()),
-        local_dir: dir,
-        ..Default::default()
-    };
-    let memory =
-        hermes_memory::MemoryConfig { embedder: embedding.embedder().unwrap(), ..Default::default() };
+    let memory = hermes_tests::local_memory();
     let llm = ScriptedLlm::start().await;
     let mut t = Sandbox::builder().llm(llm.base_url()).memory(memory).start().await;
     let plan =
@@ -170,27 +161,13 @@ async fn a_related_earlier_goal_is_recalled_into_the_planner_prompt() {
     t.stop().await;
 }
 
-/// The memory service with the local MiniLM embeddings.
-#[cfg(feature = "local")]
-fn local_memory() -> hermes_memory::MemoryConfig {
-    let dir = std::env::var_os("HERMES_LOCAL_EMBEDDING_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| hermes_tests::repo_root().join(".tools/models/all-MiniLM-L6-v2"));
-    let embedding = hermes_llm::embed::EmbeddingSettings {
-        provider: Some("local".into()),
-        local_dir: dir,
-        ..Default::default()
-    };
-    hermes_memory::MemoryConfig { embedder: embedding.embedder().unwrap(), ..Default::default() }
-}
-
 /// The agents' `memory.put`, `memory.search` and `memory.get` tools, as plan nodes.
 #[cfg(feature = "local")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_tools_put_search_and_get_through_the_memory_service() {
     use hermes_proto::TaskPlan;
     use hermes_tests::node;
-    let mut t = Sandbox::builder().memory(local_memory()).start().await;
+    let mut t = Sandbox::builder().memory(hermes_tests::local_memory()).start().await;
     let plan = TaskPlan {
         nodes: vec![
             node(

@@ -11,7 +11,7 @@ use hermes_proto::{
     PutArtifactChunk, PutArtifactHeader, SearchRequest, SubmitGoalRequest, put_artifact_chunk::Part,
 };
 use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
-use hermes_tests::Sandbox;
+use hermes_tests::{Sandbox, local_memory, with_token};
 use serde_json::{Value, json};
 
 const PLANNER: &str = "planner-model";
@@ -30,25 +30,6 @@ fn tokens() -> String {
         entry("ops-b", OPERATOR_B, "team-b", &["operator"]),
     ]
     .concat()
-}
-
-fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-    request
-}
-
-/// The memory service with the local MiniLM embeddings, so goals are remembered and recalled.
-fn local_memory() -> hermes_memory::MemoryConfig {
-    let dir = std::env::var_os("HERMES_LOCAL_EMBEDDING_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| hermes_tests::repo_root().join(".tools/models/all-MiniLM-L6-v2"));
-    let embedding = hermes_llm::embed::EmbeddingSettings {
-        provider: Some("local".into()),
-        local_dir: dir,
-        ..Default::default()
-    };
-    hermes_memory::MemoryConfig { embedder: embedding.embedder().unwrap(), ..Default::default() }
 }
 
 /// Submits a text goal in session `chat` as `token` and waits for it to complete.
