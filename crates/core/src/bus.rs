@@ -359,12 +359,7 @@ impl Bus {
                 loop {
                     if current.is_none() {
                         let opened = match bus.durable_consumer(spec.clone()).await {
-                            Ok(consumer) => consumer
-                                .stream()
-                                .max_messages_per_batch(batch)
-                                .messages()
-                                .await
-                                .map_err(|e| Error::jetstream("pull", e)),
+                            Ok(consumer) => pull(&consumer, batch).await,
                             Err(e) => Err(e),
                         };
                         match opened {
@@ -565,6 +560,28 @@ pub async fn consume_concurrently<M, S, E, F, Fut>(
         hand_back(messages).await;
     }
     while running.join_next().await.is_some() {}
+}
+
+/// How long one pull request waits on the server, and how often the server says it is alive
+/// while it has nothing to send. A pull request lives on the server that leads its consumer: when
+/// that server dies or freezes (a JetStream cluster elects another leader), the client learns it
+/// only from missing heartbeats (after two) or its request's expiry. These are shorter than the
+/// client's defaults (30 s and 15 s), so a pull left on a dead leader is noticed within seconds.
+pub const PULL_EXPIRES: Duration = Duration::from_secs(10);
+/// See [`PULL_EXPIRES`].
+pub const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// A pull stream of up to `batch` messages per request, with [`PULL_EXPIRES`] and
+/// [`PULL_HEARTBEAT`]: every long-lived consumer of Hermes pulls through this.
+pub async fn pull(consumer: &consumer::PullConsumer, batch: usize) -> Result<consumer::pull::Stream> {
+    consumer
+        .stream()
+        .max_messages_per_batch(batch)
+        .expires(PULL_EXPIRES)
+        .heartbeat(PULL_HEARTBEAT)
+        .messages()
+        .await
+        .map_err(|e| Error::jetstream("pull", e))
 }
 
 /// How long a handed-back message that came straight back to this process waits before it is

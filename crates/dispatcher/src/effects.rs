@@ -26,6 +26,11 @@ pub(crate) struct Deadline {
     pub at: Option<u64>,
 }
 
+/// How long a committed transition's effects are sent again after a failed publish (a JetStream
+/// cluster electing a leader answers "no stream" for a few seconds) before the goal is handed to
+/// the timers worker, which publishes its in-flight tasks again until that succeeds.
+const SEND_PATIENCE: Duration = Duration::from_secs(30);
+
 /// A task sent to its pool because no live agent served its type, for the takeover worker: the
 /// node fails with `NO_CAPABLE_AGENT` when none has appeared by `deadline`.
 #[derive(Debug)]
@@ -44,6 +49,7 @@ pub(crate) struct Followups {
     deadlines: UnboundedSender<Deadline>,
     summaries: UnboundedSender<String>,
     unserved: UnboundedSender<Unserved>,
+    unsent: UnboundedSender<String>,
 }
 
 /// The receiving ends, one per worker.
@@ -51,6 +57,9 @@ pub(crate) struct FollowupInbox {
     pub deadlines: UnboundedReceiver<Deadline>,
     pub summaries: UnboundedReceiver<String>,
     pub unserved: UnboundedReceiver<Unserved>,
+    /// Goals whose committed effects could not be published within [`SEND_PATIENCE`]: the
+    /// timers worker publishes their in-flight tasks again.
+    pub unsent: UnboundedReceiver<String>,
 }
 
 impl Followups {
@@ -58,9 +67,15 @@ impl Followups {
         let (deadlines, deadlines_rx) = unbounded_channel();
         let (summaries, summaries_rx) = unbounded_channel();
         let (unserved, unserved_rx) = unbounded_channel();
+        let (unsent, unsent_rx) = unbounded_channel();
         (
-            Followups { deadlines, summaries, unserved },
-            FollowupInbox { deadlines: deadlines_rx, summaries: summaries_rx, unserved: unserved_rx },
+            Followups { deadlines, summaries, unserved, unsent },
+            FollowupInbox {
+                deadlines: deadlines_rx,
+                summaries: summaries_rx,
+                unserved: unserved_rx,
+                unsent: unsent_rx,
+            },
         )
     }
 
@@ -75,12 +90,16 @@ impl Followups {
     fn unserved(&self, task: Unserved) {
         let _ = self.unserved.send(task);
     }
+
+    fn unsent(&self, goal_id: &str) {
+        let _ = self.unsent.send(goal_id.to_owned());
+    }
 }
 
 /// One message to publish: subject, body, `Nats-Msg-Id` and the trace it continues.
 struct Outgoing {
     subject: String,
-    body: Vec<u8>,
+    body: bytes::Bytes,
     msg_id: String,
     trace: Option<TraceContext>,
 }
@@ -104,7 +123,18 @@ impl EffectsPublisher {
 
     /// Publishes a committed transition's effects. Each publish is sent before any ack is
     /// awaited, which keeps wide fan-outs fast while preserving order on the connection.
-    pub(crate) async fn publish(&self, state: &GoalState, mut effects: Effects) -> Result<()> {
+    pub(crate) async fn publish(&self, state: &GoalState, effects: Effects) -> Result<()> {
+        self.publish_within(state, effects, SEND_PATIENCE).await
+    }
+
+    /// [`Self::publish`], sending again after a failure only for `patience` (the timers worker's
+    /// own retries of unsent goals do not wait inside each other).
+    pub(crate) async fn publish_within(
+        &self,
+        state: &GoalState,
+        mut effects: Effects,
+        patience: Duration,
+    ) -> Result<()> {
         self.offload_large_inputs(&mut effects.tasks).await?;
         let decisions = routing::route(&self.bus, state, &effects.tasks).await;
         let subjects = routing::record_decisions(
@@ -117,7 +147,12 @@ impl EffectsPublisher {
         self.watch_unserved(&effects.tasks, &decisions);
         let (outgoing, dispatch_spans) = self.messages(state, &effects, subjects, &decisions);
         metrics::record(state, &effects.events);
-        self.send_in_order(outgoing).await?;
+        if let Err(e) = self.send_patiently(&state.goal_id, &outgoing, patience).await {
+            // The transition is committed: its tasks must still reach the agents. The timers
+            // worker publishes the goal's in-flight tasks again until that succeeds.
+            self.followups.unsent(&state.goal_id);
+            return Err(e);
+        }
         drop(dispatch_spans);
         self.follow_up(state, &effects).await;
         Ok(())
@@ -172,7 +207,7 @@ impl EffectsPublisher {
         for event in &effects.events {
             outgoing.push(Outgoing {
                 subject: topology.event(&event.goal_id),
-                body: hermes_core::redact::event(event).encode_to_vec(),
+                body: hermes_core::redact::event(event).encode_to_vec().into(),
                 msg_id: engine::event_msg_id(event),
                 trace: trace.clone(),
             });
@@ -196,7 +231,7 @@ impl EffectsPublisher {
             let context = TraceContext::of(&span).or_else(|| trace.clone());
             outgoing.push(Outgoing {
                 subject,
-                body: task.encode_to_vec(),
+                body: task.encode_to_vec().into(),
                 msg_id: task.task_id.clone(),
                 trace: context,
             });
@@ -205,7 +240,7 @@ impl EffectsPublisher {
         for request in &effects.plan_requests {
             outgoing.push(Outgoing {
                 subject: topology.plan_request(),
-                body: request.encode_to_vec(),
+                body: request.encode_to_vec().into(),
                 msg_id: request.request_id.clone(),
                 trace: trace.clone(),
             });
@@ -216,10 +251,28 @@ impl EffectsPublisher {
     /// Sent one after the other, so they are stored in order; the acks are awaited together.
     /// (Publishing the futures concurrently, as a `buffered` stream, stored runs of a wide
     /// fan-out's events reversed.)
-    async fn send_in_order(&self, outgoing: Vec<Outgoing>) -> Result<()> {
+    /// [`Self::send_in_order`], sent again after a failure for up to `patience`: every message
+    /// carries its `Nats-Msg-Id`, so what was stored the first time is not stored twice.
+    async fn send_patiently(&self, goal_id: &str, outgoing: &[Outgoing], patience: Duration) -> Result<()> {
+        let deadline = Instant::now() + patience;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.send_in_order(outgoing).await {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() + pause < deadline => {
+                    warn!(goal_id, error = %e, "cannot publish a committed transition's effects; sending them again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn send_in_order(&self, outgoing: &[Outgoing]) -> Result<()> {
         let mut acks = Vec::with_capacity(outgoing.len());
         for m in outgoing {
-            acks.push(self.bus.send_bytes(m.subject, m.body.into(), &m.msg_id, m.trace.as_ref()).await?);
+            acks.push(self.bus.send_bytes(m.subject.clone(), m.body.clone(), &m.msg_id, m.trace.as_ref()).await?);
         }
         for ack in futures::future::join_all(acks).await {
             ack?;

@@ -971,7 +971,8 @@ impl GoalService {
     }
 
     /// Publishes again the tasks of the goal's in-flight attempts (see [`engine::in_flight_tasks`]),
-    /// for a dispatcher that starts.
+    /// for a dispatcher that starts or reconnects, or a goal whose effects were not sent; once,
+    /// without the effects publisher's patience (the timers worker tries again).
     pub(crate) async fn republish_in_flight(&self, state: &GoalState) -> Result<()> {
         let effects = engine::in_flight_tasks(state, self.limits());
         if effects.tasks.is_empty() {
@@ -979,7 +980,7 @@ impl GoalService {
         }
         info!(goal_id = %state.goal_id, tasks = effects.tasks.len(), "re-publishing in-flight tasks");
         let _order = self.order.lock(&state.goal_id).await;
-        self.effects.publish(state, effects).await
+        self.effects.publish_within(state, effects, std::time::Duration::ZERO).await
     }
 }
 

@@ -182,7 +182,7 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
         .await
         .context("cannot bind the plan results consumer")?;
     let (followups, inbox) = effects::Followups::channel();
-    let FollowupInbox { deadlines, summaries, unserved } = inbox;
+    let FollowupInbox { deadlines, summaries, unserved, unsent } = inbox;
     let audit = audit::Audit::open(bus.clone()).await.context("cannot open the audit stream")?;
     let quotas = quota::Quotas::open(&bus, config.access.quotas.clone())
         .await
@@ -203,7 +203,7 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let s = service.clone();
     cx.spawn_loop("agent-reports", move |stop| workers::reports::run(s, stop));
     let s = service.clone();
-    cx.spawn_loop("timers", move |stop| workers::timers::run(s, deadlines, stop));
+    cx.spawn_loop("timers", move |stop| workers::timers::run(s, deadlines, unsent, stop));
     let b = bus.clone();
     cx.spawn_loop("queue-depth", move |stop| workers::queue_depth::run(b, stop));
     let api = grpc::server(

@@ -244,7 +244,7 @@ pub async fn run(bus: Bus, config: PlannerConfig, shutdown: CancellationToken) -
     let warming = planner.clone();
     let warm_shutdown = shutdown.clone();
     tokio::spawn(async move { warming.warm(&warm_shutdown).await });
-    let mut messages = consumer.stream().max_messages_per_batch(concurrency).messages().await?;
+    let mut messages = hermes_core::bus::pull(&consumer, concurrency).await?;
     info!(model = %planner.config.model.model(), "planner serving");
     hermes_core::bus::consume_concurrently(
         &bus,

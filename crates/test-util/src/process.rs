@@ -356,6 +356,12 @@ impl HermesAgentBuilder {
         self
     }
 
+    /// Appends the process's stderr (its log) to `path` instead of discarding it.
+    pub fn stderr_file(mut self, path: &Path) -> Self {
+        self.recipe.stderr = Some(path.to_path_buf());
+        self
+    }
+
     /// Starts it and waits until it serves (`hermes agent <id>: serving ...` on its stdout).
     pub fn start(self) -> HermesAgent {
         let child = self.recipe.spawn();

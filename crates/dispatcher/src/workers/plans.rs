@@ -19,7 +19,7 @@ const CONCURRENCY: usize = 64;
 
 /// Consumes plan results until `shutdown` is cancelled.
 pub(crate) async fn run(service: Arc<GoalService>, consumer: PullConsumer, shutdown: CancellationToken) {
-    let mut messages = match consumer.stream().max_messages_per_batch(CONCURRENCY).messages().await {
+    let mut messages = match hermes_core::bus::pull(&consumer, CONCURRENCY).await {
         Ok(m) => m,
         Err(e) => {
             warn!(error = %e, "cannot pull plan results");

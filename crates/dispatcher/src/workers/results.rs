@@ -32,7 +32,7 @@ type Inboxes = DashMap<String, Arc<Inbox>>;
 /// another replica, and finishes what is being applied.
 pub(crate) async fn run(service: Arc<GoalService>, consumer: PullConsumer, shutdown: CancellationToken) {
     let concurrency = service.config().result_concurrency;
-    let mut messages = match consumer.stream().max_messages_per_batch(concurrency).messages().await {
+    let mut messages = match hermes_core::bus::pull(&consumer, concurrency).await {
         Ok(m) => m,
         Err(e) => {
             warn!(error = %e, "cannot pull results");

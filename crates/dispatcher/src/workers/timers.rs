@@ -10,7 +10,10 @@
 //! When the NATS connection comes back after a loss, the worker publishes the in-flight tasks
 //! again too: a nats-server killed with `kill -9` can lose the last messages it acknowledged (a
 //! task, or an agent's result) before they reached its store, and without this their nodes would
-//! wait for their deadlines. Publishing again is safe for the same reasons as at start.
+//! wait for their deadlines. Publishing again is safe for the same reasons as at start. Likewise
+//! for a goal whose committed transition's tasks could not be published at all (a JetStream
+//! cluster without a leader for longer than the effects publisher waits): its in-flight tasks are
+//! published again every [`UNSENT_RETRY`] until that succeeds.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -32,6 +35,8 @@ const TICK: Duration = Duration::from_millis(250);
 const RESCAN: Duration = Duration::from_secs(60);
 /// How soon a deadline that could not be applied is tried again.
 const RETRY_MS: u64 = 1000;
+/// How often the in-flight tasks of a goal whose effects could not be published are sent again.
+const UNSENT_RETRY: Duration = Duration::from_secs(1);
 
 /// Goals by their next deadline: the worker's state.
 #[derive(Default)]
@@ -71,9 +76,12 @@ impl Schedule {
 pub(crate) async fn run(
     service: Arc<GoalService>,
     mut deadlines: UnboundedReceiver<Deadline>,
+    mut unsent: UnboundedReceiver<String>,
     shutdown: CancellationToken,
 ) {
     let mut schedule = Schedule::default();
+    let mut unsent_goals = std::collections::HashSet::<String>::new();
+    let mut resend = tokio::time::interval(UNSENT_RETRY);
     if let Err(e) = rescan(&service, &mut schedule, Rescan::Starting).await {
         warn!(error = %e, "cannot rebuild the deadline timers; retrying at the next rescan");
     }
@@ -86,6 +94,21 @@ pub(crate) async fn run(
         tokio::select! {
             _ = shutdown.cancelled() => break,
             Some(deadline) = deadlines.recv() => schedule.set(&deadline.goal_id, deadline.at),
+            Some(goal_id) = unsent.recv() => {
+                unsent_goals.insert(goal_id);
+            }
+            _ = resend.tick(), if !unsent_goals.is_empty() => {
+                let mut sent = Vec::new();
+                for goal_id in &unsent_goals {
+                    match republish(&service, goal_id).await {
+                        Ok(()) => sent.push(goal_id.clone()),
+                        Err(e) => warn!(goal_id, error = %e, "cannot publish the in-flight tasks of a goal whose effects were not sent; will retry"),
+                    }
+                }
+                for goal_id in sent {
+                    unsent_goals.remove(&goal_id);
+                }
+            }
             _ = rescans.tick() => {
                 if let Err(e) = rescan(&service, &mut schedule, Rescan::Periodic).await {
                     warn!(error = %e, "deadline timer rescan failed");
@@ -112,6 +135,14 @@ pub(crate) async fn run(
                 }
             }
         }
+    }
+}
+
+/// Publishes again the in-flight tasks of one goal, as stored now.
+async fn republish(service: &GoalService, goal_id: &str) -> hermes_core::Result<()> {
+    match service.store().load(goal_id).await? {
+        Some((state, _)) => service.republish_in_flight(&state).await,
+        None => Ok(()),
     }
 }
 
