@@ -75,10 +75,12 @@ test: tools models nextest
 deploy-check: tools
 	scripts/check-deploy.sh
 
-## chaos: the chaos suite at full trial counts (make test runs it reduced); prints its table
+## chaos: the chaos suites (single server, and the three-node cluster) at full trial counts
+## (make test runs them reduced); prints their tables. Same features as make test, so it reuses
+## that build instead of compiling the test binaries again
 chaos: tools nextest
-	$(CARGO) build --bins -p hermes-cli
-	HERMES_CHAOS_SCALE=full $(CARGO) nextest run -p hermes-tests --test chaos --run-ignored all --no-capture
+	$(CARGO) build --workspace --bins $(FEATURES)
+	HERMES_CHAOS_SCALE=full $(CARGO) nextest run --workspace $(FEATURES) -E 'binary(chaos)' --no-capture
 
 ## fuzz: the property-based fuzz targets (tests/fuzz.rs of hermes-core, -llm, -proto, -executor)
 ## at FUZZ_CASES cases per property (make test runs them at 256). No $(FEATURES): the targets need

@@ -845,10 +845,11 @@ async fn chaos() {
     // `HERMES_CHAOS_ONLY=7` runs one scenario, for debugging.
     if let Ok(only) = std::env::var("HERMES_CHAOS_ONLY") {
         let row = match only.as_str() {
+            "2" => kill_the_dispatcher(if full { 3 } else { 1 }, if full { 100 } else { 30 }).await,
             "7" => random_kills(Duration::from_secs(8)).await,
             "5" => stop_an_agent_past_ack_wait(1).await,
             "3" => kill_the_planner(1).await,
-            _ => panic!("HERMES_CHAOS_ONLY: 3, 5 or 7"),
+            _ => panic!("HERMES_CHAOS_ONLY: 2, 3, 5 or 7"),
         };
         row.print();
         return;

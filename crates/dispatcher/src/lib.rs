@@ -164,7 +164,7 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
             stream: topology.results_stream(),
             name: topology.results_consumer().to_owned(),
             filter_subject: topology.all_results(),
-            ack_wait: Duration::from_secs(30),
+            ack_wait: workers::results::RESULT_ACK_WAIT,
             max_deliver: 10,
             max_ack_pending: 20_000,
         })

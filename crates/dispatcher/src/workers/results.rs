@@ -3,10 +3,15 @@
 //! goal's inbox and applies everything in it with one compare-and-set, so a wide fan-out costs
 //! one KV write per batch rather than a storm of conflicting writes. Across replicas, the CAS
 //! alone keeps updates correct.
+//!
+//! The consumer's AckWait is short ([`RESULT_ACK_WAIT`]), so the results a killed replica had
+//! pulled reach another (or the restarted one) within seconds. A result this replica holds longer,
+//! waiting behind its goal's other results or a slow write, is kept by a progress ack every
+//! [`PROGRESS_EVERY`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::PullConsumer;
 use dashmap::DashMap;
@@ -28,6 +33,43 @@ struct Inbox {
 /// The worker's state: the inboxes of goals with results waiting.
 type Inboxes = DashMap<String, Arc<Inbox>>;
 
+/// How long the server waits for this replica to settle a result before it delivers it again.
+pub(crate) const RESULT_ACK_WAIT: Duration = Duration::from_secs(3);
+/// How often a result held here is kept from redelivery by a progress ack.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// The results pulled and not yet settled, by address, with when the server last heard of each.
+type Held = DashMap<usize, (Arc<Delivery<TaskResult>>, Instant)>;
+
+fn key(delivery: &Arc<Delivery<TaskResult>>) -> usize {
+    Arc::as_ptr(delivery) as usize
+}
+
+/// Sends a progress ack for every result held longer than [`PROGRESS_EVERY`], until `shutdown`.
+async fn keep_held(held: Arc<Held>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(PROGRESS_EVERY / 2);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let now = Instant::now();
+        let due: Vec<_> = held
+            .iter_mut()
+            .filter(|e| now.duration_since(e.1) >= PROGRESS_EVERY)
+            .map(|mut e| {
+                e.1 = now;
+                e.0.clone()
+            })
+            .collect();
+        for delivery in due {
+            if let Err(e) = delivery.progress().await {
+                warn!(error = %e, "cannot keep a held result from redelivery");
+            }
+        }
+    }
+}
+
 /// Consumes results until `shutdown`; then hands back what was pulled but not started, for
 /// another replica, and finishes what is being applied.
 pub(crate) async fn run(service: Arc<GoalService>, consumer: PullConsumer, shutdown: CancellationToken) {
@@ -40,6 +82,8 @@ pub(crate) async fn run(service: Arc<GoalService>, consumer: PullConsumer, shutd
         }
     };
     let inboxes = Arc::new(Inboxes::new());
+    let held = Arc::new(Held::new());
+    let keeper = tokio::spawn(keep_held(held.clone(), shutdown.clone()));
     let bus = service.bus().clone();
     hermes_core::bus::consume_concurrently(
         &bus,
@@ -50,12 +94,14 @@ pub(crate) async fn run(service: Arc<GoalService>, consumer: PullConsumer, shutd
         |delivery: Arc<Delivery<TaskResult>>| {
             let service = service.clone();
             let inboxes = inboxes.clone();
+            let held = held.clone();
             async move {
                 let goal_id = delivery.message.goal_id.clone();
+                held.insert(key(&delivery), (delivery.clone(), Instant::now()));
                 let inbox = inboxes.entry(goal_id.clone()).or_default().clone();
                 inbox.pending.lock().unwrap_or_else(|p| p.into_inner()).push(delivery);
                 if !inbox.draining.swap(true, Ordering::AcqRel) {
-                    drain(&service, &inboxes, &goal_id, &inbox).await;
+                    drain(&service, &inboxes, &held, &goal_id, &inbox).await;
                 }
                 // The inbox's drainer settles it, with the batch it was applied in.
                 Handled::Kept
@@ -63,11 +109,12 @@ pub(crate) async fn run(service: Arc<GoalService>, consumer: PullConsumer, shutd
         },
     )
     .await;
+    keeper.abort();
 }
 
 /// Applies everything in a goal's inbox, batch by batch, until it stays empty. Only the task that
 /// set `draining` runs this.
-async fn drain(service: &GoalService, inboxes: &Inboxes, goal_id: &str, inbox: &Inbox) {
+async fn drain(service: &GoalService, inboxes: &Inboxes, held: &Held, goal_id: &str, inbox: &Inbox) {
     loop {
         let batch = std::mem::take(&mut *inbox.pending.lock().unwrap_or_else(|p| p.into_inner()));
         if batch.is_empty() {
@@ -99,6 +146,7 @@ async fn drain(service: &GoalService, inboxes: &Inboxes, goal_id: &str, inbox: &
         };
         for delivery in &batch {
             delivery.settle(service.bus(), "result", handled.clone()).await;
+            held.remove(&key(delivery));
         }
     }
     inboxes.remove_if(goal_id, |_, i| {
