@@ -19,17 +19,21 @@ use std::time::{Duration, Instant};
 use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::{GetGoalRequest, GoalSpec, GoalStatus, SubmitGoalRequest, TaskNode, TaskPlan};
 use hermes_test_util::process::{HermesAgent, HermesProcess, HermesUp};
+use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
 use tonic::transport::Channel;
 
 use hermes_tests::hermes_bin;
 
 const EFFECTS: &str = "effects.log";
 
-/// One `hermes up` process: a dispatcher and a registry replica.
+/// One dispatcher process: a `hermes up` (a dispatcher and a registry replica), or a
+/// `hermes-dispatcher` of the production shape.
 struct Up {
-    proc: HermesUp,
+    proc: HermesProcess,
+    /// Its gRPC address.
+    grpc: String,
     /// Its data dir, kept across restarts.
-    _data: tempfile::TempDir,
+    _data: Option<tempfile::TempDir>,
 }
 
 /// The NATS under a [`Cluster`]: one server, or a three-node JetStream cluster with R3 streams.
@@ -77,6 +81,10 @@ struct Cluster {
     /// Which `hermes up` clients talk to.
     current: usize,
     agents: HashMap<String, HermesAgent>,
+    /// Where the registry answers: the first `hermes up`, or the production shape's registry.
+    registry: String,
+    /// The production shape's other services (registry, planner, memory, executors).
+    services: Vec<HermesProcess>,
 }
 
 impl Cluster {
@@ -96,13 +104,16 @@ impl Cluster {
 
     async fn start_on(nats: Nats, dispatchers: usize, agent_ids: &[&str]) -> Cluster {
         let workspace = tempfile::tempdir().unwrap();
-        let ups = (0..dispatchers)
+        let ups: Vec<Up> = (0..dispatchers)
             .map(|_| {
                 let data = tempfile::tempdir().unwrap();
-                Up { proc: start_up(&nats.url(), nats.replicas(), data.path()), _data: data }
+                let (proc, grpc) = start_up(&nats.url(), nats.replicas(), data.path()).into_parts();
+                Up { proc, grpc, _data: Some(data) }
             })
             .collect();
-        let mut cluster = Cluster { nats, workspace, ups, current: 0, agents: HashMap::new() };
+        let registry = ups[0].grpc.clone();
+        let mut cluster =
+            Cluster { nats, workspace, ups, current: 0, agents: HashMap::new(), registry, services: Vec::new() };
         for id in agent_ids {
             cluster.start_agent(id);
         }
@@ -133,7 +144,7 @@ impl Cluster {
         loop {
             for k in 0..self.ups.len() {
                 let up = &self.ups[(self.current + k) % self.ups.len()];
-                if let Ok(client) = DispatcherClient::connect(format!("http://{}", up.proc.grpc)).await {
+                if let Ok(client) = DispatcherClient::connect(format!("http://{}", up.grpc)).await {
                     return client;
                 }
             }
@@ -147,7 +158,7 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let channel =
-                Channel::from_shared(format!("http://{}", self.ups[0].proc.grpc)).unwrap().connect().await;
+                Channel::from_shared(format!("http://{}", self.registry)).unwrap().connect().await;
             if let Ok(channel) = channel {
                 let mut registry = hermes_proto::registry_client::RegistryClient::new(channel);
                 if let Ok(reply) = registry.list_agents(hermes_proto::ListAgentsRequest {}).await {
@@ -792,6 +803,138 @@ async fn rolling_restart(trials: usize, goals_per_step: usize) -> Row {
     row
 }
 
+impl Cluster {
+    /// The production shape on a three-node cluster, every service its own binary and given the
+    /// three URLs: two `hermes-dispatcher`s, a `hermes-registry`, a `hermes-planner` (planning
+    /// with `llm`), a `hermes-memory` and three `hermes-executor`s.
+    async fn start_production_shape(llm: &ScriptedLlm) -> Cluster {
+        let nats = Nats::Three(hermes_test_util::NatsCluster::start(3));
+        let urls = nats.url();
+        let workspace = tempfile::tempdir().unwrap();
+        let logs = logs_dir().unwrap_or_else(|| workspace.path().join("logs"));
+        std::fs::create_dir_all(&logs).unwrap();
+        let start = |binary: &str, name: &str, args: &[&str]| {
+            let mut all = vec!["--nats-url", &urls, "--nats-replicas", "3"];
+            all.extend_from_slice(args);
+            let log = logs.join(format!("{name}.log"));
+            HermesProcess::start_logged(hermes_test_util::process::built_binary(binary), &all, &log)
+        };
+        // A dispatcher first: it creates the streams and buckets the others look up.
+        let ups: Vec<Up> = (0..2)
+            .map(|i| {
+                let grpc = format!("127.0.0.1:{}", hermes_test_util::free_port());
+                let args = [
+                    "--grpc-listen",
+                    &grpc,
+                    "--dispatcher-http-listen",
+                    "off",
+                    "--dispatcher-planner-service",
+                    "true",
+                    "--llm-provider",
+                    "none",
+                ];
+                let proc = start("hermes-dispatcher", &format!("dispatcher-{i}"), &args);
+                Up { proc, grpc, _data: None }
+            })
+            .collect();
+        let registry = format!("127.0.0.1:{}", hermes_test_util::free_port());
+        let mut services = vec![
+            start("hermes-registry", "registry", &["--grpc-listen", &registry, "--heartbeat-ttl-secs", "1"]),
+            start(
+                "hermes-planner",
+                "planner",
+                &[
+                    "--llm-provider",
+                    "openai",
+                    "--llm-base-url",
+                    &llm.base_url(),
+                    "--llm-planner-model",
+                    "planner-model",
+                ],
+            ),
+            start(
+                "hermes-memory",
+                "memory",
+                &["--grpc-listen", &format!("127.0.0.1:{}", hermes_test_util::free_port())],
+            ),
+        ];
+        let dir = workspace.path().to_str().unwrap().to_owned();
+        for i in 1..=3 {
+            let id = format!("e{i}");
+            let args = [
+                "--agent-id",
+                &id,
+                "--agent-tools",
+                "fs.write,time.sleep",
+                "--agent-workspace",
+                &dir,
+                "--agent-heartbeat-ms",
+                "200",
+                "--agent-ack-wait-secs",
+                "3",
+                "--agent-max-concurrency",
+                "64",
+            ];
+            services.push(start("hermes-executor", &format!("executor-{id}"), &args));
+        }
+        let cluster =
+            Cluster { nats, workspace, ups, current: 0, agents: HashMap::new(), registry, services };
+        cluster.wait_ready(3).await;
+        cluster
+    }
+
+    /// Submits a text goal that the planner plans (with the scripted `llm`) into one append of
+    /// its tag to the effects file; returns (tag, goal id).
+    async fn submit_text(&self, llm: &ScriptedLlm, tag: &str) -> (String, String) {
+        let plan = serde_json::json!({
+            "reasoning": "one append",
+            "nodes": [{"id": "write", "task_type": "fs.write",
+                       "inputs": {"path": EFFECTS, "content": format!("{tag}\n"), "append": true}}]
+        });
+        llm.push("planner-model", ScriptedResponse::content(plan.to_string()));
+        let spec = GoalSpec {
+            text: format!("Append {tag} to the effects file"),
+            idempotency_key: tag.to_owned(),
+            timeout_ms: 120_000,
+            ..Default::default()
+        };
+        let goal_id =
+            self.client().await.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
+        (tag.to_owned(), goal_id)
+    }
+}
+
+/// 12: the production shape (every service its own binary, two dispatchers) on the cluster: goals
+/// through both dispatchers and one planned from text, while the tasks stream's leader is killed.
+async fn production_shape(trials: usize, goals_per_trial: usize) -> Row {
+    let mut row = Row { scenario: "12 cluster: own binaries, kill -9 a leader", ..Default::default() };
+    let llm = ScriptedLlm::start().await;
+    let mut cluster = Cluster::start_production_shape(&llm).await;
+    let urls = cluster.nats.url();
+    for trial in 0..trials {
+        let mut goals = Vec::new();
+        for half in 0..2 {
+            cluster.current = half;
+            goals.extend(cluster.submit(&format!("s12t{trial}d{half}"), goals_per_trial / 2, 300).await);
+        }
+        let tag = format!("s12t{trial}-text-{}", hermes_core::now_unix_ms());
+        goals.push(cluster.submit_text(&llm, &tag).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let leader = stream_leader(&urls, "HERMES_TASKS").await;
+        let i = cluster.victim(Victim::TasksLeader, leader);
+        let killed = Instant::now();
+        cluster.nats.three().kill(i);
+        let completed = cluster.wait_all(&goals, Duration::from_secs(120)).await;
+        row.recovery_ms.push(killed.elapsed().as_secs_f64() * 1000.0);
+        row.trials += 1;
+        row.count(&cluster, &goals, &completed);
+        cluster.nats.three().restart(i);
+        wait_streams_current(&urls, Duration::from_secs(60)).await;
+    }
+    assert!(cluster.services.iter_mut().all(|s| s.alive()), "a service of the production shape exited");
+    row
+}
+
 /// Prints the table of `rows` and fails on any loss or duplicate.
 fn report(rows: &[Row], recovery: &str) {
     println!(
@@ -823,7 +966,8 @@ async fn cluster_chaos() {
             "9" => kill_a_cluster_server(Victim::MetaLeader, trials, goals).await,
             "10" => freeze_a_cluster_server(trials, goals, Duration::from_secs(6)).await,
             "11" => rolling_restart(1, goals / 3).await,
-            _ => panic!("HERMES_CLUSTER_ONLY: 8, 9, 10 or 11"),
+            "12" => production_shape(trials, goals).await,
+            _ => panic!("HERMES_CLUSTER_ONLY: 8, 9, 10, 11 or 12"),
         };
         return report(&[row], "");
     }
@@ -832,6 +976,7 @@ async fn cluster_chaos() {
         kill_a_cluster_server(Victim::MetaLeader, trials, goals).await,
         freeze_a_cluster_server(trials, goals, Duration::from_secs(6)).await,
         rolling_restart(if full { 2 } else { 1 }, goals / 3).await,
+        production_shape(trials, goals).await,
     ];
     report(
         &rows,

@@ -19,6 +19,7 @@ use tokio::sync::{Mutex, Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
 mod fairness;
+mod footprint;
 mod memory;
 mod routing;
 mod watchers;
@@ -34,6 +35,10 @@ struct Scale {
     throughput_tasks: usize,
     in_flight: usize,
     fan_out: usize,
+    /// Nodes of the chain row, each depending on the one before.
+    chain: usize,
+    /// Goals the footprint row's dispatcher runs before its memory is measured again.
+    footprint_goals: usize,
     routing_agents: usize,
     registry_sizes: &'static [usize],
     memory_vectors: &'static [usize],
@@ -49,6 +54,8 @@ const FULL: Scale = Scale {
     throughput_tasks: 10_000,
     in_flight: 1000,
     fan_out: 1000,
+    chain: 50,
+    footprint_goals: 10_000,
     routing_agents: 10_000,
     registry_sizes: &[10_000, 20_000, 40_000],
     memory_vectors: &[10_000, 100_000],
@@ -62,6 +69,8 @@ const SMOKE: Scale = Scale {
     throughput_tasks: 200,
     in_flight: 50,
     fan_out: 50,
+    chain: 5,
+    footprint_goals: 100,
     routing_agents: 200,
     registry_sizes: &[200, 400],
     memory_vectors: &[500],
@@ -120,6 +129,7 @@ async fn main() -> anyhow::Result<()> {
     let goal_tput = goal_throughput(&grpc, &completions).await?;
     let goal_ops = (messages_in(&nats) - goal_in) / scale().throughput_tasks as f64;
     let fan_out = fan_out_wall(&grpc, &completions).await?;
+    let chain = chain_wall(&grpc, &completions).await?;
     let http = stack.http_url().context("the bench stack serves HTTP")?;
     let mut watch_runs = Vec::new();
     for &n in scale().watchers {
@@ -131,6 +141,7 @@ async fn main() -> anyhow::Result<()> {
     stack.stop().await;
     let (flood, samples) = scale().fairness;
     let fair = fairness::measure(&nats.url(), flood, samples).await?;
+    let footprint = footprint::measure(scale().footprint_goals, scale().in_flight).await?;
 
     println!("{:<58} {:>12} {:>12} {:>10}", "measure", "value", "floor", "ratio");
     println!("{}", "-".repeat(95));
@@ -146,10 +157,19 @@ async fn main() -> anyhow::Result<()> {
     let width = scale().fan_out;
     let floor_fan_out_ms = width as f64 / floor_tput * 1000.0;
     row(&format!("hermes {width}-node fan-out goal wall time (ms)"), fan_out, floor_fan_out_ms);
-    println!("\nratio = value / floor. For the fan-out, the floor is {width} tasks at the floor's rate.");
-    println!("targets: single-node goal p50 <= 1500 µs; >= 10000 tasks/s.");
+    let depth = scale().chain;
+    row(&format!("hermes {depth}-deep chain, per hop (ms)"), chain / depth as f64, floor_lat.0 / 1000.0);
+    println!(
+        "\nratio = value / floor. For the fan-out, the floor is {width} tasks at the floor's rate; for the\n\
+         chain, one task round trip (p50) per hop."
+    );
+    println!(
+        "targets: single-node goal p50 <= 1000 µs; >= 10000 goals/s and >= 0.25 of the floor's rate;\n\
+         a 1000-node fan-out <= 100 ms; a 50-deep chain <= 1 ms per hop."
+    );
     watch_rows(&watch_runs);
     fairness::rows(&fair);
+    footprint::rows(&footprint);
     let agents = scale().routing_agents;
     println!("\n{:<58} {:>12} {:>12}", format!("routing, {agents} agents over 100 task types"), "p50", "p99");
     println!("{}", "-".repeat(84));
@@ -562,10 +582,21 @@ async fn goal_throughput(
     grpc: &DispatcherClient<tonic::transport::Channel>,
     done: &Completions,
 ) -> anyhow::Result<f64> {
-    let window = Arc::new(Semaphore::new(scale().in_flight));
+    run_goals(grpc, done, scale().throughput_tasks, scale().in_flight).await
+}
+
+/// Runs `goals` single-node goals, `in_flight` at a time, each to its end; returns goals per
+/// second.
+async fn run_goals(
+    grpc: &DispatcherClient<tonic::transport::Channel>,
+    done: &Completions,
+    goals: usize,
+    in_flight: usize,
+) -> anyhow::Result<f64> {
+    let window = Arc::new(Semaphore::new(in_flight));
     let start = Instant::now();
     let mut running = tokio::task::JoinSet::new();
-    for i in 0..scale().throughput_tasks {
+    for i in 0..goals {
         let permit = window.clone().acquire_owned().await?;
         let (grpc, done) = (grpc.clone(), done.clone());
         running.spawn(async move {
@@ -583,7 +614,7 @@ async fn goal_throughput(
     while let Some(r) = running.join_next().await {
         r??;
     }
-    Ok(scale().throughput_tasks as f64 / start.elapsed().as_secs_f64())
+    Ok(goals as f64 / start.elapsed().as_secs_f64())
 }
 
 async fn fan_out_wall(
@@ -602,5 +633,34 @@ async fn fan_out_wall(
     let start = Instant::now();
     let id = submit(grpc, spec).await?;
     tokio::time::timeout(Duration::from_secs(300), done.wait(id)).await.context("fan-out did not finish")?;
+    Ok(start.elapsed().as_secs_f64() * 1000.0)
+}
+
+/// Wall time (ms) of a goal whose nodes form one chain, each depending on the one before and
+/// reading its output through a `$ref`.
+async fn chain_wall(
+    grpc: &DispatcherClient<tonic::transport::Channel>,
+    done: &Completions,
+) -> anyhow::Result<f64> {
+    let nodes = (0..scale().chain)
+        .map(|i| {
+            let inputs = if i == 0 {
+                serde_json::json!({"expression": "1"})
+            } else {
+                let previous = format!("n{}.value", i - 1);
+                serde_json::json!({"expression": "x + 1", "variables": {"x": {"$ref": previous}}})
+            };
+            TaskNode {
+                id: format!("n{i}"),
+                task_type: "math.evaluate".into(),
+                inputs_json: inputs.to_string(),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let spec = GoalSpec { plan: Some(TaskPlan { nodes, ..Default::default() }), ..Default::default() };
+    let start = Instant::now();
+    let id = submit(grpc, spec).await?;
+    tokio::time::timeout(Duration::from_secs(300), done.wait(id)).await.context("the chain did not finish")?;
     Ok(start.elapsed().as_secs_f64() * 1000.0)
 }

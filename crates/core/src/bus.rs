@@ -320,25 +320,47 @@ impl Bus {
         })
     }
 
-    /// Creates (or binds to) a durable pull consumer.
+    /// Creates (or binds to) a durable pull consumer. A request that times out or finds no
+    /// leader (a JetStream cluster starting, or electing one) is tried again for up to
+    /// [`CONSUMER_PATIENCE`]: creating it again is harmless, since one that was created after
+    /// all is then bound to.
     pub async fn durable_consumer(&self, spec: ConsumerSpec) -> Result<consumer::PullConsumer> {
-        let stream =
-            self.inner.js.get_stream(&spec.stream).await.map_err(|e| Error::jetstream("get stream", e))?;
-        stream
-            .get_or_create_consumer(
-                &spec.name,
-                consumer::pull::Config {
-                    durable_name: Some(spec.name.clone()),
-                    filter_subject: spec.filter_subject.clone(),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: spec.ack_wait,
-                    max_deliver: spec.max_deliver,
-                    max_ack_pending: spec.max_ack_pending,
-                    ..Default::default()
+        use async_nats::jetstream::context::GetStreamErrorKind;
+        use async_nats::jetstream::stream::ConsumerErrorKind;
+        let leaderless = |e: &jetstream::Error| e.code() == 503 || e.code() == 408;
+        let deadline = std::time::Instant::now() + CONSUMER_PATIENCE;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let transient = match self.inner.js.get_stream(&spec.stream).await {
+                Ok(stream) => match stream.get_or_create_consumer(&spec.name, consumer_config(&spec)).await {
+                    Ok(consumer) => return Ok(consumer),
+                    Err(e) => {
+                        let again = match e.kind() {
+                            ConsumerErrorKind::TimedOut | ConsumerErrorKind::Request => true,
+                            ConsumerErrorKind::JetStream(e) => leaderless(&e),
+                            _ => false,
+                        };
+                        (again, Error::jetstream("create consumer", e))
+                    }
                 },
-            )
-            .await
-            .map_err(|e| Error::jetstream("create consumer", e))
+                Err(e) => {
+                    let again = match e.kind() {
+                        GetStreamErrorKind::Request => true,
+                        GetStreamErrorKind::JetStream(e) => leaderless(&e),
+                        _ => false,
+                    };
+                    (again, Error::jetstream("get stream", e))
+                }
+            };
+            match transient {
+                (true, e) if std::time::Instant::now() + pause < deadline => {
+                    warn!(consumer = %spec.name, error = %e, "cannot bind the consumer yet; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                (_, e) => return Err(e),
+            }
+        }
     }
 
     /// The messages of a durable consumer that heals itself: when the consumer disappears (a
@@ -605,6 +627,21 @@ where
         let again = msg.info().is_ok_and(|info| !handed.insert(info.stream_sequence));
         let delay = again.then_some(HAND_BACK_DELAY);
         let _ = msg.ack_with(AckKind::Nak(delay)).await;
+    }
+}
+
+/// How long [`Bus::durable_consumer`] tries again while JetStream times out or has no leader.
+pub const CONSUMER_PATIENCE: Duration = Duration::from_secs(30);
+
+fn consumer_config(spec: &ConsumerSpec) -> consumer::pull::Config {
+    consumer::pull::Config {
+        durable_name: Some(spec.name.clone()),
+        filter_subject: spec.filter_subject.clone(),
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait: spec.ack_wait,
+        max_deliver: spec.max_deliver,
+        max_ack_pending: spec.max_ack_pending,
+        ..Default::default()
     }
 }
 

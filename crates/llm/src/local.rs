@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::quantized_llama;
+use hermes_candle_models::models::quantized_llama;
 use futures::future::BoxFuture;
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};

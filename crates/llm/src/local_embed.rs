@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::bert::{BertModel, Config};
+use hermes_candle_models::models::bert::{BertModel, Config};
 use futures::future::BoxFuture;
 
 use crate::LlmError;

@@ -10,7 +10,7 @@ use candle_core::{
     quantized::{QMatMul, gguf_file},
 };
 use candle_nn::{Embedding, Module};
-use candle_transformers::{quantized_nn::RmsNorm, utils::repeat_kv};
+use hermes_candle_models::{quantized_nn::RmsNorm, utils::repeat_kv};
 use std::collections::HashMap;
 
 #[derive(Debug, Clone)]
@@ -264,7 +264,7 @@ impl ModelWeights {
         if let Some(mask) = self.masks.get(&(seq_len, kv_len)) {
             Ok(mask.clone())
         } else {
-            let mask = candle_transformers::utils::build_causal_mask(seq_len, index_pos, device)?;
+            let mask = hermes_candle_models::utils::build_causal_mask(seq_len, index_pos, device)?;
             self.masks.insert((seq_len, kv_len), mask.clone());
             Ok(mask)
         }

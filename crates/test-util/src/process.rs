@@ -206,6 +206,14 @@ impl HermesUp {
     }
 }
 
+impl HermesUp {
+    /// The process and its gRPC address, for a caller that keeps `hermes up`s beside other
+    /// Hermes processes.
+    pub fn into_parts(self) -> (HermesProcess, String) {
+        (self.process, self.grpc)
+    }
+}
+
 impl std::ops::Deref for HermesUp {
     type Target = HermesProcess;
     fn deref(&self) -> &HermesProcess {
