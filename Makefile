@@ -97,9 +97,12 @@ nextest:
 demo: tools models
 	@scripts/demo.sh
 
-## bench: JetStream floor vs Hermes, in one run against one nats-server
+## bench: JetStream floor vs Hermes, in one run against one nats-server; the footprint rows run
+## the service binaries built beside it (one cargo invocation, so they share one build)
 bench: tools models
-	$(CARGO) run --release -p hermes-bench --features hermes-bench/local
+	$(CARGO) build --release -p hermes-bench -p hermes-dispatcher -p hermes-registry -p hermes-executor \
+		--features hermes-bench/local
+	target/release/hermes-bench
 
 ## bench-peers: Celery beside Hermes and the JetStream floor, in one run: the floor's and Hermes's
 ## rows of the bench (HERMES_BENCH_ROWS=peers), then the same two shapes through Celery with 2

@@ -125,9 +125,16 @@ async fn main() -> anyhow::Result<()> {
     let completions = Completions::start(&client).await?;
 
     let goal_lat = goal_latency(&grpc, &completions).await?;
+    let tap = match std::env::var("HERMES_BENCH_WIRETAP") {
+        Ok(_) => Some(Wiretap::start(&client).await?),
+        Err(_) => None,
+    };
     let goal_in = messages_in(&nats);
     let goal_tput = goal_throughput(&grpc, &completions).await?;
     let goal_ops = (messages_in(&nats) - goal_in) / scale().throughput_tasks as f64;
+    if let Some(tap) = tap {
+        tap.print(scale().throughput_tasks).await;
+    }
     let fan_out = fan_out_wall(&grpc, &completions).await?;
     let chain = chain_wall(&grpc, &completions).await?;
     let http = stack.http_url().context("the bench stack serves HTTP")?;
@@ -663,4 +670,57 @@ async fn chain_wall(
     let id = submit(grpc, spec).await?;
     tokio::time::timeout(Duration::from_secs(300), done.wait(id)).await.context("the chain did not finish")?;
     Ok(start.elapsed().as_secs_f64() * 1000.0)
+}
+
+/// `HERMES_BENCH_WIRETAP=1`: counts every message published during the throughput row by the
+/// kind of subject it went to, so the operations per goal can be told apart.
+struct Wiretap {
+    counts: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Wiretap {
+    async fn start(client: &async_nats::Client) -> anyhow::Result<Wiretap> {
+        let mut all = client.subscribe(">").await?;
+        client.flush().await?;
+        let counts: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>> = Default::default();
+        let inner = counts.clone();
+        let task = tokio::spawn(async move {
+            while let Some(msg) = all.next().await {
+                let kind = subject_kind(msg.subject.as_str());
+                *inner.lock().unwrap_or_else(|p| p.into_inner()).entry(kind).or_default() += 1;
+            }
+        });
+        Ok(Wiretap { counts, task })
+    }
+
+    async fn print(self, goals: usize) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.task.abort();
+        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        println!("\nmessages per goal during the throughput row, by subject (HERMES_BENCH_WIRETAP):");
+        let mut rows: Vec<_> = counts.into_iter().collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1));
+        for (kind, n) in rows {
+            println!("  {:>8.2}  {kind}", n as f64 / goals as f64);
+        }
+    }
+}
+
+/// A subject with its ids left out: `hermes.event.g-1` is `hermes.event.*`; JetStream API calls
+/// keep their verb and stream, acks are `$JS.ACK`.
+fn subject_kind(subject: &str) -> String {
+    if subject.starts_with("$JS.ACK.") {
+        return "$JS.ACK (acks, naks, progress)".into();
+    }
+    if subject.starts_with("_INBOX") {
+        return "_INBOX (replies)".into();
+    }
+    let parts: Vec<&str> = subject.split('.').collect();
+    let keep = if subject.starts_with("$JS.API.") || subject.starts_with("$KV.") { 4 } else { 3 };
+    let mut kind = parts.iter().take(keep).copied().collect::<Vec<_>>().join(".");
+    if parts.len() > keep {
+        kind.push_str(".*");
+    }
+    kind
 }

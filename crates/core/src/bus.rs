@@ -200,8 +200,7 @@ impl Bus {
                 ),
             });
         }
-        let [goals, agents, ledger, approvals] = ensure_topology(&js, &config).await?;
-        let store = ensure_object_store(&js, &config).await?;
+        let ([goals, agents, ledger, approvals], store) = provision(&js, &config).await?;
         let artifacts = crate::artifacts::Artifacts::new(store, config.inline_limit);
         Ok(Bus {
             inner: Arc::new(BusInner { client, js, config, goals, agents, ledger, approvals, artifacts }),
@@ -741,6 +740,46 @@ pub fn check_server_version(version: &str) -> Result<()> {
     }
 }
 
+/// How long a service starting tries again to create or open Hermes's streams and buckets while
+/// JetStream answers as it does when a cluster is still forming or electing a leader.
+pub const PROVISION_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Whether a JetStream failure is one a cluster that is forming or electing a leader gives, and
+/// goes away by itself: a request timed out or found no responder, no leader yet, or too few
+/// peers for the replicas (JetStream error 10023) yet. Judged on the message, which is what the
+/// creating calls leave.
+fn transient(reason: &str) -> bool {
+    let reason = reason.to_ascii_lowercase();
+    ["timed out", "no responders", "request failed", "leader", "insufficient resources", "503", "10023"]
+        .iter()
+        .any(|t| reason.contains(t))
+}
+
+/// Creates or opens the streams, buckets and object store, trying again for up to
+/// [`PROVISION_PATIENCE`] while the failures are [`transient`]: every step finds what an earlier
+/// try (or another service) created.
+async fn provision(
+    js: &jetstream::Context,
+    config: &BusConfig,
+) -> Result<([kv::Store; 4], jetstream::object_store::ObjectStore)> {
+    let deadline = std::time::Instant::now() + PROVISION_PATIENCE;
+    let mut pause = Duration::from_millis(200);
+    loop {
+        let tried = async { Ok((ensure_topology(js, config).await?, ensure_object_store(js, config).await?)) };
+        match tried.await {
+            Ok(done) => return Ok(done),
+            Err(Error::JetStream { operation, reason })
+                if transient(&reason) && std::time::Instant::now() + pause < deadline =>
+            {
+                warn!(operation, reason, "JetStream is not ready for the streams yet; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<[kv::Store; 4]> {
     let t = &config.topology;
     let dedupe = Duration::from_secs(120);
@@ -894,6 +933,14 @@ async fn ensure_bucket(js: &jetstream::Context, config: kv::Config) -> Result<kv
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forming_cluster_is_waited_for_and_a_wrong_config_is_not() {
+        assert!(transient("HERMES_TASKS: timed out"));
+        assert!(transient("HERMES_TASKS: JetStream error: insufficient resources (code 503, error code 10023)"));
+        assert!(transient("hermes_goals: no responders"));
+        assert!(!transient("HERMES_TASKS: stream name already in use with a different configuration"));
+    }
 
     #[test]
     fn old_servers_are_refused() {

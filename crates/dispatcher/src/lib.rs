@@ -165,7 +165,7 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
             name: topology.results_consumer().to_owned(),
             filter_subject: topology.all_results(),
             ack_wait: workers::results::RESULT_ACK_WAIT,
-            max_deliver: 10,
+            max_deliver: workers::APPLY_MAX_DELIVER,
             max_ack_pending: 20_000,
         })
         .await
@@ -176,7 +176,7 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
             name: topology.plan_results_consumer().to_owned(),
             filter_subject: topology.plan_result(),
             ack_wait: Duration::from_secs(30),
-            max_deliver: 10,
+            max_deliver: workers::APPLY_MAX_DELIVER,
             max_ack_pending: 10_000,
         })
         .await

@@ -3,7 +3,6 @@
 //! [`GoalService::apply_plan_result`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
 use hermes_core::Delivery;
@@ -42,7 +41,7 @@ pub(crate) async fn run(service: Arc<GoalService>, consumer: PullConsumer, shutd
                     Ok(()) => Handled::Done,
                     Err(e) => {
                         warn!(goal_id = %delivery.message.goal_id, error = %e, "cannot apply plan result; will retry");
-                        Handled::Retry { after: Duration::from_millis(500) }
+                        Handled::Retry { after: super::retry_after(delivery.delivered()) }
                     }
                 }
             }

@@ -135,17 +135,18 @@ async fn drain(service: &GoalService, inboxes: &Inboxes, held: &Held, goal_id: &
         for other in &batch[1..] {
             hermes_core::trace::link(&span, other.trace.as_ref());
         }
-        let handled = match service.apply_results(goal_id, &results).instrument(span).await {
-            // Redelivery of an applied result is harmless (it is recognised as stale), so the
-            // ack need not wait for the server's confirmation.
-            Ok(_) => Handled::DoneUnconfirmed,
-            Err(e) => {
-                warn!(goal_id, error = %e, results = batch.len(), "cannot apply results; will retry");
-                Handled::Retry { after: Duration::from_millis(500) }
-            }
-        };
+        let applied = service.apply_results(goal_id, &results).instrument(span).await;
+        if let Err(e) = &applied {
+            warn!(goal_id, error = %e, results = batch.len(), "cannot apply results; will retry");
+        }
         for delivery in &batch {
-            delivery.settle(service.bus(), "result", handled.clone()).await;
+            let handled = match &applied {
+                // Redelivery of an applied result is harmless (it is recognised as stale), so
+                // the ack need not wait for the server's confirmation.
+                Ok(_) => Handled::DoneUnconfirmed,
+                Err(_) => Handled::Retry { after: super::retry_after(delivery.delivered()) },
+            };
+            delivery.settle(service.bus(), "result", handled).await;
             held.remove(&key(delivery));
         }
     }
