@@ -717,7 +717,13 @@ fn subject_kind(subject: &str) -> String {
         return "_INBOX (replies)".into();
     }
     let parts: Vec<&str> = subject.split('.').collect();
-    let keep = if subject.starts_with("$JS.API.") || subject.starts_with("$KV.") { 4 } else { 3 };
+    let keep = if subject.starts_with("$JS.API.") {
+        4
+    } else if subject.starts_with("$KV.") || !subject.starts_with("hermes.task.") {
+        2
+    } else {
+        4
+    };
     let mut kind = parts.iter().take(keep).copied().collect::<Vec<_>>().join(".");
     if parts.len() > keep {
         kind.push_str(".*");
