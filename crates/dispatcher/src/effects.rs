@@ -91,7 +91,9 @@ impl Followups {
         let _ = self.unserved.send(task);
     }
 
-    fn unsent(&self, goal_id: &str) {
+    /// Has the timers worker publish the goal's in-flight tasks again, until that succeeds: for
+    /// a transition whose effects could not be sent, or whose write's outcome is unknown.
+    pub(crate) fn unsent(&self, goal_id: &str) {
         let _ = self.unsent.send(goal_id.to_owned());
     }
 }

@@ -405,7 +405,13 @@ impl GoalService {
                 Ok(Some((updated.state, value)))
             }
             Ok(None) | Err(Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e),
+            Err(e) => {
+                // The write may have landed with only its answer lost (a timeout while a cluster
+                // elects a leader): its effects would then never be sent, since the retried
+                // cause finds its work done. The goal's in-flight tasks are published again.
+                self.effects.followups().unsent(goal_id);
+                Err(e)
+            }
         }
     }
 
@@ -535,6 +541,8 @@ impl GoalService {
         // Stored by a racing submit of the same key (`Ok(false)`), the goal keeps its place.
         if created.is_err() {
             self.quotas.release(tenant.as_deref(), &state.goal_id).await;
+            // As in `transition`: the goal may be stored with only the answer lost.
+            self.effects.followups().unsent(&state.goal_id);
         }
         if !created? {
             return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });

@@ -66,8 +66,18 @@ pub(crate) async fn run(
                 let Ok(notice) = hermes_proto::AgentOffline::decode(msg.payload) else { continue };
                 let service = service.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = take_over(&service, &notice.agent_id, &notice.reason).await {
-                        warn!(agent = %notice.agent_id, error = %e, "cannot take over an offline agent's tasks");
+                    // A takeover cut short (the cluster without a leader for the goals bucket)
+                    // is tried again: the agent may really be gone, with its tasks waiting.
+                    let mut pause = Duration::from_secs(1);
+                    for attempt in 1..=TAKEOVER_TRIES {
+                        match take_over(&service, &notice.agent_id, &notice.reason).await {
+                            Ok(_) => break,
+                            Err(e) => {
+                                warn!(agent = %notice.agent_id, attempt, error = %e, "cannot take over an offline agent's tasks");
+                                tokio::time::sleep(pause).await;
+                                pause = (pause * 2).min(Duration::from_secs(10));
+                            }
+                        }
                     }
                 });
             }
@@ -75,6 +85,9 @@ pub(crate) async fn run(
         }
     }
 }
+
+/// How many times a takeover that fails is tried (over about half a minute).
+const TAKEOVER_TRIES: u32 = 6;
 
 /// Takes over the directed work of an agent that went offline. Returns how many tasks moved.
 async fn take_over(service: &GoalService, agent_id: &str, reason: &str) -> Result<usize> {
@@ -107,6 +120,26 @@ async fn take_over(service: &GoalService, agent_id: &str, reason: &str) -> Resul
         })
         .await?;
     let why = format!("agent {agent_id} went offline ({reason})");
+    let drained = drain(service, &consumer, last_before, &why).await;
+    // Whatever happened, the drain consumer goes: left behind, it would keep the agent (back, or
+    // another with its id) from creating its own consumer on the work-queue stream for ever.
+    if let Err(e) = stream.delete_consumer(&topology.reassign_consumer(agent_id)).await {
+        warn!(agent = %agent_id, error = %e, "cannot delete the takeover's drain consumer");
+    }
+    let moved = drained?;
+    info!(agent = %agent_id, moved, event = "agent_work_reassigned", "took over an offline agent's tasks");
+    Ok(moved)
+}
+
+/// Moves every task `consumer` holds that was sent before stream sequence `last_before` to
+/// another agent, as a new attempt; returns how many moved.
+async fn drain(
+    service: &GoalService,
+    consumer: &async_nats::jetstream::consumer::PullConsumer,
+    last_before: u64,
+    why: &str,
+) -> Result<usize> {
+    let bus = service.bus();
     let mut moved = 0;
     loop {
         let mut batch = consumer
@@ -130,18 +163,15 @@ async fn take_over(service: &GoalService, agent_id: &str, reason: &str) -> Resul
                 continue;
             };
             let task = &delivery.message;
-            if service.reassign(&task.goal_id, &task.node_id, &task.task_id, &why).await? {
+            if service.reassign(&task.goal_id, &task.node_id, &task.task_id, why).await? {
                 moved += 1;
             }
             delivery.settle(bus, "task", Handled::Done).await;
         }
         if seen == 0 || caught_up {
-            break;
+            return Ok(moved);
         }
     }
-    let _ = stream.delete_consumer(&topology.reassign_consumer(agent_id)).await;
-    info!(agent = %agent_id, moved, event = "agent_work_reassigned", "took over an offline agent's tasks");
-    Ok(moved)
 }
 
 /// Fails the nodes that waited longer than `no_agent_wait` for an agent serving their type.
