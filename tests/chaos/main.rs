@@ -112,8 +112,15 @@ impl Cluster {
             })
             .collect();
         let registry = ups[0].grpc.clone();
-        let mut cluster =
-            Cluster { nats, workspace, ups, current: 0, agents: HashMap::new(), registry, services: Vec::new() };
+        let mut cluster = Cluster {
+            nats,
+            workspace,
+            ups,
+            current: 0,
+            agents: HashMap::new(),
+            registry,
+            services: Vec::new(),
+        };
         for id in agent_ids {
             cluster.start_agent(id);
         }
@@ -157,8 +164,7 @@ impl Cluster {
     async fn wait_ready(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let channel =
-                Channel::from_shared(format!("http://{}", self.registry)).unwrap().connect().await;
+            let channel = Channel::from_shared(format!("http://{}", self.registry)).unwrap().connect().await;
             if let Ok(channel) = channel {
                 let mut registry = hermes_proto::registry_client::RegistryClient::new(channel);
                 if let Ok(reply) = registry.list_agents(hermes_proto::ListAgentsRequest {}).await {
@@ -898,8 +904,14 @@ impl Cluster {
             timeout_ms: 120_000,
             ..Default::default()
         };
-        let goal_id =
-            self.client().await.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
+        let goal_id = self
+            .client()
+            .await
+            .submit_goal(SubmitGoalRequest { spec: Some(spec) })
+            .await
+            .unwrap()
+            .into_inner()
+            .goal_id;
         (tag.to_owned(), goal_id)
     }
 }

@@ -25,11 +25,7 @@ pub struct Footprint {
 fn sibling(name: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let path = exe.with_file_name(name);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!("{} is not built", path.display()))
-    }
+    if path.is_file() { Ok(path) } else { Err(format!("{} is not built", path.display())) }
 }
 
 fn free_addr() -> String {
@@ -40,10 +36,11 @@ fn free_addr() -> String {
 /// the dispatcher idle, runs `goals` single-node goals with `in_flight` at a time, and measures
 /// the dispatcher again. `Err(why)` when the binaries are not built.
 pub async fn measure(goals: usize, in_flight: usize) -> anyhow::Result<Result<Footprint, String>> {
-    let binaries = match (sibling("hermes-registry"), sibling("hermes-dispatcher"), sibling("hermes-executor")) {
-        (Ok(r), Ok(d), Ok(e)) => (r, d, e),
-        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => return Ok(Err(why)),
-    };
+    let binaries =
+        match (sibling("hermes-registry"), sibling("hermes-dispatcher"), sibling("hermes-executor")) {
+            (Ok(r), Ok(d), Ok(e)) => (r, d, e),
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => return Ok(Err(why)),
+        };
     let nats = hermes_test_util::NatsServer::start();
     let dir = tempfile::tempdir()?;
     let url = nats.url();
@@ -67,7 +64,8 @@ pub async fn measure(goals: usize, in_flight: usize) -> anyhow::Result<Result<Fo
         "agent",
         &["--agent-id", "footprint-1", "--agent-tools", "math.evaluate", "--agent-workspace", &workspace],
     );
-    let mut registry = connect(&registry_addr, |c| async move { RegistryClient::connect(c).await.ok() }).await?;
+    let mut registry =
+        connect(&registry_addr, |c| async move { RegistryClient::connect(c).await.ok() }).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let listed = registry.list_agents(hermes_proto::ListAgentsRequest {}).await;

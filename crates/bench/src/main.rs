@@ -668,7 +668,9 @@ async fn chain_wall(
     let spec = GoalSpec { plan: Some(TaskPlan { nodes, ..Default::default() }), ..Default::default() };
     let start = Instant::now();
     let id = submit(grpc, spec).await?;
-    tokio::time::timeout(Duration::from_secs(300), done.wait(id)).await.context("the chain did not finish")?;
+    tokio::time::timeout(Duration::from_secs(300), done.wait(id))
+        .await
+        .context("the chain did not finish")?;
     Ok(start.elapsed().as_secs_f64() * 1000.0)
 }
 
@@ -700,7 +702,7 @@ impl Wiretap {
         let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone();
         println!("\nmessages per goal during the throughput row, by subject (HERMES_BENCH_WIRETAP):");
         let mut rows: Vec<_> = counts.into_iter().collect();
-        rows.sort_by(|a, b| b.1.cmp(&a.1));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1));
         for (kind, n) in rows {
             println!("  {:>8.2}  {kind}", n as f64 / goals as f64);
         }

@@ -153,26 +153,12 @@ struct BertEmbeddings {
 
 impl BertEmbeddings {
     fn load(vb: VarBuilder, config: &Config) -> Result<Self> {
-        let word_embeddings = embedding(
-            config.vocab_size,
-            config.hidden_size,
-            vb.pp("word_embeddings"),
-        )?;
-        let position_embeddings = embedding(
-            config.max_position_embeddings,
-            config.hidden_size,
-            vb.pp("position_embeddings"),
-        )?;
-        let token_type_embeddings = embedding(
-            config.type_vocab_size,
-            config.hidden_size,
-            vb.pp("token_type_embeddings"),
-        )?;
-        let layer_norm = layer_norm(
-            config.hidden_size,
-            config.layer_norm_eps,
-            vb.pp("LayerNorm"),
-        )?;
+        let word_embeddings = embedding(config.vocab_size, config.hidden_size, vb.pp("word_embeddings"))?;
+        let position_embeddings =
+            embedding(config.max_position_embeddings, config.hidden_size, vb.pp("position_embeddings"))?;
+        let token_type_embeddings =
+            embedding(config.type_vocab_size, config.hidden_size, vb.pp("token_type_embeddings"))?;
+        let layer_norm = layer_norm(config.hidden_size, config.layer_norm_eps, vb.pp("LayerNorm"))?;
         Ok(Self {
             word_embeddings,
             position_embeddings: Some(position_embeddings),
@@ -280,18 +266,9 @@ struct BertSelfOutput {
 impl BertSelfOutput {
     fn load(vb: VarBuilder, config: &Config) -> Result<Self> {
         let dense = linear(config.hidden_size, config.hidden_size, vb.pp("dense"))?;
-        let layer_norm = layer_norm(
-            config.hidden_size,
-            config.layer_norm_eps,
-            vb.pp("LayerNorm"),
-        )?;
+        let layer_norm = layer_norm(config.hidden_size, config.layer_norm_eps, vb.pp("LayerNorm"))?;
         let dropout = Dropout::new(config.hidden_dropout_prob);
-        Ok(Self {
-            dense,
-            layer_norm,
-            dropout,
-            span: tracing::span!(tracing::Level::TRACE, "self-out"),
-        })
+        Ok(Self { dense, layer_norm, dropout, span: tracing::span!(tracing::Level::TRACE, "self-out") })
     }
 
     fn forward(&self, hidden_states: &Tensor, input_tensor: &Tensor) -> Result<Tensor> {
@@ -314,11 +291,7 @@ impl BertAttention {
     fn load(vb: VarBuilder, config: &Config) -> Result<Self> {
         let self_attention = BertSelfAttention::load(vb.pp("self"), config)?;
         let self_output = BertSelfOutput::load(vb.pp("output"), config)?;
-        Ok(Self {
-            self_attention,
-            self_output,
-            span: tracing::span!(tracing::Level::TRACE, "attn"),
-        })
+        Ok(Self { self_attention, self_output, span: tracing::span!(tracing::Level::TRACE, "attn") })
     }
 
     fn forward(&self, hidden_states: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
@@ -369,18 +342,9 @@ struct BertOutput {
 impl BertOutput {
     fn load(vb: VarBuilder, config: &Config) -> Result<Self> {
         let dense = linear(config.intermediate_size, config.hidden_size, vb.pp("dense"))?;
-        let layer_norm = layer_norm(
-            config.hidden_size,
-            config.layer_norm_eps,
-            vb.pp("LayerNorm"),
-        )?;
+        let layer_norm = layer_norm(config.hidden_size, config.layer_norm_eps, vb.pp("LayerNorm"))?;
         let dropout = Dropout::new(config.hidden_dropout_prob);
-        Ok(Self {
-            dense,
-            layer_norm,
-            dropout,
-            span: tracing::span!(tracing::Level::TRACE, "out"),
-        })
+        Ok(Self { dense, layer_norm, dropout, span: tracing::span!(tracing::Level::TRACE, "out") })
     }
 
     fn forward(&self, hidden_states: &Tensor, input_tensor: &Tensor) -> Result<Tensor> {
@@ -405,12 +369,7 @@ impl BertLayer {
         let attention = BertAttention::load(vb.pp("attention"), config)?;
         let intermediate = BertIntermediate::load(vb.pp("intermediate"), config)?;
         let output = BertOutput::load(vb.pp("output"), config)?;
-        Ok(Self {
-            attention,
-            intermediate,
-            output,
-            span: tracing::span!(tracing::Level::TRACE, "layer"),
-        })
+        Ok(Self { attention, intermediate, output, span: tracing::span!(tracing::Level::TRACE, "layer") })
     }
 
     fn forward(&self, hidden_states: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
@@ -420,9 +379,7 @@ impl BertLayer {
         // https://github.com/huggingface/transformers/blob/6eedfa6dd15dc1e22a55ae036f681914e5a0d9a1/src/transformers/models/bert/modeling_bert.py#L523
         // TODO: Support something similar to `apply_chunking_to_forward`?
         let intermediate_output = self.intermediate.forward(&attention_output)?;
-        let layer_output = self
-            .output
-            .forward(&intermediate_output, &attention_output)?;
+        let layer_output = self.output.forward(&intermediate_output, &attention_output)?;
         Ok(layer_output)
     }
 }
@@ -464,11 +421,7 @@ pub struct BertModel {
 
 impl BertModel {
     pub fn load(vb: VarBuilder, config: &Config) -> Result<Self> {
-        let vb = if vb.contains_tensor("bert") {
-            vb.pp("bert")
-        } else {
-            vb
-        };
+        let vb = if vb.contains_tensor("bert") { vb.pp("bert") } else { vb };
         let (embeddings, encoder) = match (
             BertEmbeddings::load(vb.pp("embeddings"), config),
             BertEncoder::load(vb.pp("encoder"), config),
@@ -525,11 +478,8 @@ fn get_extended_attention_mask(attention_mask: &Tensor, dtype: DType) -> Result<
     };
     let attention_mask = attention_mask.to_dtype(dtype)?;
     // torch.finfo(dtype).min
-    (attention_mask.ones_like()? - &attention_mask)?.broadcast_mul(
-        &Tensor::try_from(f32::MIN)?
-            .to_device(attention_mask.device())?
-            .to_dtype(dtype)?,
-    )
+    (attention_mask.ones_like()? - &attention_mask)?
+        .broadcast_mul(&Tensor::try_from(f32::MIN)?.to_device(attention_mask.device())?.to_dtype(dtype)?)
 }
 
 //https://github.com/huggingface/transformers/blob/1bd604d11c405dfb8b78bda4062d88fc75c17de0/src/transformers/models/bert/modeling_bert.py#L752-L766
@@ -543,24 +493,14 @@ impl BertPredictionHeadTransform {
     fn load(vb: VarBuilder, config: &Config) -> Result<Self> {
         let dense = linear(config.hidden_size, config.hidden_size, vb.pp("dense"))?;
         let activation = HiddenActLayer::new(config.hidden_act);
-        let layer_norm = layer_norm(
-            config.hidden_size,
-            config.layer_norm_eps,
-            vb.pp("LayerNorm"),
-        )?;
-        Ok(Self {
-            dense,
-            activation,
-            layer_norm,
-        })
+        let layer_norm = layer_norm(config.hidden_size, config.layer_norm_eps, vb.pp("LayerNorm"))?;
+        Ok(Self { dense, activation, layer_norm })
     }
 }
 
 impl Module for BertPredictionHeadTransform {
     fn forward(&self, hidden_states: &Tensor) -> Result<Tensor> {
-        let hidden_states = self
-            .activation
-            .forward(&self.dense.forward(hidden_states)?)?;
+        let hidden_states = self.activation.forward(&self.dense.forward(hidden_states)?)?;
         self.layer_norm.forward(&hidden_states)
     }
 }
@@ -581,8 +521,7 @@ impl BertLMPredictionHead {
 
 impl Module for BertLMPredictionHead {
     fn forward(&self, hidden_states: &Tensor) -> Result<Tensor> {
-        self.decoder
-            .forward(&self.transform.forward(hidden_states)?)
+        self.decoder.forward(&self.transform.forward(hidden_states)?)
     }
 }
 
@@ -622,9 +561,7 @@ impl BertForMaskedLM {
         token_type_ids: &Tensor,
         attention_mask: Option<&Tensor>,
     ) -> Result<Tensor> {
-        let sequence_output = self
-            .bert
-            .forward(input_ids, token_type_ids, attention_mask)?;
+        let sequence_output = self.bert.forward(input_ids, token_type_ids, attention_mask)?;
         self.cls.forward(&sequence_output)
     }
 }

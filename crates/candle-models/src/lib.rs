@@ -2,7 +2,7 @@
 //! (<https://github.com/huggingface/candle>, MIT OR Apache-2.0) so that a first build compiles
 //! these three architectures rather than every model candle-transformers ships (the largest
 //! single crate of a cold build, on its critical path). The files are upstream's, unchanged
-//! except for module paths:
+//! except for module paths and the workspace's `cargo fmt`:
 //!
 //! - `models/quantized_llama.rs` as [`quantized_llama`] (SmolLM2's GGUF);
 //! - `models/bert.rs` as [`bert`] (all-MiniLM-L6-v2);

@@ -57,29 +57,20 @@ impl Module for Mlp {
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         let w1 = self.feed_forward_w1.forward(xs)?;
         let w3 = self.feed_forward_w3.forward(xs)?;
-        self.feed_forward_w2
-            .forward(&(candle_nn::ops::silu(&w1)? * w3)?)
+        self.feed_forward_w2.forward(&(candle_nn::ops::silu(&w1)? * w3)?)
     }
 }
 
 #[derive(Debug, Clone)]
 enum MlpOrMoe {
     Mlp(Mlp),
-    MoE {
-        n_expert_used: usize,
-        feed_forward_gate_inp: QMatMul,
-        experts: Vec<Mlp>,
-    },
+    MoE { n_expert_used: usize, feed_forward_gate_inp: QMatMul, experts: Vec<Mlp> },
 }
 
 impl Module for MlpOrMoe {
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         match self {
-            Self::MoE {
-                feed_forward_gate_inp,
-                experts,
-                n_expert_used,
-            } => {
+            Self::MoE { feed_forward_gate_inp, experts, n_expert_used } => {
                 let (b_size, seq_len, hidden_dim) = xs.dims3()?;
                 let xs = xs.reshape(((), hidden_dim))?;
                 let router_logits = feed_forward_gate_inp.forward(&xs)?;
@@ -121,16 +112,14 @@ impl Module for MlpOrMoe {
                     }
                     let top_x = Tensor::new(top_x.as_slice(), xs.device())?;
                     let selected_rws =
-                        Tensor::new(selected_rws[expert_idx].as_slice(), xs.device())?
-                            .reshape(((), 1))?;
+                        Tensor::new(selected_rws[expert_idx].as_slice(), xs.device())?.reshape(((), 1))?;
                     // Index the correct hidden states and compute the expert hidden state for
                     // the current expert. We need to make sure to multiply the output hidden
                     // states by `routing_weights` on the corresponding tokens (top-1 and top-2)
                     let current_state = xs.index_select(&top_x, 0)?.reshape(((), hidden_dim))?;
                     // current_hidden_states = expert_layer(current_state, routing_weights[top_x_list, idx_list, None])
                     let current_hidden_states = expert_layer.forward(&current_state)?;
-                    let current_hidden_states =
-                        current_hidden_states.broadcast_mul(&selected_rws)?;
+                    let current_hidden_states = current_hidden_states.broadcast_mul(&selected_rws)?;
                     ys = ys.index_add(&top_x, &current_hidden_states, 0)?;
                 }
 
@@ -188,24 +177,15 @@ impl LayerWeights {
         }
     }
 
-    fn forward_attn(
-        &mut self,
-        x: &Tensor,
-        mask: Option<&Tensor>,
-        index_pos: usize,
-    ) -> Result<Tensor> {
+    fn forward_attn(&mut self, x: &Tensor, mask: Option<&Tensor>, index_pos: usize) -> Result<Tensor> {
         let _enter = self.span_attn.enter();
         let (b_sz, seq_len, n_embd) = x.dims3()?;
         let q = self.attention_wq.forward(x)?;
         let k = self.attention_wk.forward(x)?;
         let v = self.attention_wv.forward(x)?;
 
-        let q = q
-            .reshape((b_sz, seq_len, self.n_head, self.head_dim))?
-            .transpose(1, 2)?;
-        let k = k
-            .reshape((b_sz, seq_len, self.n_kv_head, self.head_dim))?
-            .transpose(1, 2)?;
+        let q = q.reshape((b_sz, seq_len, self.n_head, self.head_dim))?.transpose(1, 2)?;
+        let k = k.reshape((b_sz, seq_len, self.n_kv_head, self.head_dim))?.transpose(1, 2)?;
         let v = v
             .reshape((b_sz, seq_len, self.n_kv_head, self.head_dim))?
             .transpose(1, 2)?
@@ -233,15 +213,7 @@ impl LayerWeights {
 
         let y = if q.device().is_metal() && seq_len == 1 {
             // SDPA will do MQA for us
-            candle_nn::ops::sdpa(
-                &q,
-                &k,
-                &v,
-                None,
-                false,
-                1. / (self.head_dim as f32).sqrt(),
-                1.,
-            )?
+            candle_nn::ops::sdpa(&q, &k, &v, None, false, 1. / (self.head_dim as f32).sqrt(), 1.)?
         } else {
             // Support for MQA, useful for 70B models and mistral.
             let k = crate::utils::repeat_kv(k, self.n_head / self.n_kv_head)?;
@@ -280,15 +252,9 @@ pub struct ModelWeights {
     span_output: tracing::Span,
 }
 
-fn precomput_freqs_cis(
-    head_dim: usize,
-    freq_base: f32,
-    device: &Device,
-) -> Result<(Tensor, Tensor)> {
-    let theta: Vec<_> = (0..head_dim)
-        .step_by(2)
-        .map(|i| 1f32 / freq_base.powf(i as f32 / head_dim as f32))
-        .collect();
+fn precomput_freqs_cis(head_dim: usize, freq_base: f32, device: &Device) -> Result<(Tensor, Tensor)> {
+    let theta: Vec<_> =
+        (0..head_dim).step_by(2).map(|i| 1f32 / freq_base.powf(i as f32 / head_dim as f32)).collect();
     let theta = Tensor::new(theta.as_slice(), device)?;
     let idx_theta = Tensor::arange(0, MAX_SEQ_LEN as u32, device)?
         .to_dtype(DType::F32)?
@@ -375,12 +341,8 @@ impl ModelWeights {
         };
 
         // Parameter extraction from metadata.
-        let n_expert = md_get("llama.expert_count")
-            .and_then(|v| v.to_u32())
-            .unwrap_or(0) as usize;
-        let n_expert_used = md_get("llama.expert_used_count")
-            .and_then(|v| v.to_u32())
-            .unwrap_or(0) as usize;
+        let n_expert = md_get("llama.expert_count").and_then(|v| v.to_u32()).unwrap_or(0) as usize;
+        let n_expert_used = md_get("llama.expert_used_count").and_then(|v| v.to_u32()).unwrap_or(0) as usize;
         let head_count = md_get("llama.attention.head_count")?.to_u32()? as usize;
         let head_count_kv = md_get("llama.attention.head_count_kv")?.to_u32()? as usize;
         let block_count = md_get("llama.block_count")?.to_u32()? as usize;
@@ -389,9 +351,7 @@ impl ModelWeights {
         // Strangely this value is generally 1e-6 in GGUF file but used to be 1e-5 by default.
         let rms_norm_eps = md_get("llama.attention.layer_norm_rms_epsilon")?.to_f32()? as f64;
 
-        let rope_freq_base = md_get("llama.rope.freq_base")
-            .and_then(|m| m.to_f32())
-            .unwrap_or(10000f32);
+        let rope_freq_base = md_get("llama.rope.freq_base").and_then(|m| m.to_f32()).unwrap_or(10000f32);
 
         // Determine RoPE convention from model architecture (matching llama.cpp).
         // NEOX (non-interleaved): pairs (i, i+d/2) — Qwen, Qwen2, Falcon, Phi, etc.
@@ -432,10 +392,7 @@ impl ModelWeights {
 
         let tok_embeddings_q = ct.tensor(reader, "token_embd.weight", device)?;
         let tok_embeddings = tok_embeddings_q.dequantize(device)?;
-        let norm = RmsNorm::from_qtensor(
-            ct.tensor(reader, "output_norm.weight", device)?,
-            rms_norm_eps,
-        )?;
+        let norm = RmsNorm::from_qtensor(ct.tensor(reader, "output_norm.weight", device)?, rms_norm_eps)?;
         let output = match ct.tensor(reader, "output.weight", device) {
             Ok(tensor) => tensor,
             Err(_) => tok_embeddings_q,
@@ -446,15 +403,11 @@ impl ModelWeights {
             let attention_wq = ct.tensor(reader, &format!("{prefix}.attn_q.weight"), device)?;
             let attention_wk = ct.tensor(reader, &format!("{prefix}.attn_k.weight"), device)?;
             let attention_wv = ct.tensor(reader, &format!("{prefix}.attn_v.weight"), device)?;
-            let attention_wo =
-                ct.tensor(reader, &format!("{prefix}.attn_output.weight"), device)?;
+            let attention_wo = ct.tensor(reader, &format!("{prefix}.attn_output.weight"), device)?;
             let mlp_or_moe = if n_expert <= 1 {
-                let feed_forward_w1 =
-                    ct.tensor(reader, &format!("{prefix}.ffn_gate.weight"), device)?;
-                let feed_forward_w2 =
-                    ct.tensor(reader, &format!("{prefix}.ffn_down.weight"), device)?;
-                let feed_forward_w3 =
-                    ct.tensor(reader, &format!("{prefix}.ffn_up.weight"), device)?;
+                let feed_forward_w1 = ct.tensor(reader, &format!("{prefix}.ffn_gate.weight"), device)?;
+                let feed_forward_w2 = ct.tensor(reader, &format!("{prefix}.ffn_down.weight"), device)?;
+                let feed_forward_w3 = ct.tensor(reader, &format!("{prefix}.ffn_up.weight"), device)?;
                 MlpOrMoe::Mlp(Mlp {
                     feed_forward_w1: QMatMul::from_qtensor(feed_forward_w1)?,
                     feed_forward_w2: QMatMul::from_qtensor(feed_forward_w2)?,
@@ -483,8 +436,7 @@ impl ModelWeights {
                     experts,
                 }
             };
-            let attention_norm =
-                ct.tensor(reader, &format!("{prefix}.attn_norm.weight"), device)?;
+            let attention_norm = ct.tensor(reader, &format!("{prefix}.attn_norm.weight"), device)?;
             let ffn_norm = ct.tensor(reader, &format!("{prefix}.ffn_norm.weight"), device)?;
             let span_attn = tracing::span!(tracing::Level::TRACE, "attn");
             let span_rot = tracing::span!(tracing::Level::TRACE, "attn-rot");
@@ -567,11 +519,7 @@ impl ModelWeights {
 
     pub fn forward(&mut self, x: &Tensor, index_pos: usize) -> Result<Tensor> {
         let (_b_sz, seq_len) = x.dims2()?;
-        let mask = if seq_len == 1 {
-            None
-        } else {
-            Some(self.mask(seq_len, index_pos, x.device())?)
-        };
+        let mask = if seq_len == 1 { None } else { Some(self.mask(seq_len, index_pos, x.device())?) };
         let _enter = self.span.enter();
         let mut layer_in = self.tok_embeddings.forward(x)?;
         for layer in self.layers.iter_mut() {
@@ -662,10 +610,7 @@ mod tests {
         let mask = build_causal_mask(1, 10, &Device::Cpu)?;
         assert_eq!(mask.dims(), [1, 11]);
         let data: Vec<u8> = mask.flatten_all()?.to_vec1()?;
-        assert!(
-            data.iter().all(|&v| v == 0),
-            "single-query mask should be all-zero"
-        );
+        assert!(data.iter().all(|&v| v == 0), "single-query mask should be all-zero");
         Ok(())
     }
 

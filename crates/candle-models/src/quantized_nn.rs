@@ -4,8 +4,8 @@
 //! utilities including embedding, linear layers, and various normalization techniques.
 //! Most implementations provide quantized weights support.
 
-use crate::with_tracing::QMatMul;
 use crate::quantized_var_builder::VarBuilder;
+use crate::with_tracing::QMatMul;
 use candle::quantized::QTensor;
 use candle::{Module, Result, Tensor};
 
@@ -63,11 +63,7 @@ impl Module for Linear {
 }
 
 pub fn linear_b(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Linear> {
-    let bias = if bias {
-        Some(vb.get(out_dim, "bias")?.dequantize(vb.device())?)
-    } else {
-        None
-    };
+    let bias = if bias { Some(vb.get(out_dim, "bias")?.dequantize(vb.device())?) } else { None };
     let weight = QMatMul::new(in_dim, out_dim, vb)?;
     Ok(Linear { weight, bias })
 }
@@ -75,10 +71,7 @@ pub fn linear_b(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Re
 pub fn linear(in_dim: usize, out_dim: usize, vb: VarBuilder) -> Result<Linear> {
     let bias = vb.get(out_dim, "bias")?.dequantize(vb.device())?;
     let weight = QMatMul::new(in_dim, out_dim, vb)?;
-    Ok(Linear {
-        weight,
-        bias: Some(bias),
-    })
+    Ok(Linear { weight, bias: Some(bias) })
 }
 
 pub fn layer_norm(size: usize, eps: f64, vb: VarBuilder) -> Result<candle_nn::LayerNorm> {

@@ -25,11 +25,7 @@ impl VarBuilder {
             let tensor = content.tensor(&mut file, tensor_name, device)?;
             data.insert(tensor_name.to_string(), Arc::new(tensor));
         }
-        Ok(Self {
-            data: Arc::new(data),
-            path: Vec::new(),
-            device: device.clone(),
-        })
+        Ok(Self { data: Arc::new(data), path: Vec::new(), device: device.clone() })
     }
 
     pub fn from_gguf_buffer(buffer: &[u8], device: &Device) -> Result<Self> {
@@ -40,21 +36,13 @@ impl VarBuilder {
             let tensor = content.tensor(&mut cursor, tensor_name, device)?;
             data.insert(tensor_name.to_string(), Arc::new(tensor));
         }
-        Ok(Self {
-            data: Arc::new(data),
-            path: Vec::new(),
-            device: device.clone(),
-        })
+        Ok(Self { data: Arc::new(data), path: Vec::new(), device: device.clone() })
     }
 
     pub fn pp<S: ToString>(&self, s: S) -> Self {
         let mut path = self.path.clone();
         path.push(s.to_string());
-        Self {
-            data: self.data.clone(),
-            path,
-            device: self.device.clone(),
-        }
+        Self { data: self.data.clone(), path, device: self.device.clone() }
     }
 
     fn path(&self, tensor_name: &str) -> String {
@@ -74,10 +62,7 @@ impl VarBuilder {
             Some(qtensor) => {
                 let shape = s.into();
                 if qtensor.shape() != &shape {
-                    candle::bail!(
-                        "shape mismatch for {name}, got {:?}, expected {shape:?}",
-                        qtensor.shape()
-                    )
+                    candle::bail!("shape mismatch for {name}, got {:?}, expected {shape:?}", qtensor.shape())
                 }
                 Ok(qtensor.clone())
             }

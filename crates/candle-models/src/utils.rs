@@ -16,9 +16,8 @@ use candle::{DType, Device, Result, Tensor};
 /// batched user-turn prefill works correctly after prefix restoration.
 pub fn build_causal_mask(seq_len: usize, index_pos: usize, device: &Device) -> Result<Tensor> {
     let kv_len = index_pos + seq_len;
-    let mask: Vec<u8> = (0..seq_len)
-        .flat_map(|i| (0..kv_len).map(move |j| u8::from(j > index_pos + i)))
-        .collect();
+    let mask: Vec<u8> =
+        (0..seq_len).flat_map(|i| (0..kv_len).map(move |j| u8::from(j > index_pos + i))).collect();
     Tensor::from_slice(&mask, (seq_len, kv_len), device)
 }
 
@@ -119,18 +118,9 @@ mod tests {
 
         // Broadcasting onto a 2-sequence batch must mask both rows identically and causally.
         let scores = Tensor::zeros((2, 1, 3, 3), DType::F32, &device).unwrap();
-        let masked = scores
-            .broadcast_add(&mask)
-            .unwrap()
-            .squeeze(1)
-            .unwrap()
-            .to_vec3::<f32>()
-            .unwrap();
+        let masked = scores.broadcast_add(&mask).unwrap().squeeze(1).unwrap().to_vec3::<f32>().unwrap();
 
-        assert_eq!(
-            masked[0], masked[1],
-            "both batch rows must receive the same causal mask",
-        );
+        assert_eq!(masked[0], masked[1], "both batch rows must receive the same causal mask",);
         assert_eq!(masked[0][0], vec![0.0, neg, neg]);
         assert_eq!(masked[0][1], vec![0.0, 0.0, neg]);
         assert_eq!(masked[0][2], vec![0.0, 0.0, 0.0]);

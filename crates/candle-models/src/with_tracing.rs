@@ -106,11 +106,7 @@ pub struct QMatMul {
 }
 
 impl QMatMul {
-    pub fn new(
-        out_dim: usize,
-        in_dim: usize,
-        vb: crate::quantized_var_builder::VarBuilder,
-    ) -> Result<Self> {
+    pub fn new(out_dim: usize, in_dim: usize, vb: crate::quantized_var_builder::VarBuilder) -> Result<Self> {
         let ws = vb.get((in_dim, out_dim), "weight")?;
         let inner = candle::quantized::QMatMul::from_arc(ws)?;
         let span = tracing::span!(tracing::Level::TRACE, "qmatmul");

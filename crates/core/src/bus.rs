@@ -765,7 +765,8 @@ async fn provision(
     let deadline = std::time::Instant::now() + PROVISION_PATIENCE;
     let mut pause = Duration::from_millis(200);
     loop {
-        let tried = async { Ok((ensure_topology(js, config).await?, ensure_object_store(js, config).await?)) };
+        let tried =
+            async { Ok((ensure_topology(js, config).await?, ensure_object_store(js, config).await?)) };
         match tried.await {
             Ok(done) => return Ok(done),
             Err(Error::JetStream { operation, reason })
@@ -937,7 +938,9 @@ mod tests {
     #[test]
     fn a_forming_cluster_is_waited_for_and_a_wrong_config_is_not() {
         assert!(transient("HERMES_TASKS: timed out"));
-        assert!(transient("HERMES_TASKS: JetStream error: insufficient resources (code 503, error code 10023)"));
+        assert!(transient(
+            "HERMES_TASKS: JetStream error: insufficient resources (code 503, error code 10023)"
+        ));
         assert!(transient("hermes_goals: no responders"));
         assert!(!transient("HERMES_TASKS: stream name already in use with a different configuration"));
     }

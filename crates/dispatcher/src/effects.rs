@@ -274,7 +274,9 @@ impl EffectsPublisher {
     async fn send_in_order(&self, outgoing: &[Outgoing]) -> Result<()> {
         let mut acks = Vec::with_capacity(outgoing.len());
         for m in outgoing {
-            acks.push(self.bus.send_bytes(m.subject.clone(), m.body.clone(), &m.msg_id, m.trace.as_ref()).await?);
+            acks.push(
+                self.bus.send_bytes(m.subject.clone(), m.body.clone(), &m.msg_id, m.trace.as_ref()).await?,
+            );
         }
         for ack in futures::future::join_all(acks).await {
             ack?;

@@ -31,8 +31,8 @@ use std::time::Instant;
 
 use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{DType, Device, Tensor};
-use hermes_candle_models::models::quantized_llama;
 use futures::future::BoxFuture;
+use hermes_candle_models::models::quantized_llama;
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{Value, json};

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
-use hermes_candle_models::models::bert::{BertModel, Config};
 use futures::future::BoxFuture;
+use hermes_candle_models::models::bert::{BertModel, Config};
 
 use crate::LlmError;
 use crate::embed::{Embedder, normalize};
