@@ -549,6 +549,10 @@ fn traced(value: &Value) -> String {
 /// new leader for the ledger's stream, a server restarting) before the call fails `UNAVAILABLE`.
 const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How old another delivery's pending claim must be before it counts as one whose outcome is
+/// unknown: younger, that delivery may still be running the call or recording its outcome.
+const PENDING_GRACE: std::time::Duration = std::time::Duration::from_secs(45);
+
 /// Claims a side-effecting call in the ledger before it runs. `None`: the call is ours to run.
 /// `Some(outcome)`: a previous delivery or attempt already decided it, and that is the result.
 ///
@@ -661,6 +665,16 @@ async fn claim_once(
     // This delivery's own claim, written by a try whose answer was lost: the call is still ours.
     if recorded.get("claim").and_then(Value::as_str) == Some(claim_id) {
         return Ok(Ok(None));
+    }
+    // Pending, and young: another delivery may still be running the call, or recording its
+    // outcome (a record waits out an unreachable ledger for up to `CLAIM_PATIENCE`). Wait for it,
+    // as for an unreachable ledger; a claim older than `PENDING_GRACE` is one whose delivery
+    // stopped before recording what happened.
+    let claimed_at_ms = (entry.created.unix_timestamp_nanos() / 1_000_000) as i128;
+    let age_ms = hermes_core::now_unix_ms() as i128 - claimed_at_ms;
+    if age_ms < PENDING_GRACE.as_millis() as i128 {
+        let waiting = format!("`{name}` is in progress in an earlier delivery (attempt {recorded_attempt}); waiting for its outcome");
+        return Err(Transient(ToolError { code: ErrorCode::Unavailable, message: waiting }));
     }
     // Pending: a delivery started the call and stopped before recording what happened.
     Ok(Ok(Some(Err(ToolError {
