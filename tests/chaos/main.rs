@@ -287,10 +287,15 @@ fn start_up(nats_url: &str, replicas: &str, data: &Path) -> HermesUp {
         .nats_url(nats_url)
         .env("HERMES_NATS_REPLICAS", replicas)
         .args(["--agents", "0", "--no-memory", "--external-planner", "--heartbeat-ttl-secs", "1"]);
-    if let Some(dir) = logs_dir() {
-        let name = format!("up-{}.log", data.file_name().unwrap_or_default().to_string_lossy());
-        up = up.env("RUST_LOG", "info").stderr_file(&dir.join(name));
-    }
+    // Its log goes to its data dir (a `hermes up` that exits at start shows it), or to
+    // HERMES_CHAOS_LOGS with every event.
+    up = match logs_dir() {
+        Some(dir) => {
+            let name = format!("up-{}.log", data.file_name().unwrap_or_default().to_string_lossy());
+            up.env("RUST_LOG", "info").stderr_file(&dir.join(name))
+        }
+        None => up.stderr_file(&data.join("up.log")),
+    };
     up.start()
 }
 

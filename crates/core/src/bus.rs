@@ -242,7 +242,7 @@ impl Bus {
     /// Opens the KV bucket `config` describes, creating it when it does not exist yet (racing
     /// creators agree on one). For buckets owned by one service, such as the memory service's.
     pub async fn ensure_bucket(&self, config: kv::Config) -> Result<kv::Store> {
-        ensure_bucket(&self.inner.js, config).await
+        patiently(|| ensure_bucket(&self.inner.js, config.clone())).await
     }
 
     /// The `hermes_artifacts` object store: payloads too large to send inline.
@@ -750,35 +750,55 @@ pub const PROVISION_PATIENCE: Duration = Duration::from_secs(60);
 /// creating calls leave.
 fn transient(reason: &str) -> bool {
     let reason = reason.to_ascii_lowercase();
-    ["timed out", "no responders", "request failed", "leader", "insufficient resources", "503", "10023"]
-        .iter()
-        .any(|t| reason.contains(t))
+    [
+        "timed out",
+        "no responders",
+        "request failed",
+        "leader",
+        "insufficient resources",
+        "no suitable peers",
+        "temporarily unavailable",
+        "503",
+        "10023",
+        "10005",
+    ]
+    .iter()
+    .any(|t| reason.contains(t))
 }
 
-/// Creates or opens the streams, buckets and object store, trying again for up to
-/// [`PROVISION_PATIENCE`] while the failures are [`transient`]: every step finds what an earlier
-/// try (or another service) created.
-async fn provision(
-    js: &jetstream::Context,
-    config: &BusConfig,
-) -> Result<([kv::Store; 4], jetstream::object_store::ObjectStore)> {
+/// Runs `step` (creating or opening streams and buckets: idempotent), trying again for up to
+/// [`PROVISION_PATIENCE`] while it fails with a [`transient`] JetStream error: every try finds
+/// what an earlier one (or another service) created. For services starting on a JetStream
+/// cluster that is still forming or electing a leader.
+pub async fn patiently<T, F, Fut>(mut step: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
     let deadline = std::time::Instant::now() + PROVISION_PATIENCE;
     let mut pause = Duration::from_millis(200);
     loop {
-        let tried =
-            async { Ok((ensure_topology(js, config).await?, ensure_object_store(js, config).await?)) };
-        match tried.await {
+        match step().await {
             Ok(done) => return Ok(done),
             Err(Error::JetStream { operation, reason })
                 if transient(&reason) && std::time::Instant::now() + pause < deadline =>
             {
-                warn!(operation, reason, "JetStream is not ready for the streams yet; trying again");
+                warn!(operation, reason, "JetStream is not ready yet; trying again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Creates or opens the streams, buckets and object store, [`patiently`].
+async fn provision(
+    js: &jetstream::Context,
+    config: &BusConfig,
+) -> Result<([kv::Store; 4], jetstream::object_store::ObjectStore)> {
+    patiently(|| async { Ok((ensure_topology(js, config).await?, ensure_object_store(js, config).await?)) })
+        .await
 }
 
 async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<[kv::Store; 4]> {

@@ -62,10 +62,13 @@ impl Audit {
             num_replicas: bus.config().replicas,
             ..Default::default()
         };
-        bus.jetstream()
-            .get_or_create_stream(config)
-            .await
-            .map_err(|e| Error::JetStream { operation: "create the audit stream", reason: e.to_string() })?;
+        hermes_core::bus::patiently(|| async {
+            bus.jetstream()
+                .get_or_create_stream(config.clone())
+                .await
+                .map_err(|e| Error::JetStream { operation: "create the audit stream", reason: e.to_string() })
+        })
+        .await?;
         Ok(Audit { bus })
     }
 

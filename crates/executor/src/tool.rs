@@ -673,7 +673,9 @@ async fn claim_once(
     let claimed_at_ms = (entry.created.unix_timestamp_nanos() / 1_000_000) as i128;
     let age_ms = hermes_core::now_unix_ms() as i128 - claimed_at_ms;
     if age_ms < PENDING_GRACE.as_millis() as i128 {
-        let waiting = format!("`{name}` is in progress in an earlier delivery (attempt {recorded_attempt}); waiting for its outcome");
+        let waiting = format!(
+            "`{name}` is in progress in an earlier delivery (attempt {recorded_attempt}); waiting for its outcome"
+        );
         return Err(Transient(ToolError { code: ErrorCode::Unavailable, message: waiting }));
     }
     // Pending: a delivery started the call and stopped before recording what happened.

@@ -76,7 +76,7 @@ impl Recipe {
         match &self.ready {
             Some(ready) => {
                 command.stdout(Stdio::piped());
-                spawn_ready(&mut command, ready, self.what, self.ready_within)
+                spawn_ready(&mut command, ready, self.what, self.ready_within, self.stderr.as_deref())
             }
             None => command
                 .stdout(Stdio::null())
@@ -280,7 +280,21 @@ impl HermesUpBuilder {
 
 /// Spawns `command` and waits for a stdout line starting with `ready`; panics naming `what` when
 /// it exits first or `within` passes. Later stdout is drained so the child never blocks on it.
-fn spawn_ready(command: &mut Command, ready: &str, what: &str, within: Duration) -> Child {
+fn spawn_ready(
+    command: &mut Command,
+    ready: &str,
+    what: &str,
+    within: Duration,
+    stderr: Option<&Path>,
+) -> Child {
+    // What the process logged, for a panic: the last lines of its stderr file, when it has one.
+    let logged = || match stderr.and_then(|p| std::fs::read_to_string(p).ok()) {
+        Some(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            format!("; the end of its stderr:\n{}", lines[lines.len().saturating_sub(20)..].join("\n"))
+        }
+        None => String::new(),
+    };
     let mut child = command.spawn().unwrap_or_else(|e| panic!("{what} does not start: {e}"));
     let stdout = child.stdout.take().expect("piped stdout");
     let (tx, rx) = std::sync::mpsc::channel();
@@ -297,12 +311,12 @@ fn spawn_ready(command: &mut Command, ready: &str, what: &str, within: Duration)
             return child;
         }
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited at start: {status}");
+            panic!("{what} exited at start: {status}{}", logged());
         }
     }
     let _ = child.kill();
     let _ = child.wait();
-    panic!("{what} did not become ready within {within:?}");
+    panic!("{what} did not become ready within {within:?}{}", logged());
 }
 
 /// How to start `hermes agent`.
