@@ -100,8 +100,7 @@ demo: tools models
 ## bench: JetStream floor vs Hermes, in one run against one nats-server; the footprint rows run
 ## the service binaries built beside it (one cargo invocation, so they share one build)
 bench: tools models
-	$(CARGO) build --release -p hermes-bench -p hermes-dispatcher -p hermes-registry -p hermes-executor \
-		--features hermes-bench/local
+	$(CARGO) build --release --features hermes-bench/local -p hermes-bench -p hermes-dispatcher -p hermes-registry -p hermes-executor
 	target/release/hermes-bench
 
 ## bench-peers: Celery beside Hermes and the JetStream floor, in one run: the floor's and Hermes's
