@@ -742,6 +742,25 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// One trial of 8, 9 and 12: `kill -9` the `victim` server while `goals` run, count them into
+    /// `row` once they end, then restart it and wait until every stream has caught up.
+    async fn kill_a_server_under(&mut self, victim: Victim, goals: &[(String, String)], row: &mut Row) {
+        let urls = self.nats.url();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let leader = stream_leader(&urls, "HERMES_TASKS").await;
+        let i = self.victim(victim, leader);
+        let killed = Instant::now();
+        self.nats.three().kill(i);
+        let completed = self.wait_all(goals, Duration::from_secs(120)).await;
+        row.recovery_ms.push(killed.elapsed().as_secs_f64() * 1000.0);
+        row.trials += 1;
+        row.count(self, goals, &completed);
+        self.nats.three().restart(i);
+        wait_streams_current(&urls, Duration::from_secs(60)).await;
+    }
+}
+
 /// 8 and 9: `kill -9` one server of the three mid-load (the tasks stream's leader, or the meta
 /// leader), let the goals finish on the other two, then restart it.
 async fn kill_a_cluster_server(victim: Victim, trials: usize, goals_per_trial: usize) -> Row {
@@ -751,20 +770,9 @@ async fn kill_a_cluster_server(victim: Victim, trials: usize, goals_per_trial: u
     };
     let mut row = Row { scenario, ..Default::default() };
     let mut cluster = Cluster::start_clustered(1, &["a1", "a2", "a3"]).await;
-    let urls = cluster.nats.url();
     for trial in 0..trials {
         let goals = cluster.submit(&format!("s8t{trial}"), goals_per_trial, 300).await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let leader = stream_leader(&urls, "HERMES_TASKS").await;
-        let i = cluster.victim(victim, leader);
-        let killed = Instant::now();
-        cluster.nats.three().kill(i);
-        let completed = cluster.wait_all(&goals, Duration::from_secs(120)).await;
-        row.recovery_ms.push(killed.elapsed().as_secs_f64() * 1000.0);
-        row.trials += 1;
-        row.count(&cluster, &goals, &completed);
-        cluster.nats.three().restart(i);
-        wait_streams_current(&urls, Duration::from_secs(60)).await;
+        cluster.kill_a_server_under(victim, &goals, &mut row).await;
     }
     row
 }
@@ -927,7 +935,6 @@ async fn production_shape(trials: usize, goals_per_trial: usize) -> Row {
     let mut row = Row { scenario: "12 cluster: own binaries, kill -9 a leader", ..Default::default() };
     let llm = ScriptedLlm::start().await;
     let mut cluster = Cluster::start_production_shape(&llm).await;
-    let urls = cluster.nats.url();
     for trial in 0..trials {
         let mut goals = Vec::new();
         for half in 0..2 {
@@ -936,17 +943,7 @@ async fn production_shape(trials: usize, goals_per_trial: usize) -> Row {
         }
         let tag = format!("s12t{trial}-text-{}", hermes_core::now_unix_ms());
         goals.push(cluster.submit_text(&llm, &tag).await);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let leader = stream_leader(&urls, "HERMES_TASKS").await;
-        let i = cluster.victim(Victim::TasksLeader, leader);
-        let killed = Instant::now();
-        cluster.nats.three().kill(i);
-        let completed = cluster.wait_all(&goals, Duration::from_secs(120)).await;
-        row.recovery_ms.push(killed.elapsed().as_secs_f64() * 1000.0);
-        row.trials += 1;
-        row.count(&cluster, &goals, &completed);
-        cluster.nats.three().restart(i);
-        wait_streams_current(&urls, Duration::from_secs(60)).await;
+        cluster.kill_a_server_under(Victim::TasksLeader, &goals, &mut row).await;
     }
     assert!(cluster.services.iter_mut().all(|s| s.alive()), "a service of the production shape exited");
     row

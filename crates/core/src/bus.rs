@@ -319,47 +319,23 @@ impl Bus {
         })
     }
 
-    /// Creates (or binds to) a durable pull consumer. A request that times out or finds no
-    /// leader (a JetStream cluster starting, or electing one) is tried again for up to
-    /// [`CONSUMER_PATIENCE`]: creating it again is harmless, since one that was created after
-    /// all is then bound to.
+    /// Creates (or binds to) a durable pull consumer, [`patiently_for`] [`CONSUMER_PATIENCE`]: a
+    /// JetStream cluster starting, or electing a leader, times out or has none for a while.
+    /// Creating it again is harmless, since one that was created after all is then bound to.
     pub async fn durable_consumer(&self, spec: ConsumerSpec) -> Result<consumer::PullConsumer> {
-        use async_nats::jetstream::context::GetStreamErrorKind;
-        use async_nats::jetstream::stream::ConsumerErrorKind;
-        let leaderless = |e: &jetstream::Error| e.code() == 503 || e.code() == 408;
-        let deadline = std::time::Instant::now() + CONSUMER_PATIENCE;
-        let mut pause = Duration::from_millis(100);
-        loop {
-            let transient = match self.inner.js.get_stream(&spec.stream).await {
-                Ok(stream) => match stream.get_or_create_consumer(&spec.name, consumer_config(&spec)).await {
-                    Ok(consumer) => return Ok(consumer),
-                    Err(e) => {
-                        let again = match e.kind() {
-                            ConsumerErrorKind::TimedOut | ConsumerErrorKind::Request => true,
-                            ConsumerErrorKind::JetStream(e) => leaderless(&e),
-                            _ => false,
-                        };
-                        (again, Error::jetstream("create consumer", e))
-                    }
-                },
-                Err(e) => {
-                    let again = match e.kind() {
-                        GetStreamErrorKind::Request => true,
-                        GetStreamErrorKind::JetStream(e) => leaderless(&e),
-                        _ => false,
-                    };
-                    (again, Error::jetstream("get stream", e))
-                }
-            };
-            match transient {
-                (true, e) if std::time::Instant::now() + pause < deadline => {
-                    warn!(consumer = %spec.name, error = %e, "cannot bind the consumer yet; trying again");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(2));
-                }
-                (_, e) => return Err(e),
-            }
-        }
+        patiently_for(CONSUMER_PATIENCE, || async {
+            let stream = self
+                .inner
+                .js
+                .get_stream(&spec.stream)
+                .await
+                .map_err(|e| Error::jetstream("get stream", e))?;
+            stream
+                .get_or_create_consumer(&spec.name, consumer_config(&spec))
+                .await
+                .map_err(|e| Error::jetstream("create consumer", e))
+        })
+        .await
     }
 
     /// The messages of a durable consumer that heals itself: when the consumer disappears (a
@@ -745,8 +721,8 @@ pub fn check_server_version(version: &str) -> Result<()> {
 pub const PROVISION_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Whether a JetStream failure is one a cluster that is forming or electing a leader gives, and
-/// goes away by itself: a request timed out or found no responder, no leader yet, or too few
-/// peers for the replicas (JetStream error 10023) yet. Judged on the message, which is what the
+/// goes away by itself: a request timed out (408) or found no responder, no leader yet (503), or
+/// too few peers for the replicas (JetStream error 10023, 10005) yet. Judged on the message, which is what the
 /// creating calls leave.
 fn transient(reason: &str) -> bool {
     let reason = reason.to_ascii_lowercase();
@@ -759,6 +735,7 @@ fn transient(reason: &str) -> bool {
         "no suitable peers",
         "temporarily unavailable",
         "503",
+        "408",
         "10023",
         "10005",
     ]
@@ -766,17 +743,26 @@ fn transient(reason: &str) -> bool {
     .any(|t| reason.contains(t))
 }
 
-/// Runs `step` (creating or opening streams and buckets: idempotent), trying again for up to
-/// [`PROVISION_PATIENCE`] while it fails with a [`transient`] JetStream error: every try finds
-/// what an earlier one (or another service) created. For services starting on a JetStream
-/// cluster that is still forming or electing a leader.
-pub async fn patiently<T, F, Fut>(mut step: F) -> Result<T>
+/// Runs `step` (creating or opening streams, buckets or consumers: idempotent), trying again
+/// for up to [`PROVISION_PATIENCE`] while it fails with a [`transient`] JetStream error: every
+/// try finds what an earlier one (or another service) created. For services starting on a
+/// JetStream cluster that is still forming or electing a leader.
+pub async fn patiently<T, F, Fut>(step: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    let deadline = std::time::Instant::now() + PROVISION_PATIENCE;
-    let mut pause = Duration::from_millis(200);
+    patiently_for(PROVISION_PATIENCE, step).await
+}
+
+/// [`patiently`], for up to `patience`.
+pub async fn patiently_for<T, F, Fut>(patience: Duration, mut step: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let deadline = std::time::Instant::now() + patience;
+    let mut pause = Duration::from_millis(100);
     loop {
         match step().await {
             Ok(done) => return Ok(done),
@@ -962,6 +948,8 @@ mod tests {
             "HERMES_TASKS: JetStream error: insufficient resources (code 503, error code 10023)"
         ));
         assert!(transient("hermes_goals: no responders"));
+        assert!(transient("create consumer: timed out"));
+        assert!(transient("create consumer: request failed"));
         assert!(!transient("HERMES_TASKS: stream name already in use with a different configuration"));
     }
 
