@@ -21,7 +21,7 @@ export HERMES_QWEN_MODEL ?= $(QWEN_MODEL)
 export HERMES_LOCAL_EMBEDDING_DIR ?= $(LOCAL_EMBEDDING_DIR)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all tools models models-1.5b eval-planner nextest build test deploy-check chaos fuzz demo bench bench-peers clean fmt lint
+.PHONY: all tools browser models models-1.5b eval-planner nextest build test deploy-check chaos fuzz demo bench bench-peers clean fmt lint
 
 all: build
 
@@ -30,6 +30,11 @@ all: build
 ## code.python, where it is missing (apt-get, as root)
 tools: $(NATS_SERVER) $(GRPCURL)
 	@scripts/install-system.sh
+
+## browser: Debian's chromium and chromium-driver, for the web console's browser tests and the
+## bench's console row, where they are missing (apt-get, as root)
+browser:
+	@scripts/install-system.sh browser
 
 $(GRPCURL):
 	@scripts/install-grpcurl.sh "$(TOOLS)"
@@ -64,7 +69,7 @@ build: tools models
 ## the built binaries. The binaries are built first: the production-shape bus test runs every
 ## service's own binary (hermes-dispatcher, hermes-registry, ...). Last, a smoke of
 ## `make bench-peers` with the debug bench binary
-test: tools models nextest
+test: tools browser models nextest
 	$(CARGO) build --workspace --bins $(FEATURES)
 	$(CARGO) nextest run --workspace --no-fail-fast $(FEATURES)
 	scripts/check-deploy.sh
@@ -99,7 +104,7 @@ demo: tools models
 
 ## bench: JetStream floor vs Hermes, in one run against one nats-server; the footprint rows run
 ## the service binaries built beside it (one cargo invocation, so they share one build)
-bench: tools models
+bench: tools browser models
 	$(CARGO) build --release --features hermes-bench/local -p hermes-bench -p hermes-dispatcher -p hermes-registry -p hermes-executor
 	target/release/hermes-bench
 

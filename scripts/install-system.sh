@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
-# Installs the system packages Hermes needs besides its pinned tools: bubblewrap (`bwrap`), the
-# sandbox of the `code.python` tool. It does nothing when `bwrap` is already there. As root with
-# apt-get it installs the `bubblewrap` package; otherwise it says what to install and carries on,
-# since only `code.python` needs it, and that tool refuses to run without it.
+# Installs the Debian packages Hermes needs besides its pinned tools, only those missing:
+#   - with no argument (`make tools`): bubblewrap (`bwrap`), the sandbox of `code.python`;
+#   - with `browser` (`make browser`, which `make test` and `make bench` run): chromium and
+#     chromium-driver, the headless browser the web console's tests drive.
+# As root with apt-get it installs them; otherwise it says
+# what to install and carries on (code.python refuses to run without bwrap, and the console
+# tests fail naming the missing browser).
 set -euo pipefail
-if command -v bwrap >/dev/null 2>&1; then
+missing=()
+if [ "${1:-}" = browser ]; then
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+else
+  command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+fi
+if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "installing bubblewrap (the sandbox of code.python) with apt-get" >&2
+  echo "installing ${missing[*]} with apt-get" >&2
   export DEBIAN_FRONTEND=noninteractive
   # The package lists may be missing on a fresh machine; refresh them only when needed.
-  if ! apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1; then
+  if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends bubblewrap
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
-  bwrap --version
+  command -v bwrap >/dev/null && bwrap --version
+  command -v chromedriver >/dev/null && chromedriver --version
 else
-  echo "note: bubblewrap (bwrap) is not installed, so code.python will refuse to run;" \
-    "install the bubblewrap package as root (apt-get install bubblewrap), then rerun make tools" >&2
+  echo "note: ${missing[*]} not installed: install them as root (apt-get install ${missing[*]})," \
+    "then rerun make tools; code.python needs bubblewrap, the console's browser tests need chromium" >&2
 fi

@@ -186,6 +186,7 @@ impl SandboxBuilder {
                 max_body_bytes: hermes_dispatcher::http::DEFAULT_MAX_BODY_BYTES,
                 cors_allow_origins: Vec::new(),
                 tls: None,
+                console: Default::default(),
             }),
             ..Default::default()
         };

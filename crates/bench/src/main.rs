@@ -114,6 +114,7 @@ async fn main() -> anyhow::Result<()> {
             max_body_bytes: hermes_dispatcher::http::DEFAULT_MAX_BODY_BYTES,
             cors_allow_origins: Vec::new(),
             tls: None,
+            console: Default::default(),
         }),
         // The fan-out rows open every watcher from this one client.
         max_watches_per_client: 20_000,

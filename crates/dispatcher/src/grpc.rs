@@ -45,7 +45,11 @@ fn goal_id_arg(goal_id: &str) -> Result<&str, Status> {
 
 /// The client's view of a goal.
 pub fn to_goal(state: GoalState) -> Goal {
+    // `00-<trace id>-<span id>-<flags>`.
+    let trace_id = state.traceparent.split('-').nth(1).unwrap_or_default().to_owned();
     Goal {
+        trace_id,
+        text: state.spec.as_ref().map(|s| s.text.clone()).unwrap_or_default(),
         goal_id: state.goal_id,
         status: state.status,
         output_json: state.output_json,

@@ -46,6 +46,8 @@ pub struct HttpConfig {
     pub cors_allow_origins: Vec<String>,
     /// TLS (`[dispatcher.http.tls]`), or plaintext.
     pub tls: Option<hermes_core::tls::TlsFiles>,
+    /// The web console at `/` (`[dispatcher.http.console]`).
+    pub console: crate::console::ConsoleConfig,
 }
 
 /// Default request body limit: 1 MiB.
@@ -80,8 +82,9 @@ pub(crate) fn router(
     shutdown: CancellationToken,
     config: &HttpConfig,
 ) -> Router {
+    let console = crate::console::router(&config.console, service.auth_enabled());
     let api = Api { service, dead_letters, shutdown, max_body_bytes: config.max_body_bytes };
-    let mut router = Router::new();
+    let mut router = console;
     // Built from the same table as the OpenAPI document.
     for route in ROUTES {
         router = router.route(route.path, handler(route.id));

@@ -20,6 +20,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod console;
 mod dead_letters;
 mod effects;
 pub mod engine;

@@ -49,6 +49,25 @@ pub struct HttpSettings {
     pub cors_allow_origins: Vec<String>,
     /// TLS of the HTTP API; off without a certificate.
     pub tls: hermes_core::tls::TlsSettings,
+    /// The web console at `/` (docs/console.md).
+    pub console: ConsoleSettings,
+}
+
+/// The `[dispatcher.http.console]` section: the web console.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleSettings {
+    /// Serve the console at `/`.
+    pub enabled: bool,
+    /// A goal's trace link, with `{trace_id}` in it; empty: no link.
+    pub trace_url: String,
+}
+
+impl Default for ConsoleSettings {
+    fn default() -> Self {
+        let config = crate::console::ConsoleConfig::default();
+        ConsoleSettings { enabled: config.enabled, trace_url: config.trace_url }
+    }
 }
 
 impl Default for HttpSettings {
@@ -58,6 +77,7 @@ impl Default for HttpSettings {
             max_body_bytes: crate::http::DEFAULT_MAX_BODY_BYTES,
             cors_allow_origins: Vec::new(),
             tls: Default::default(),
+            console: ConsoleSettings::default(),
         }
     }
 }
@@ -77,6 +97,10 @@ impl HttpSettings {
             max_body_bytes: self.max_body_bytes.max(1024),
             cors_allow_origins: self.cors_allow_origins.clone(),
             tls: self.tls.load("dispatcher.http.tls")?,
+            console: crate::console::ConsoleConfig {
+                enabled: self.console.enabled,
+                trace_url: self.console.trace_url.trim().to_owned(),
+            },
         }))
     }
 }
@@ -139,6 +163,10 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "dispatcher.http.listen" => "The HTTP API's address (docs/http.md); `off`: none.",
         "dispatcher.http.max_body_bytes" => "Largest HTTP request body in bytes; larger is 413.",
         "dispatcher.http.cors_allow_origins" => "Origins a browser may call the HTTP API from (`*`: any).",
+        "dispatcher.http.console.enabled" => "Serve the web console at `/` (docs/console.md).",
+        "dispatcher.http.console.trace_url" => {
+            "The console's link to a goal's trace, with `{trace_id}` in it (Jaeger: http://jaeger:16686/trace/{trace_id})."
+        }
         "dispatcher.http.tls.cert_file" => "The HTTP API's TLS certificate chain (PEM); unset: plaintext.",
         "dispatcher.http.tls.key_file" => "The private key of dispatcher.http.tls.cert_file (PEM).",
         "dispatcher.http.tls.client_ca_file" => {

@@ -3,6 +3,7 @@
 //! (`-p -1`, read back from its ports file) and a temporary store dir, and kills it when dropped,
 //! the way the async-nats test harness does.
 
+pub mod browser;
 pub mod cluster;
 pub mod fuzz;
 pub mod process;

@@ -9,6 +9,7 @@ mod approvals;
 mod artifacts;
 mod auth;
 mod bad_input;
+mod console;
 mod deadlines;
 mod dlq;
 mod events;
