@@ -24,3 +24,5 @@ done
 grep -q "^hermes up: grpc" "$log" || { echo "hermes up did not become ready; see $log" >&2; exit 1; }
 echo "stack is up ($(grep '^hermes up: grpc' "$log")); submitting examples/plans/sales-report.yaml"
 ./target/debug/hermes submit --plan examples/plans/sales-report.yaml --watch --server "$addr"
+echo
+echo "The web console: run ./target/debug/hermes up and open http://127.0.0.1:8080/ (docs/console.md)."

@@ -18,6 +18,7 @@ use prost::Message as _;
 use tokio::sync::{Mutex, Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
+mod console;
 mod fairness;
 mod footprint;
 mod memory;
@@ -37,6 +38,8 @@ struct Scale {
     fan_out: usize,
     /// Nodes of the chain row, each depending on the one before.
     chain: usize,
+    /// Nodes of the goal whose console page is timed.
+    console_nodes: usize,
     /// Goals the footprint row's dispatcher runs before its memory is measured again.
     footprint_goals: usize,
     routing_agents: usize,
@@ -55,6 +58,7 @@ const FULL: Scale = Scale {
     in_flight: 1000,
     fan_out: 1000,
     chain: 50,
+    console_nodes: 2000,
     footprint_goals: 10_000,
     routing_agents: 10_000,
     registry_sizes: &[10_000, 20_000, 40_000],
@@ -70,6 +74,7 @@ const SMOKE: Scale = Scale {
     in_flight: 50,
     fan_out: 50,
     chain: 5,
+    console_nodes: 50,
     footprint_goals: 100,
     routing_agents: 200,
     registry_sizes: &[200, 400],
@@ -139,6 +144,7 @@ async fn main() -> anyhow::Result<()> {
     let fan_out = fan_out_wall(&grpc, &completions).await?;
     let chain = chain_wall(&grpc, &completions).await?;
     let http = stack.http_url().context("the bench stack serves HTTP")?;
+    let console = console::goal_page(&grpc, &completions, &http, scale().console_nodes).await?;
     let mut watch_runs = Vec::new();
     for &n in scale().watchers {
         match open_files_allow(n) {
@@ -178,6 +184,19 @@ async fn main() -> anyhow::Result<()> {
     watch_rows(&watch_runs);
     fairness::rows(&fair);
     footprint::rows(&footprint);
+    let nodes = scale().console_nodes;
+    match console {
+        Ok(times) => {
+            println!(
+                "\n{:<58} {:>12.0}",
+                format!("console: {nodes}-node Goal page interactive (ms)"),
+                times.interactive_ms
+            );
+            println!("{:<58} {:>12.0}", "  of which the page's own first render (ms)", times.render_ms);
+            println!("target: under 2000 ms (hash change to a node's details open, headless Chromium).");
+        }
+        Err(why) => println!("\nconsole: {nodes}-node Goal page: not measured ({why})"),
+    }
     let agents = scale().routing_agents;
     println!("\n{:<58} {:>12} {:>12}", format!("routing, {agents} agents over 100 task types"), "p50", "p99");
     println!("{}", "-".repeat(84));

@@ -314,7 +314,9 @@ const COMPACT_ABOVE = 300;
 function goalPage(view, [goalId]) {
   document.title = goalId + ' · Hermes';
   const started = performance.now();
-  const g = { goal: null, events: [], selected: null, nodeEls: new Map(), layoutKey: '' };
+  // `routed`: the agent each node's latest task went to, from its TaskDispatched event (the
+  // goal's state names the agent once it answers).
+  const g = { goal: null, events: [], routed: new Map(), selected: null, nodeEls: new Map(), layoutKey: '' };
   const head = h('div', { id: 'goal-head' });
   const dag = h('div', { class: 'dag-wrap', id: 'dag' });
   const gantt = h('div', { class: 'dag-wrap', id: 'timeline' });
@@ -376,6 +378,7 @@ function goalPage(view, [goalId]) {
   load();
   followEvents(goalId, (event) => {
     g.events.push(event);
+    if (event.taskDispatched && event.taskDispatched.agentId) g.routed.set(event.taskDispatched.nodeId, event.taskDispatched.agentId);
     log.append(eventItem(event));
     soon();
   });
@@ -476,7 +479,8 @@ function renderDag(container, g, onSelect) {
   }
   // Update each node's state in place.
   for (const [id, el] of g.nodeEls) {
-    const n = states.get(id) || {};
+    const n = Object.assign({}, states.get(id));
+    if (!n.agentId && n.status === 'NODE_STATUS_DISPATCHED') n.agentId = g.routed.get(id);
     const [cls, glyph, word] = nodeState(n.status);
     el.setAttribute('class', (el.dataset.kind || 'node') + ' st-' + cls + (g.selected === id ? ' selected' : ''));
     el.dataset.state = word;

@@ -152,6 +152,15 @@ async fn a_wide_fan_out_is_drawn_live_and_a_failed_node_shows_its_error() {
     )
     .await;
     assert_eq!(b.find_all("svg.dag g.node").await.len(), 201);
+    // A running node names the agent it went to.
+    b.wait_until(
+        "return /test-agent/.test(document.querySelector('g.node[data-state=\"running\"] text.sub').textContent)",
+        WAIT,
+        "a running node's agent",
+    )
+    .await;
+    b.find("g[data-node='n001']").await.unwrap().click().await;
+    b.wait_for("#node-routing", WAIT).await;
     b.screenshot(&screenshot_path("goal-fan-out.png")).await;
     b.wait_until(
         "return document.querySelectorAll('g.node[data-state=\"succeeded\"]').length === 201",
