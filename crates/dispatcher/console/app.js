@@ -689,7 +689,7 @@ function renderDetail(panel, g, nodeId) {
       h('dt', {}, 'Task type'), h('dd', {}, node.taskType),
       h('dt', {}, 'State'), h('dd', { id: 'node-state' }, badge(nodeState(state.status))),
       h('dt', {}, 'Attempt'), h('dd', {}, String(num(state.attempt) || '–')),
-      h('dt', {}, 'Agent'), h('dd', {}, state.agentId || '–'),
+      h('dt', {}, 'Agent'), h('dd', {}, state.agentId || (g.routed.get(nodeId) ? g.routed.get(nodeId) + ' (routed to)' : '–')),
       h('dt', {}, 'Duration'), h('dd', {}, num(state.elapsedMs) ? dur(num(state.elapsedMs)) : start ? dur(Date.now() - start) + ' so far' : '–'),
       h('dt', {}, 'Depends on'), h('dd', {}, dependencies(node).join(', ') || 'nothing'),
       num(state.replans) ? [h('dt', {}, 'Replans'), h('dd', {}, String(state.replans))] : null,
