@@ -13,6 +13,7 @@ const PROTO_FILES: &[&str] = &[
     "hermes/v1/agent.proto",
     "hermes/v1/approval.proto",
     "hermes/v1/memory.proto",
+    "hermes/v1/record.proto",
     "hermes/v1/planner.proto",
     "hermes/v1/dispatcher.proto",
 ];

@@ -42,3 +42,47 @@ impl Interceptor for Credentials {
 pub fn client(channel: Channel, credentials: Credentials) -> Client {
     DispatcherClient::with_interceptor(channel, credentials)
 }
+
+/// The goal, or an error naming it.
+pub async fn get_goal(client: &mut Client, goal_id: &str) -> anyhow::Result<hermes_proto::Goal> {
+    client
+        .get_goal(hermes_proto::GetGoalRequest { goal_id: goal_id.to_owned() })
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|s| anyhow::anyhow!("get {goal_id}: {}", s.message()))
+}
+
+/// Every event of the goal from the start until its terminal one (the server ends the stream
+/// there), within `timeout`.
+pub async fn follow_to_end(
+    client: &mut Client,
+    goal_id: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<Vec<hermes_proto::Event>> {
+    use anyhow::Context as _;
+    use futures::StreamExt as _;
+    let mut stream = client
+        .watch_goal(hermes_proto::WatchGoalRequest { goal_id: goal_id.to_owned(), after_seq: 0 })
+        .await
+        .map_err(|s| anyhow::anyhow!("watch {goal_id}: {}", s.message()))?
+        .into_inner();
+    let mut events = Vec::new();
+    let read = async {
+        while let Some(event) = stream.next().await {
+            events.push(event?);
+        }
+        Ok::<_, tonic::Status>(())
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .with_context(|| format!("{goal_id} did not end within {timeout:?}"))?
+        .map_err(|s| anyhow::anyhow!("watch {goal_id}: {}", s.message()))?;
+    Ok(events)
+}
+
+/// A goal status as a word: `completed`, `needs_input`, ...
+pub fn status_word(status: i32) -> String {
+    hermes_proto::GoalStatus::try_from(status)
+        .map(|s| s.as_str_name().trim_start_matches("GOAL_STATUS_").to_ascii_lowercase())
+        .unwrap_or_else(|_| status.to_string())
+}

@@ -2,9 +2,11 @@
 //! local nats-server launcher, and the plan file format.
 
 pub mod api_client;
+pub mod eval_cmd;
 pub mod memory_cmd;
 pub mod nats;
 pub mod plan_file;
+pub mod replay_cmd;
 pub mod stack;
 pub mod trace_cmd;
 pub mod up;

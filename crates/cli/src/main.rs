@@ -41,6 +41,16 @@ struct ServerArg {
     key_file: Option<std::path::PathBuf>,
 }
 
+/// `hermes eval ...`.
+#[derive(Subcommand, Debug)]
+enum EvalCommand {
+    /// The runs stored by earlier `hermes eval` runs, oldest first.
+    Show {
+        #[arg(long, default_value = ".hermes/evals")]
+        store: PathBuf,
+    },
+}
+
 /// `hermes dlq ...`.
 #[derive(Subcommand, Debug)]
 enum DlqCommand {
@@ -161,6 +171,39 @@ enum Command {
     /// Show a goal.
     Get {
         goal_id: String,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Run an eval suite (YAML) against the stack at --server, or `hermes eval show` the runs
+    /// stored before (docs/evaluation.md). Exits non-zero when a case fails or regresses.
+    #[command(args_conflicts_with_subcommands = true)]
+    Eval {
+        #[command(subcommand)]
+        command: Option<EvalCommand>,
+        /// The suite file.
+        suite: Option<PathBuf>,
+        /// Write the run as JSON here (what --baseline reads).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write JUnit XML here, for CI.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// An earlier run's JSON: cases whose success rate fell are regressions (and fail the run).
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+        /// Where runs are stored for `hermes eval show`.
+        #[arg(long, default_value = ".hermes/evals")]
+        store: PathBuf,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Run a finished goal again in a fresh stack, its recorded model answers served in place of a
+    /// model, and compare the runs; exits 1 on a divergence (docs/evaluation.md).
+    Replay {
+        goal_id: String,
+        /// The replay's agents' workspace (where the goal's files are).
+        #[arg(long, default_value = ".")]
+        workspace: PathBuf,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -420,6 +463,48 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             let goal = client.get_goal(GetGoalRequest { goal_id }).await.map_err(status_error)?.into_inner();
             print_goal(&goal);
             Ok(0)
+        }
+        Command::Eval { command: Some(EvalCommand::Show { store }), .. } => {
+            print!("{}", hermes_cli::eval_cmd::show(&store)?);
+            Ok(0)
+        }
+        Command::Eval { command: None, suite, json, junit, baseline, store, server } => {
+            use hermes_cli::eval_cmd::{EvalReport, Suite};
+            let suite_path =
+                suite.context("give a suite file: hermes eval SUITE.yaml (or hermes eval show)")?;
+            let (suite, specs) = Suite::load(&suite_path)?;
+            let baseline: Option<EvalReport> = match baseline {
+                Some(path) => {
+                    let bytes =
+                        std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+                    Some(
+                        serde_json::from_slice(&bytes)
+                            .with_context(|| format!("{} is not an eval run", path.display()))?,
+                    )
+                }
+                None => None,
+            };
+            let client = connect(&server).await?;
+            let mut report = hermes_cli::eval_cmd::run(&client, &suite, &specs).await?;
+            if let Some(baseline) = &baseline {
+                report.compare(baseline);
+            }
+            print!("{}", report.table());
+            let stored = hermes_cli::eval_cmd::store(&report, &store)?;
+            println!("stored: {}", stored.display());
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_vec_pretty(&report)?)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            if let Some(path) = junit {
+                std::fs::write(&path, report.junit())
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            Ok(if report.passed { 0 } else { 1 })
+        }
+        Command::Replay { goal_id, workspace, server } => {
+            let mut client = connect(&server).await?;
+            hermes_cli::replay_cmd::run(&mut client, &goal_id, &workspace).await
         }
         Command::Trace { goal_id, server } => {
             let mut client = connect(&server).await?;

@@ -568,6 +568,51 @@ pub const PULL_EXPIRES: Duration = Duration::from_secs(10);
 /// See [`PULL_EXPIRES`].
 pub const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
 
+/// Up to `limit` messages of `stream` on `filter`, from stream sequence `start` on, oldest
+/// first, decoded, each with its stream sequence (an ordered consumer that reads what is there
+/// now, then stops). One that does not decode is logged and skipped. `what` names the data in
+/// errors.
+pub async fn read_filtered<M: prost::Message + Default>(
+    js: &jetstream::Context,
+    stream: &str,
+    filter: String,
+    start: u64,
+    limit: usize,
+    what: &'static str,
+) -> Result<Vec<(u64, M)>> {
+    use futures::StreamExt as _;
+    let unavailable = |e: &dyn std::fmt::Display| Error::Unavailable(format!("{what}: {e}"));
+    let stream = js.get_stream(stream).await.map_err(|e| unavailable(&e))?;
+    let mut consumer = stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: filter,
+            deliver_policy: consumer::DeliverPolicy::ByStartSequence { start_sequence: start.max(1) },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| unavailable(&e))?;
+    let pending = consumer.info().await.map_err(|e| unavailable(&e))?.num_pending as usize;
+    let wanted = pending.min(limit);
+    let mut out = Vec::with_capacity(wanted);
+    if wanted == 0 {
+        return Ok(out);
+    }
+    let mut messages = consumer.messages().await.map_err(|e| unavailable(&e))?;
+    while out.len() < wanted {
+        let message = match tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
+            Ok(Some(Ok(message))) => message,
+            Ok(Some(Err(e))) => return Err(unavailable(&e)),
+            Ok(None) | Err(_) => break,
+        };
+        let seq = message.info().map(|i| i.stream_sequence).unwrap_or_default();
+        match M::decode(message.payload.clone()) {
+            Ok(decoded) => out.push((seq, decoded)),
+            Err(e) => warn!(seq, error = %e, what, "an undecodable message"),
+        }
+    }
+    Ok(out)
+}
+
 /// A pull stream of up to `batch` messages per request, with [`PULL_EXPIRES`] and
 /// [`PULL_HEARTBEAT`]: every long-lived consumer of Hermes pulls through this.
 pub async fn pull(consumer: &consumer::PullConsumer, batch: usize) -> Result<consumer::pull::Stream> {

@@ -64,6 +64,17 @@ impl Topology {
     pub fn events_stream(&self) -> String {
         self.stream_name("EVENTS")
     }
+    /// Recorded model exchanges (owned by the dispatchers).
+    pub fn records_stream(&self) -> String {
+        self.stream_name("RECORDS")
+    }
+    pub fn all_records(&self) -> String {
+        format!("{}.record.>", self.prefix)
+    }
+    /// Where a goal's model exchanges are recorded.
+    pub fn record(&self, goal_id: &str) -> String {
+        format!("{}.record.{goal_id}", self.prefix)
+    }
     /// The append-only audit trail (owned by the dispatchers).
     pub fn audit_stream(&self) -> String {
         self.stream_name("AUDIT")

@@ -6,9 +6,7 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::stream;
-use futures::StreamExt;
 use hermes_core::{Bus, Error, Result, now_unix_ms};
 use hermes_proto::AuditRecord;
 use prost::Message as _;
@@ -123,42 +121,16 @@ impl Audit {
             Some(tenant) => topology.audit(Some(tenant)),
             None => topology.all_audit(),
         };
-        let unavailable = |what: &str, e: &dyn std::fmt::Display| Error::Unavailable(format!("{what}: {e}"));
-        let stream = self
-            .bus
-            .jetstream()
-            .get_stream(topology.audit_stream())
-            .await
-            .map_err(|e| unavailable("audit stream", &e))?;
-        let mut consumer = stream
-            .create_consumer(pull::OrderedConfig {
-                filter_subject: filter,
-                deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: after_seq + 1 },
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| unavailable("audit consumer", &e))?;
-        let pending =
-            consumer.info().await.map_err(|e| unavailable("audit consumer", &e))?.num_pending as usize;
-        let wanted = pending.min(limit);
-        let mut records = Vec::with_capacity(wanted);
-        if wanted == 0 {
-            return Ok(records);
-        }
-        let mut messages = consumer.messages().await.map_err(|e| unavailable("audit records", &e))?;
-        while records.len() < wanted {
-            let next = tokio::time::timeout(Duration::from_secs(5), messages.next()).await;
-            let message = match next {
-                Ok(Some(Ok(message))) => message,
-                Ok(Some(Err(e))) => return Err(unavailable("audit records", &e)),
-                Ok(None) | Err(_) => break,
-            };
-            let seq = message.info().map(|i| i.stream_sequence).unwrap_or_default();
-            match AuditRecord::decode(message.payload.clone()) {
-                Ok(record) => records.push(AuditRecord { seq, ..record }),
-                Err(e) => warn!(seq, error = %e, "an undecodable audit record"),
-            }
-        }
+        let read = hermes_core::bus::read_filtered::<AuditRecord>(
+            self.bus.jetstream(),
+            &topology.audit_stream(),
+            filter,
+            after_seq + 1,
+            limit,
+            "audit records",
+        )
+        .await?;
+        let records = read.into_iter().map(|(seq, record)| AuditRecord { seq, ..record }).collect();
         Ok(records)
     }
 }

@@ -55,6 +55,7 @@ pub struct GoalService {
     hub: crate::fanout::EventHub,
     audit: Audit,
     quotas: Quotas,
+    records: crate::records::Records,
 }
 
 impl GoalService {
@@ -65,6 +66,7 @@ impl GoalService {
         followups: Followups,
         audit: Audit,
         quotas: Quotas,
+        records: crate::records::Records,
     ) -> Self {
         let max_value = bus.client().server_info().max_payload;
         let store = GoalStore::new(bus.goals().clone(), max_value);
@@ -84,6 +86,7 @@ impl GoalService {
             hub,
             audit,
             quotas,
+            records,
         }
     }
 
@@ -832,7 +835,40 @@ impl GoalService {
     /// Applies one plan result; stale and duplicate results change nothing. The plan is
     /// validated again here against the live catalogue (it may have changed since the planner
     /// looked) before it is applied.
+    /// The recorded model exchanges of a goal `who` may read (docs/evaluation.md).
+    pub(crate) async fn model_exchanges_as(
+        &self,
+        who: &Principal,
+        goal_id: &str,
+    ) -> Result<Vec<hermes_proto::ModelExchange>> {
+        self.readable_by(who, goal_id).await?;
+        let exchanges = self.records.list(goal_id).await?;
+        // Without the secrets role, as everywhere: answers are redacted like outputs.
+        Ok(match who.require(crate::access::Need::Secrets).is_ok() {
+            true => exchanges,
+            false => exchanges
+                .into_iter()
+                .map(|e| hermes_proto::ModelExchange {
+                    content: hermes_core::redact::redact_json_text(&e.content),
+                    ..e
+                })
+                .collect(),
+        })
+    }
+
+    /// The summarizer's exchange, recorded against the goal.
+    pub(crate) async fn record_summary(&self, goal_id: &str, exchange: hermes_proto::ModelExchange) {
+        if let Err(e) = self.records.record(goal_id, &format!("{goal_id}:summary"), &[exchange]).await {
+            warn!(goal_id, error = %e, "cannot record the summarizer's exchange");
+        }
+    }
+
     pub async fn apply_plan_result(&self, result: &PlanResult) -> Result<()> {
+        // Recorded first (deduplicated by id, so a redelivery stores them once): a goal whose
+        // plan is applied has its planner's exchanges on record.
+        self.records
+            .record(&result.goal_id, &format!("{}:{}", result.goal_id, result.request_id), &result.exchanges)
+            .await?;
         let validated = match &result.outcome {
             Some(Outcome::Plan(plan)) => {
                 let snapshot = self.catalog.snapshot(plan.nodes.iter().map(|n| n.task_type.as_str())).await?;

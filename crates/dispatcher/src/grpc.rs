@@ -200,4 +200,15 @@ impl DispatcherApi for Api {
         let records = self.service.audit().list(&who, req.limit as usize, req.after_seq).await?;
         Ok(Response::new(ListAuditResponse { records }))
     }
+
+    async fn list_model_exchanges(
+        &self,
+        request: Request<hermes_proto::ListModelExchangesRequest>,
+    ) -> Result<Response<hermes_proto::ListModelExchangesResponse>, Status> {
+        self.service.nats_up()?;
+        let who = self.who(&request)?;
+        let goal_id = request.into_inner().goal_id;
+        let exchanges = self.service.model_exchanges_as(&who, &goal_id).await?;
+        Ok(Response::new(hermes_proto::ListModelExchangesResponse { exchanges }))
+    }
 }

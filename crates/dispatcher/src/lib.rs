@@ -31,6 +31,7 @@ pub mod http;
 mod metrics;
 mod openapi;
 pub mod quota;
+pub mod records;
 mod routing;
 pub mod service;
 pub mod store;
@@ -88,6 +89,8 @@ pub struct DispatcherConfig {
     pub access: Arc<access::Access>,
     /// Serve a non-loopback address with auth off (behind a proxy that authenticates).
     pub allow_unauthenticated: bool,
+    /// Record every model exchange of a goal (planner, summarizer) for `hermes replay`.
+    pub record_model_exchanges: bool,
 }
 
 impl Default for DispatcherConfig {
@@ -109,6 +112,7 @@ impl Default for DispatcherConfig {
             max_watches_per_client: 256,
             access: Arc::new(access::Access::open()),
             allow_unauthenticated: false,
+            record_model_exchanges: true,
         }
     }
 }
@@ -188,7 +192,10 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let quotas = quota::Quotas::open(&bus, config.access.quotas.clone())
         .await
         .context("cannot open the tenants' quota bucket")?;
-    let service = Arc::new(GoalService::new(bus.clone(), config, followups, audit, quotas));
+    let records = records::Records::open(bus.clone(), config.record_model_exchanges)
+        .await
+        .context("cannot open the records stream")?;
+    let service = Arc::new(GoalService::new(bus.clone(), config, followups, audit, quotas, records));
     // Drained in reverse: the API stops first, the results consumer (which hands back what it
     // pulled but did not start) last.
     let s = service.clone();

@@ -33,6 +33,8 @@ pub struct DispatchSettings {
     pub api_tokens_file: String,
     /// Serve a non-loopback address with auth off, when a proxy in front authenticates.
     pub allow_unauthenticated: bool,
+    /// Record every model exchange of a goal (planner, summarizer) for `hermes replay`.
+    pub record_model_exchanges: bool,
     /// The HTTP API (docs/http.md).
     pub http: HttpSettings,
 }
@@ -119,6 +121,7 @@ impl Default for DispatchSettings {
             max_watches_per_client: config.max_watches_per_client,
             api_tokens_file: String::new(),
             allow_unauthenticated: false,
+            record_model_exchanges: config.record_model_exchanges,
             http: HttpSettings::default(),
         }
     }
@@ -159,6 +162,9 @@ pub fn describe(key: &str) -> Option<&'static str> {
         }
         "dispatcher.allow_unauthenticated" => {
             "Serve a non-loopback address with auth off (only behind a proxy that authenticates)."
+        }
+        "dispatcher.record_model_exchanges" => {
+            "Record each goal's model exchanges (planner, summarizer) for hermes replay (docs/evaluation.md)."
         }
         "dispatcher.http.listen" => "The HTTP API's address (docs/http.md); `off`: none.",
         "dispatcher.http.max_body_bytes" => "Largest HTTP request body in bytes; larger is 413.",
@@ -211,6 +217,7 @@ impl DispatchSettings {
                 path => crate::access::Access::load(std::path::Path::new(path))?,
             }),
             allow_unauthenticated: self.allow_unauthenticated,
+            record_model_exchanges: self.record_model_exchanges,
             summarizer: llm.summarizer_model()?.map(crate::Summarizer),
             prices: crate::engine::Prices {
                 input_per_mtok: llm.price_input_per_mtok,

@@ -20,6 +20,7 @@ pub mod params;
 #[cfg(feature = "local")]
 mod qwen2;
 pub mod react;
+pub mod record;
 pub mod repair;
 
 use futures::future::BoxFuture;

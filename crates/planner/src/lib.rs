@@ -164,18 +164,25 @@ pub async fn plan_with(
         Message::user(prompt::user_message(request, context)),
     ];
     let mut problems: Vec<String> = Vec::new();
+    let purpose = if request.replan.is_some() { "replan" } else { "plan" };
     for attempt in 0..=config.max_corrections {
-        let response = config
-            .model
-            .chat(ChatRequest {
-                messages: messages.clone(),
-                response_schema: Some(("task_plan".into(), schema.clone())),
-                temperature: Some(config.temperature),
-                ..Default::default()
-            })
-            .await;
+        let asked = ChatRequest {
+            messages: messages.clone(),
+            response_schema: Some(("task_plan".into(), schema.clone())),
+            temperature: Some(config.temperature),
+            ..Default::default()
+        };
+        let started = std::time::Instant::now();
+        let response = config.model.chat(asked.clone()).await;
         let response = match response {
-            Ok(r) => r,
+            Ok(r) => {
+                // The dispatcher records it with the result (docs/evaluation.md).
+                let mut exchange = hermes_llm::record::exchange(purpose, &asked, &r, started.elapsed());
+                exchange.goal_id = request.goal_id.clone();
+                exchange.request_id = request.request_id.clone();
+                result.exchanges.push(exchange);
+                r
+            }
             Err(e) if e.retryable() => return Err(e),
             Err(e) => {
                 result.outcome = Some(Outcome::Error(wire_error(e.code(), e.to_string())));

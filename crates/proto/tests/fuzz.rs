@@ -478,14 +478,33 @@ fn plan_result() -> BoxedStrategy<pb::PlanResult> {
         text().prop_map(Outcome::NeedsInput),
         wire_error().prop_map(Outcome::Error),
     ];
-    (text(), text(), prop::option::of(outcome), prop::option::of(token_usage()), any::<u32>(), texts())
-        .prop_map(|(goal_id, request_id, outcome, tokens, corrections, repairs)| pb::PlanResult {
+    let exchange = (text(), text(), text(), text(), prop::option::of(token_usage())).prop_map(
+        |(purpose, request_digest, content, model, tokens)| pb::ModelExchange {
+            purpose,
+            request_digest,
+            content,
+            model,
+            tokens,
+            ..Default::default()
+        },
+    );
+    (
+        text(),
+        text(),
+        prop::option::of(outcome),
+        prop::option::of(token_usage()),
+        any::<u32>(),
+        texts(),
+        prop::collection::vec(exchange, 0..3),
+    )
+        .prop_map(|(goal_id, request_id, outcome, tokens, corrections, repairs, exchanges)| pb::PlanResult {
             goal_id,
             request_id,
             outcome,
             tokens,
             corrections,
             repairs,
+            exchanges,
         })
         .boxed()
 }

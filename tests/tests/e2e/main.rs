@@ -12,6 +12,7 @@ mod bad_input;
 mod console;
 mod deadlines;
 mod dlq;
+mod eval;
 mod events;
 mod goal_flow;
 mod http;
@@ -22,6 +23,7 @@ mod plan_answers;
 mod planning;
 mod quotas;
 mod reconnect;
+mod replay;
 mod routing;
 #[cfg(feature = "local")]
 mod tenancy;

@@ -122,36 +122,42 @@ async fn summarize(service: &GoalService, goal_id: &str) -> hermes_core::Result<
     let state = service.get(goal_id).await?;
     let span = tracing::info_span!("summarize", goal_id);
     hermes_core::trace::follow(&span, hermes_core::trace::TraceContext::parse(&state.traceparent).as_ref());
-    let (output, usage) = write_summary(&summarizer, &state).instrument(span).await;
+    let (output, usage, exchange) = write_summary(&summarizer, &state).instrument(span).await;
+    if let Some(exchange) = exchange {
+        service.record_summary(goal_id, exchange).await;
+    }
     service.finish_summary(goal_id, output.to_string(), usage).await
 }
 
-/// The answer, or the raw outputs with the reason there is none, and the tokens it took.
+/// The answer, or the raw outputs with the reason there is none, the tokens it took, and the
+/// exchange to record.
 async fn write_summary(
     summarizer: &Summarizer,
     state: &GoalState,
-) -> (Value, Option<hermes_proto::TokenUsage>) {
+) -> (Value, Option<hermes_proto::TokenUsage>, Option<hermes_proto::ModelExchange>) {
     let request = ChatRequest {
         messages: vec![Message::system(SYSTEM), Message::user(prompt(state))],
         response_schema: Some(("goal_answer".into(), answer_schema())),
         temperature: Some(0.2),
         ..Default::default()
     };
-    match summarizer.0.chat(request).await {
+    let started = std::time::Instant::now();
+    match summarizer.0.chat(request.clone()).await {
         Ok(response) => {
+            let exchange = hermes_llm::record::exchange("summary", &request, &response, started.elapsed());
             let tokens = hermes_proto::TokenUsage {
                 input_tokens: response.usage.input_tokens,
                 output_tokens: response.usage.output_tokens,
             };
             let content = response.content.unwrap_or_default();
             match parse_answer(state, &content) {
-                Ok(answer) => (answer, Some(tokens)),
-                Err(why) => (unsummarized(state, &why.to_string()), Some(tokens)),
+                Ok(answer) => (answer, Some(tokens), Some(exchange)),
+                Err(why) => (unsummarized(state, &why.to_string()), Some(tokens), Some(exchange)),
             }
         }
         Err(e) => {
             warn!(goal_id = %state.goal_id, error = %e, "summarizer failed; completing with the raw outputs");
-            (unsummarized(state, &e.to_string()), None)
+            (unsummarized(state, &e.to_string()), None, None)
         }
     }
 }

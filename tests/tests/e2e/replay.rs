@@ -1,0 +1,82 @@
+//! Recording and `hermes replay`: a text goal run against the scripted model has its model
+//! exchanges recorded (planner and summarizer); `hermes replay` runs it again in a fresh stack
+//! with the scripted model gone, and finds no divergence; with a tool's output changed (a file
+//! the plan reads), it exits 1 and names what differs.
+
+use std::process::Command;
+
+use hermes_proto::ListModelExchangesRequest;
+use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
+use hermes_tests::{Sandbox, hermes_bin, kind_name};
+use serde_json::json;
+
+use crate::planning::{PLANNER, SUMMARIZER, answer, submit_text};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recorded_text_goal_replays_without_a_model_and_a_changed_tool_output_diverges() {
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::write(workspace.path().join("notes.txt"), "alpha beta gamma").unwrap();
+    let llm = ScriptedLlm::start().await;
+    let plan = json!({
+        "reasoning": "read the notes, then quote them",
+        "nodes": [
+            {"id": "read", "task_type": "fs.read", "inputs": {"path": "notes.txt"}},
+            {"id": "quote", "task_type": "text.template",
+             "inputs": {"template": "The notes say: {{ t }}", "values": {"t": {"$ref": "read.text"}}}}
+        ],
+        "output_node": "quote"
+    });
+    llm.push(PLANNER, ScriptedResponse::content(plan.to_string()).with_usage(300, 80));
+    llm.push(SUMMARIZER, answer("The notes say alpha beta gamma.", &["quote"]));
+    let mut t = Sandbox::builder().llm(llm.base_url()).workspace(workspace.path()).start().await;
+    let goal_id = submit_text(&mut t, "What do my notes say?").await;
+    let events = t.events(&goal_id).await;
+    assert_eq!(
+        kind_name(events.last().unwrap()),
+        "completed",
+        "{:?}",
+        events.iter().map(kind_name).collect::<Vec<_>>()
+    );
+
+    // Recorded: the planner's exchange and the summarizer's, in order.
+    let records = t
+        .client
+        .list_model_exchanges(ListModelExchangesRequest { goal_id: goal_id.clone() })
+        .await
+        .unwrap()
+        .into_inner()
+        .exchanges;
+    let purposes: Vec<&str> = records.iter().map(|r| r.purpose.as_str()).collect();
+    assert_eq!(purposes, ["plan", "summary"], "{records:?}");
+    assert!(
+        records.iter().all(|r| r.goal_id == goal_id && r.request_digest.len() == 64 && r.tokens.is_some())
+    );
+    assert!(records[0].content.contains("read the notes"), "{}", records[0].content);
+    assert!(records[0].request_json.contains("What do my notes say?"));
+
+    // No model from here on.
+    drop(llm);
+    let grpc = t.stack.as_ref().unwrap().grpc_url();
+    let replay = |dir: &std::path::Path| {
+        Command::new(hermes_bin())
+            .args(["replay", &goal_id, "--server", &grpc, "--workspace", dir.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let same = replay(workspace.path());
+    let stdout = String::from_utf8_lossy(&same.stdout);
+    assert!(same.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&same.stderr));
+    assert!(stdout.contains("no divergence") && stdout.contains("2 model exchanges served"), "{stdout}");
+
+    // The file the plan reads says something else now: the tool's output differs.
+    let changed = tempfile::tempdir().unwrap();
+    std::fs::write(changed.path().join("notes.txt"), "delta").unwrap();
+    let diverged = replay(changed.path());
+    let stdout = String::from_utf8_lossy(&diverged.stdout);
+    assert_eq!(diverged.status.code(), Some(1), "{stdout}\n{}", String::from_utf8_lossy(&diverged.stderr));
+    // The summarizer's prompt carries the outputs, so its request is the first to differ, named.
+    assert!(stdout.contains("the first: model request 2 (summary) does not match its record"), "{stdout}");
+    assert!(stdout.contains("node `read` output was"), "{stdout}");
+    assert!(stdout.contains("delta"), "{stdout}");
+    t.stop().await;
+}
