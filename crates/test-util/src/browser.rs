@@ -205,6 +205,45 @@ impl Browser {
         }
     }
 
+    /// The text of the first element matching `css`, read in one script (so an element the page
+    /// re-rendered meanwhile is never stale), or `None` when there is none.
+    pub async fn text_of(&self, css: &str) -> Option<String> {
+        let text = self
+            .script(
+                "const e = document.querySelector(arguments[0]); return e ? e.textContent : null",
+                json!([css]),
+            )
+            .await;
+        text.as_str().map(str::to_owned)
+    }
+
+    /// An attribute of the first element matching `css`, read as [`Browser::text_of`] does.
+    pub async fn attr_of(&self, css: &str, name: &str) -> Option<String> {
+        let value = self
+            .script("const e = document.querySelector(arguments[0]); return e ? e.getAttribute(arguments[1]) : null", json!([css, name]))
+            .await;
+        value.as_str().map(str::to_owned)
+    }
+
+    /// Waits up to `timeout` for an element matching `css` whose text contains `needle`, and
+    /// returns its text; panics with the page's text after that.
+    pub async fn wait_text(&self, css: &str, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(text) = self.text_of(css).await
+                && text.contains(needle)
+            {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no `{css}` containing {needle:?} after {timeout:?}: {}",
+                self.body_text().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The page's visible text, for failure messages.
     pub async fn body_text(&self) -> String {
         let text = self.script("return document.body ? document.body.innerText : ''", json!([])).await;
