@@ -137,3 +137,27 @@ fn a_suite_with_a_case_of_two_goals_is_refused_naming_it() {
     assert!(!out.status.success());
     assert!(stderr.contains("case `both`: give exactly one of `text`, `plan` and `plan_file`"), "{stderr}");
 }
+
+/// Every shipped suite is valid (the slow ones run by hand: docs/evaluation.md): checked before
+/// any connection, so with no server the only error left is the connection's.
+#[test]
+fn every_shipped_suite_is_valid() {
+    let dir = repo_root().join("examples/evals");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        seen += 1;
+        let out = Command::new(hermes_bin())
+            .args(["eval", path.to_str().unwrap(), "--server", "127.0.0.1:1"])
+            .current_dir(repo_root())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", path.display());
+        assert!(stderr.contains("127.0.0.1:1"), "{} failed before connecting: {stderr}", path.display());
+    }
+    assert!(seen >= 2, "no suites in {}", dir.display());
+}
