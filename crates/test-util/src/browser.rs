@@ -66,7 +66,11 @@ impl Browser {
         let chromium = binary("HERMES_CHROMIUM", &["/usr/bin/chromium", "/usr/bin/chromium-browser"])?;
         let chromedriver = binary("HERMES_CHROMEDRIVER", &["/usr/bin/chromedriver"])?;
         let port = crate::free_port();
+        // In a process group of its own, which the browser it starts joins: dropping the
+        // `Browser` kills the group, even when a panicking test never ended the session.
+        use std::os::unix::process::CommandExt as _;
         let driver = Command::new(&chromedriver)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -274,10 +278,9 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        // The browser's processes are the driver's descendants.
-        for pid in crate::process::tree_of(self.driver.id()).into_iter().rev() {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-        }
+        // The driver leads its process group, and the browser's processes are in it.
+        let group = format!("-{}", self.driver.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.driver.wait();
     }
 }

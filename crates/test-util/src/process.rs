@@ -408,9 +408,13 @@ pub fn tree_of(pid: u32) -> Vec<u32> {
     let mut i = 0;
     while i < all.len() {
         let parent = all[i];
-        let children =
-            std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).unwrap_or_default();
-        all.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        // Each thread lists the children it started: a process that spawns from a worker thread
+        // (chromedriver, a tokio runtime) has them under that thread, not the main one.
+        let threads = std::fs::read_dir(format!("/proc/{parent}/task")).into_iter().flatten().flatten();
+        for thread in threads {
+            let children = std::fs::read_to_string(thread.path().join("children")).unwrap_or_default();
+            all.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
         i += 1;
     }
     all
