@@ -542,12 +542,9 @@ fn trajectory(goal: &hermes_proto::Goal, events: &[hermes_proto::Event]) -> Vec<
     out
 }
 
+/// Output quoted in a failure: at most 200 characters.
 fn short(text: &str) -> String {
-    if text.chars().count() > 200 {
-        format!("{}…", text.chars().take(200).collect::<String>())
-    } else {
-        text.to_owned()
-    }
+    hermes_core::text::clip(text, 200)
 }
 
 fn case_report(case: &Case, runs: Vec<RunResult>) -> CaseReport {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use hermes_llm::record::ReplayModel;
-use hermes_proto::{Goal, GoalSpec, GoalStatus, ListModelExchangesRequest, SubmitGoalRequest};
+use hermes_proto::{Goal, GoalSpec, ListModelExchangesRequest, SubmitGoalRequest};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -23,7 +23,7 @@ use crate::stack::{Stack, StackConfig};
 /// prints the comparison and returns the exit code.
 pub async fn run(original: &mut Client, goal_id: &str, workspace: &Path) -> anyhow::Result<i32> {
     let old = crate::api_client::get_goal(original, goal_id).await?;
-    if !terminal(old.status) {
+    if !hermes_dispatcher::engine::is_terminal(old.status) {
         bail!(
             "goal {goal_id} has not finished ({}): replay a finished goal",
             crate::api_client::status_word(old.status)
@@ -161,23 +161,13 @@ async fn replay_on(stack: &Stack, old: &Goal) -> anyhow::Result<Goal> {
     crate::api_client::get_goal(&mut client, &goal_id).await
 }
 
-fn terminal(status: i32) -> bool {
-    [GoalStatus::Completed, GoalStatus::Failed, GoalStatus::Cancelled, GoalStatus::NeedsInput]
-        .iter()
-        .any(|s| *s as i32 == status)
-}
-
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
 }
 
+/// A value quoted in a divergence: at most 240 characters.
 fn short(value: &Value) -> String {
-    let text = value.to_string();
-    if text.chars().count() > 240 {
-        format!("{}…", text.chars().take(240).collect::<String>())
-    } else {
-        text
-    }
+    hermes_core::text::clip(&value.to_string(), 240)
 }
 
 /// Each node's inputs with its `$ref`s resolved from the goal's outputs.

@@ -84,13 +84,8 @@ pub fn exchange(
     let mut readable = request_json(request);
     if let Some(messages) = readable["messages"].as_array_mut() {
         for m in messages {
-            if let Some(content) = m["content"].as_str()
-                && content.chars().count() > MESSAGE_TEXT_LIMIT
-            {
-                m["content"] = Value::String(format!(
-                    "{}…",
-                    content.chars().take(MESSAGE_TEXT_LIMIT).collect::<String>()
-                ));
+            if let Some(content) = m["content"].as_str() {
+                m["content"] = Value::String(hermes_core::text::clip(content, MESSAGE_TEXT_LIMIT));
             }
         }
     }
