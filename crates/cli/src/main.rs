@@ -204,6 +204,10 @@ enum Command {
         /// The replay's agents' workspace (where the goal's files are).
         #[arg(long, default_value = ".")]
         workspace: PathBuf,
+        /// `live`: tools run again. `recorded`: tools with side effects or that reach the network
+        /// are answered from the record and never run.
+        #[arg(long, value_enum, default_value_t = hermes_cli::replay_cmd::Tools::Live)]
+        tools: hermes_cli::replay_cmd::Tools,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -502,9 +506,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(if report.passed { 0 } else { 1 })
         }
-        Command::Replay { goal_id, workspace, server } => {
+        Command::Replay { goal_id, workspace, tools, server } => {
             let mut client = connect(&server).await?;
-            hermes_cli::replay_cmd::run(&mut client, &goal_id, &workspace).await
+            hermes_cli::replay_cmd::run(&mut client, &goal_id, &workspace, tools).await
         }
         Command::Trace { goal_id, server } => {
             let mut client = connect(&server).await?;

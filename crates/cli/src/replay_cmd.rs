@@ -3,25 +3,43 @@
 //! (`hermes_llm::record::ReplayModel`), so no model or key is needed. Then it compares the new
 //! run with the old: the plan, each node's inputs (its `$ref`s resolved) and output, the final
 //! output and status. A model request with no matching record (a prompt changed) is the first
-//! divergence, named by the message that differs, never answered. Exit 0: the same; 1: a
-//! divergence (docs/evaluation.md).
+//! divergence, named by the message that differs, never answered. With `--tools recorded`, the
+//! calls of tools with side effects or that reach the network are answered from the record too
+//! (`RecordedTools`), so nothing they did happens again. Exit 0: the same; 1: a divergence
+//! (docs/evaluation.md).
 
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use hermes_executor::tool::{ToolError, ToolPlayback};
 use hermes_llm::record::ReplayModel;
-use hermes_proto::{Goal, GoalSpec, ListModelExchangesRequest, SubmitGoalRequest};
+use hermes_proto::{Goal, GoalSpec, ListModelExchangesRequest, SubmitGoalRequest, ToolExchange};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::api_client::Client;
 use crate::stack::{Stack, StackConfig};
 
+/// Where a replay's tool calls are answered from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Tools {
+    /// Every tool runs again.
+    Live,
+    /// Tools with side effects or that reach the network answer from the record.
+    Recorded,
+}
+
 /// Replays `goal_id` of the stack `original` talks to, with agents working in `workspace`;
 /// prints the comparison and returns the exit code.
-pub async fn run(original: &mut Client, goal_id: &str, workspace: &Path) -> anyhow::Result<i32> {
+pub async fn run(
+    original: &mut Client,
+    goal_id: &str,
+    workspace: &Path,
+    tools: Tools,
+) -> anyhow::Result<i32> {
     let old = crate::api_client::get_goal(original, goal_id).await?;
     if !hermes_dispatcher::engine::is_terminal(old.status) {
         bail!(
@@ -32,31 +50,40 @@ pub async fn run(original: &mut Client, goal_id: &str, workspace: &Path) -> anyh
     if old.text.is_empty() && old.plan.is_none() {
         bail!("goal {goal_id} has neither text nor a plan to run again");
     }
-    let exchanges = original
+    let records = original
         .list_model_exchanges(ListModelExchangesRequest { goal_id: goal_id.to_owned() })
         .await
         .map_err(|s| anyhow::anyhow!("cannot read the records of {goal_id}: {}", s.message()))?
-        .into_inner()
-        .exchanges;
+        .into_inner();
+    let exchanges = records.exchanges;
+    let recorded_tools = records.tool_exchanges;
     println!(
-        "replaying {goal_id} ({}, {} recorded model exchanges) in a fresh stack",
+        "replaying {goal_id} ({}, {} recorded model exchanges, {} recorded agent tool calls{}) in a fresh stack",
         if old.text.is_empty() { "a plan" } else { "a text goal" },
-        exchanges.len()
+        exchanges.len(),
+        recorded_tools.len(),
+        if tools == Tools::Recorded { ", tools with side effects answered from the record" } else { "" }
     );
+    let playback = || (tools == Tools::Recorded).then(|| Arc::new(RecordedTools::new(&old, &recorded_tools)));
     let workspace = workspace.canonicalize().with_context(|| format!("workspace {}", workspace.display()))?;
     // The planner's prompt lists the task types the agents offer, and agents with a model also
     // offer `agent.run` and `text.summarize`. Whether the recorded run's agents had one is not
     // recorded, so a replay whose first plan request differs in its system message (the
     // catalogue) is tried once more with the other kind of agent.
-    let mut attempt = replay_once(&old, &exchanges, &workspace, false).await?;
+    // Records of agent loops or model tools say the agents had a model.
+    let agent_model = exchanges.iter().any(|e| !e.node_id.is_empty());
+    let mut attempt = replay_once(&old, &exchanges, &workspace, agent_model, playback()).await?;
     if attempt.catalogue_differs() {
-        let other = replay_once(&old, &exchanges, &workspace, true).await?;
+        let other = replay_once(&old, &exchanges, &workspace, !agent_model, playback()).await?;
         if !other.catalogue_differs() {
-            println!("(the recorded planner saw agents with a model: replayed with agents that have one)");
+            println!(
+                "(the recorded planner saw agents {} a model: replayed with agents like that)",
+                if agent_model { "without" } else { "with" }
+            );
             attempt = other;
         }
     }
-    let Attempt { goal: new, mut divergences, unused } = attempt;
+    let Attempt { goal: new, mut divergences, unused, served } = attempt;
     if divergences.is_empty() && !unused.is_empty() {
         divergences.push(format!(
             "the new run made fewer model calls: {} recorded ({}) were never asked for",
@@ -67,8 +94,12 @@ pub async fn run(original: &mut Client, goal_id: &str, workspace: &Path) -> anyh
     divergences.extend(compare(&old, &new));
     if divergences.is_empty() {
         let nodes = new.plan.as_ref().map(|p| p.nodes.len()).unwrap_or_default();
+        let tools = match served {
+            Some(served) => format!(", {served} tool calls served from the record"),
+            None => String::new(),
+        };
         println!(
-            "no divergence: the same plan ({nodes} nodes), node inputs and outputs, final output and status; {} model exchanges served from the record (replayed as {})",
+            "no divergence: the same plan ({nodes} nodes), node inputs and outputs, final output and status; {} model exchanges{tools} served from the record (replayed as {})",
             exchanges.len(),
             new.goal_id
         );
@@ -81,11 +112,13 @@ pub async fn run(original: &mut Client, goal_id: &str, workspace: &Path) -> anyh
     Ok(1)
 }
 
-/// One replay: the new goal, the model requests no record matched, and the records never used.
+/// One replay: the new goal, the model requests and tool calls no record matched, the records
+/// never used, and how many tool calls the record answered (with `--tools recorded`).
 struct Attempt {
     goal: Goal,
     divergences: Vec<String>,
     unused: Vec<hermes_proto::ModelExchange>,
+    served: Option<usize>,
 }
 
 impl Attempt {
@@ -103,6 +136,7 @@ async fn replay_once(
     exchanges: &[hermes_proto::ModelExchange],
     workspace: &Path,
     agent_model: bool,
+    playback: Option<Arc<RecordedTools>>,
 ) -> anyhow::Result<Attempt> {
     let model = Arc::new(ReplayModel::new(exchanges.to_vec()));
     let as_model = || model.clone() as Arc<dyn hermes_llm::ChatModel>;
@@ -113,6 +147,7 @@ async fn replay_once(
     if agent_model {
         agent.llm = Some(hermes_executor::agent_loop::AgentModel(as_model()));
     }
+    agent.playback = playback.clone().map(|p| p as Arc<dyn ToolPlayback>);
     let text_goal = !old.text.is_empty();
     let dispatcher = hermes_dispatcher::DispatcherConfig {
         grpc_listen: "127.0.0.1:0".parse()?,
@@ -136,7 +171,123 @@ async fn replay_once(
     let outcome = replay_on(&stack, old).await;
     stack.stop().await;
     drop(nats);
-    Ok(Attempt { goal: outcome?, divergences: model.divergences(), unused: model.unused() })
+    let mut divergences = model.divergences();
+    let mut served = None;
+    if let Some(playback) = &playback {
+        divergences.extend(playback.divergences());
+        served = Some(playback.served());
+    }
+    Ok(Attempt { goal: outcome?, divergences, unused: model.unused(), served })
+}
+
+/// The recorded outcomes of a goal's tool calls, served in place of the tools with
+/// `--tools recorded`: each plain node's output (from its events) under its task type and
+/// resolved inputs, and each agent-loop call (from its `ToolExchange`) under its tool and
+/// arguments. A call is served the first unused outcome recorded in the same node for the same
+/// tool and arguments; a call with none fails and is reported as a divergence.
+#[derive(Debug)]
+pub struct RecordedTools {
+    outcomes: Mutex<HashMap<(String, String, String), VecDeque<Recorded>>>,
+    divergences: Mutex<Vec<String>>,
+    served: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Debug)]
+enum Recorded {
+    Output(Value),
+    Failed(ToolError),
+    /// Too large to keep inline: the record holds the artifact's reference only.
+    Artifact(String),
+}
+
+impl RecordedTools {
+    pub fn new(old: &Goal, calls: &[ToolExchange]) -> RecordedTools {
+        let digest = hermes_executor::record::arguments_digest;
+        let mut outcomes: HashMap<_, VecDeque<Recorded>> = HashMap::new();
+        let inputs = resolved_inputs(old);
+        let task_types: HashMap<&str, &str> =
+            old.plan.iter().flat_map(|p| &p.nodes).map(|n| (n.id.as_str(), n.task_type.as_str())).collect();
+        for node in &old.nodes {
+            let (Some(args), Some(task_type)) =
+                (inputs.get(&node.node_id), task_types.get(node.node_id.as_str()))
+            else {
+                continue;
+            };
+            let outcome = if !node.memory_ref.is_empty() {
+                Recorded::Artifact(node.memory_ref.clone())
+            } else if let Some(error) = &node.error {
+                Recorded::Failed(failure(error))
+            } else if !node.output_json.is_empty() {
+                Recorded::Output(json(&node.output_json))
+            } else {
+                continue;
+            };
+            let key = (node.node_id.clone(), (*task_type).to_owned(), digest(args));
+            outcomes.entry(key).or_default().push_back(outcome);
+        }
+        for call in calls {
+            let outcome = match (&call.error, call.output_ref.is_empty()) {
+                (Some(error), _) => Recorded::Failed(failure(error)),
+                (None, false) => Recorded::Artifact(call.output_ref.clone()),
+                (None, true) => Recorded::Output(json(&call.output_json)),
+            };
+            let key = (call.node_id.clone(), call.tool.clone(), call.arguments_digest.clone());
+            outcomes.entry(key).or_default().push_back(outcome);
+        }
+        RecordedTools {
+            outcomes: Mutex::new(outcomes),
+            divergences: Mutex::default(),
+            served: Default::default(),
+        }
+    }
+
+    /// The calls no record answered, in words, in the order they were made.
+    pub fn divergences(&self) -> Vec<String> {
+        self.divergences.lock().map(|d| d.clone()).unwrap_or_default()
+    }
+
+    /// How many calls the record answered.
+    pub fn served(&self) -> usize {
+        self.served.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn diverged(&self, what: String) -> ToolError {
+        if let Ok(mut divergences) = self.divergences.lock() {
+            divergences.push(what.clone());
+        }
+        ToolError { code: hermes_core::ErrorCode::FailedPrecondition, message: format!("replay: {what}") }
+    }
+}
+
+fn failure(error: &hermes_proto::Error) -> ToolError {
+    ToolError {
+        code: hermes_core::ErrorCode::parse(&error.code).unwrap_or(hermes_core::ErrorCode::ToolError),
+        message: error.message.clone(),
+    }
+}
+
+impl ToolPlayback for RecordedTools {
+    fn answer(&self, node_id: &str, tool: &str, args: &Value) -> Result<Value, ToolError> {
+        let key = (node_id.to_owned(), tool.to_owned(), hermes_executor::record::arguments_digest(args));
+        let next = self.outcomes.lock().ok().and_then(|mut o| o.get_mut(&key).and_then(VecDeque::pop_front));
+        let outcome = match next {
+            None => {
+                return Err(self.diverged(format!(
+                    "tool `{tool}` in node `{node_id}` was called with arguments no record holds: {}",
+                    short(args)
+                )));
+            }
+            Some(Recorded::Artifact(reference)) => {
+                return Err(self.diverged(format!(
+                    "the recorded output of `{tool}` in node `{node_id}` is the artifact {reference}, which replay cannot serve"
+                )));
+            }
+            Some(Recorded::Output(output)) => Ok(output),
+            Some(Recorded::Failed(error)) => Err(error),
+        };
+        self.served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        outcome
+    }
 }
 
 /// Submits the old goal's spec to the replay's stack and returns the new goal once it ends.

@@ -75,6 +75,10 @@ impl Topology {
     pub fn record(&self, goal_id: &str) -> String {
         format!("{}.record.{goal_id}", self.prefix)
     }
+    /// Where the tool calls of a goal's agent loops are recorded.
+    pub fn tool_record(&self, goal_id: &str) -> String {
+        format!("{}.record.{goal_id}.tool", self.prefix)
+    }
     /// The append-only audit trail (owned by the dispatchers).
     pub fn audit_stream(&self) -> String {
         self.stream_name("AUDIT")

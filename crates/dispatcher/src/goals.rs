@@ -781,6 +781,28 @@ impl GoalService {
                 }
                 Ok(Some(stored))
             }
+            // Records of the agent loop (docs/evaluation.md), stamped with the verified goal,
+            // node and attempt, whatever the report said.
+            Some(Report::ModelExchange(exchange)) => {
+                let exchange = hermes_proto::ModelExchange {
+                    goal_id: goal_id.to_owned(),
+                    node_id: report.node_id.clone(),
+                    ..exchange.clone()
+                };
+                let id = format!("{}:{}", report.task_id, exchange.request_id);
+                self.records.record(goal_id, &id, &[exchange]).await?;
+                Ok(None)
+            }
+            Some(Report::ToolExchange(call)) => {
+                let call = hermes_proto::ToolExchange {
+                    goal_id: goal_id.to_owned(),
+                    node_id: report.node_id.clone(),
+                    attempt: state.nodes[index].attempt,
+                    ..call.clone()
+                };
+                self.records.record_tool(&report.task_id, &call).await?;
+                Ok(None)
+            }
             Some(Report::ApprovalTimedOut(call_id)) => {
                 let not_found = || Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") };
                 let Some((approval, _)) = self.bus.approvals().load(call_id).await? else {
@@ -832,28 +854,31 @@ impl GoalService {
         Ok(applied.map(|(_, changed)| changed).unwrap_or(0))
     }
 
-    /// Applies one plan result; stale and duplicate results change nothing. The plan is
-    /// validated again here against the live catalogue (it may have changed since the planner
-    /// looked) before it is applied.
-    /// The recorded model exchanges of a goal `who` may read (docs/evaluation.md).
+    /// The recorded model exchanges and agent tool calls of a goal `who` may read
+    /// (docs/evaluation.md).
     pub(crate) async fn model_exchanges_as(
         &self,
         who: &Principal,
         goal_id: &str,
-    ) -> Result<Vec<hermes_proto::ModelExchange>> {
+    ) -> Result<(Vec<hermes_proto::ModelExchange>, Vec<hermes_proto::ToolExchange>)> {
         self.readable_by(who, goal_id).await?;
         let exchanges = self.records.list(goal_id).await?;
-        // Without the secrets role, as everywhere: answers are redacted like outputs.
-        Ok(match who.require(crate::access::Need::Secrets).is_ok() {
-            true => exchanges,
-            false => exchanges
+        let tools = self.records.list_tools(goal_id).await?;
+        // Without the secrets role, as everywhere: answers and outputs are redacted.
+        if who.require(crate::access::Need::Secrets).is_ok() {
+            return Ok((exchanges, tools));
+        }
+        let redact = hermes_core::redact::redact_json_text;
+        Ok((
+            exchanges
                 .into_iter()
-                .map(|e| hermes_proto::ModelExchange {
-                    content: hermes_core::redact::redact_json_text(&e.content),
-                    ..e
-                })
+                .map(|e| hermes_proto::ModelExchange { content: redact(&e.content), ..e })
                 .collect(),
-        })
+            tools
+                .into_iter()
+                .map(|t| hermes_proto::ToolExchange { output_json: redact(&t.output_json), ..t })
+                .collect(),
+        ))
     }
 
     /// The summarizer's exchange, recorded against the goal.
@@ -863,6 +888,9 @@ impl GoalService {
         }
     }
 
+    /// Applies one plan result; stale and duplicate results change nothing. The plan is
+    /// validated again here against the live catalogue (it may have changed since the planner
+    /// looked) before it is applied.
     pub async fn apply_plan_result(&self, result: &PlanResult) -> Result<()> {
         // Recorded first (deduplicated by id, so a redelivery stores them once): a goal whose
         // plan is applied has its planner's exchanges on record.

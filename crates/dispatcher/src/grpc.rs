@@ -208,7 +208,7 @@ impl DispatcherApi for Api {
         self.service.nats_up()?;
         let who = self.who(&request)?;
         let goal_id = request.into_inner().goal_id;
-        let exchanges = self.service.model_exchanges_as(&who, &goal_id).await?;
-        Ok(Response::new(hermes_proto::ListModelExchangesResponse { exchanges }))
+        let (exchanges, tool_exchanges) = self.service.model_exchanges_as(&who, &goal_id).await?;
+        Ok(Response::new(hermes_proto::ListModelExchangesResponse { exchanges, tool_exchanges }))
     }
 }

@@ -1,13 +1,15 @@
-//! Recorded model exchanges (docs/evaluation.md): every exchange with a model during a goal, in
-//! the `HERMES_RECORDS` stream on `hermes.record.<goal_id>`, kept as long as the goal's events.
-//! The planner hands its exchanges over in its `PlanResult` and the summarizer runs here, so the
-//! dispatchers are the only writers, as they are of events. `ListModelExchanges` reads a goal's
-//! records back, for `hermes replay`. With `dispatcher.record_model_exchanges = false` nothing is
-//! written.
+//! Recorded model exchanges and agent tool calls (docs/evaluation.md): every exchange with a
+//! model during a goal, in the `HERMES_RECORDS` stream on `hermes.record.<goal_id>`, and every
+//! tool call of its agent loops on `hermes.record.<goal_id>.tool`, kept as long as the goal's
+//! events. The planner hands its exchanges over in its `PlanResult`, the summarizer runs here, and
+//! agents report their loops' exchanges and calls as `AgentReport`s checked against the attempt's
+//! result token, so the dispatchers are the only writers, as they are of events.
+//! `ListModelExchanges` reads a goal's records back, for `hermes replay`. With
+//! `dispatcher.record_model_exchanges = false` nothing is written.
 
 use async_nats::jetstream::stream;
 use hermes_core::{Bus, Error, Result};
-use hermes_proto::ModelExchange;
+use hermes_proto::{ModelExchange, ToolExchange};
 
 /// Most records read back for one goal.
 const MAX_PER_GOAL: usize = 10_000;
@@ -56,16 +58,36 @@ impl Records {
         Ok(())
     }
 
-    /// The goal's records, oldest first.
+    /// Stores one tool call of `task_id`'s agent loop, under its call index so that a repeated
+    /// report stores it once.
+    pub async fn record_tool(&self, task_id: &str, call: &ToolExchange) -> Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let subject = self.bus.topology().tool_record(&call.goal_id);
+        self.bus.publish(subject, call, &format!("record:{task_id}:tool:{}", call.index), None).await?;
+        Ok(())
+    }
+
+    /// The goal's model exchanges, oldest first.
     pub async fn list(&self, goal_id: &str) -> Result<Vec<ModelExchange>> {
-        let topology = self.bus.topology();
-        let read = hermes_core::bus::read_filtered::<ModelExchange>(
+        self.read(self.bus.topology().record(goal_id), "model records").await
+    }
+
+    /// The tool calls of the goal's agent loops, oldest first.
+    pub async fn list_tools(&self, goal_id: &str) -> Result<Vec<ToolExchange>> {
+        self.read(self.bus.topology().tool_record(goal_id), "tool records").await
+    }
+
+    async fn read<M: prost::Message + Default>(&self, subject: String, what: &'static str) -> Result<Vec<M>> {
+        let stream = self.bus.topology().records_stream();
+        let read = hermes_core::bus::read_filtered::<M>(
             self.bus.jetstream(),
-            &topology.records_stream(),
-            topology.record(goal_id),
+            &stream,
+            subject,
             1,
             MAX_PER_GOAL,
-            "model records",
+            what,
         )
         .await?;
         Ok(read.into_iter().map(|(_, record)| record).collect())

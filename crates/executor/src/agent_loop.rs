@@ -214,13 +214,13 @@ pub async fn run_loop(
     for step in 1..=budget.max_steps {
         // PLANNING
         context.fit();
-        let response = model
-            .chat(ChatRequest {
-                messages: context.messages(),
-                tools: tools.clone(),
-                temperature: Some(0.2),
-                ..Default::default()
-            })
+        let request = ChatRequest {
+            messages: context.messages(),
+            tools: tools.clone(),
+            temperature: Some(0.2),
+            ..Default::default()
+        };
+        let response = crate::record::chat(model, request, ctx, "agent")
             .await
             .map_err(|e| error(e.code(), e.to_string()))?;
         usage += response.usage;
@@ -321,16 +321,11 @@ pub async fn run_loop(
                         serde_json::from_str(&call.arguments).unwrap_or(Value::String(call.arguments.clone()))
                     }
                 };
-                publish_tool_called(
-                    scope,
-                    step,
-                    steps.len() as u32,
-                    &tool,
-                    &arguments,
-                    outcome.as_ref().err(),
-                    started,
-                )
-                .await;
+                let index = steps.len() as u32;
+                publish_tool_called(scope, step, index, &tool, &arguments, outcome.as_ref().err(), started)
+                    .await;
+                let output = outcome.as_ref().map(|(_, out)| out);
+                crate::record::tool_call(scope, index, &tool, &arguments, output, started).await;
             }
             steps.push(record);
             turn.digest.push(format!(

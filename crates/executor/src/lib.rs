@@ -7,6 +7,7 @@ pub mod agent_loop;
 mod approval;
 pub mod config;
 pub mod isolate;
+pub mod record;
 pub mod service;
 pub mod supervise;
 pub mod tool;
@@ -60,6 +61,9 @@ pub struct AgentConfig {
     pub code_python: Option<tools::CodePythonConfig>,
     /// MCP servers whose tools are mounted.
     pub mcp: Vec<config::McpServerSpec>,
+    /// Where the calls of tools with side effects or that reach the network are answered from
+    /// instead of run: `hermes replay --tools recorded` sets it; a deployed agent never does.
+    pub playback: Option<Arc<dyn tool::ToolPlayback>>,
 }
 
 impl AgentConfig {
@@ -76,6 +80,7 @@ impl AgentConfig {
             tags: Vec::new(),
             model: String::new(),
             llm: None,
+            playback: None,
             http_allow: Vec::new(),
             confirm_tools: Vec::new(),
             approval_timeout: Duration::from_secs(600),
@@ -236,6 +241,7 @@ pub async fn build_registry(config: &AgentConfig, bus: Option<&Bus>) -> Result<T
     let wanted = &config.tools;
     let wants = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
     let mut registry = ToolRegistry::for_agent(config.agent_id.clone());
+    registry.playback = config.playback.clone();
     let builtins = tools::builtin_tools_with(config.http_allow.clone());
     for tool in &builtins {
         if wants(tool.name()) {

@@ -207,6 +207,11 @@ pub trait Tool: Send + Sync + 'static {
     fn side_effects(&self) -> bool {
         false
     }
+    /// The tool reaches other hosts: a replay with `--tools recorded` serves its calls from the
+    /// record, as it does those of tools with side effects.
+    fn reaches_network(&self) -> bool {
+        false
+    }
     fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::default()
     }
@@ -273,6 +278,18 @@ pub struct ToolRegistry {
     confirm: std::collections::BTreeSet<String>,
     /// The agent these tools belong to, for metrics labels.
     agent: String,
+    /// Answers the calls of tools with side effects or that reach the network instead of running
+    /// them (`hermes replay --tools recorded`).
+    pub(crate) playback: Option<Arc<dyn ToolPlayback>>,
+}
+
+/// A source of recorded tool outputs, for a replay that must not repeat side effects
+/// (`hermes replay --tools recorded`, docs/evaluation.md). Asked, in place of running the tool,
+/// for every call of a tool with side effects or that reaches the network within a task.
+pub trait ToolPlayback: Send + Sync + std::fmt::Debug {
+    /// The recorded outcome of `tool` called with `args` in node `node_id`. A call with no
+    /// record fails (a replay counts it as a divergence); it never runs.
+    fn answer(&self, node_id: &str, tool: &str, args: &Value) -> Result<Value, ToolError>;
 }
 
 impl ToolRegistry {
@@ -429,6 +446,11 @@ impl ToolRegistry {
                 "arguments for `{name}` fail its schema: {}",
                 list.join("; ")
             )));
+        }
+        if let (Some(playback), Some(scope)) = (&self.playback, &ctx.task)
+            && (entry.tool.side_effects() || entry.tool.reaches_network())
+        {
+            return playback.answer(&scope.node_id, name, &args);
         }
         let ids = ctx.task.as_ref().map(|scope| (scope, scope.next_call(name, &args)));
         if self.confirm.contains(name) || entry.tool.require_confirm() {

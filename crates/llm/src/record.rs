@@ -54,7 +54,8 @@ pub fn request_json(request: &ChatRequest) -> Value {
     })
 }
 
-fn sha256(text: &str) -> String {
+/// The sha256 of `text`, in hex.
+pub fn sha256(text: &str) -> String {
     Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -80,3 +80,82 @@ async fn a_recorded_text_goal_replays_without_a_model_and_a_changed_tool_output_
     assert!(stdout.contains("delta"), "{stdout}");
     t.stop().await;
 }
+
+/// An `agent.run` node whose model appends to a file: its model exchanges and its tool call are
+/// recorded from inside the agent, and `hermes replay --tools recorded` runs the loop again from
+/// the record, with no model, without appending again. A live replay appends again, which is what
+/// the recorded one must not do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_goal_replays_with_recorded_tools_and_its_side_effect_does_not_happen_again() {
+    let workspace = tempfile::tempdir().unwrap();
+    let log = workspace.path().join("log.txt");
+    let llm = ScriptedLlm::start().await;
+    llm.push(
+        "agent-model",
+        ScriptedResponse::tool_call(
+            "fs__write",
+            r#"{"path": "log.txt", "content": "shipped\n", "append": true}"#,
+        ),
+    );
+    llm.push("agent-model", ScriptedResponse::content("Logged the shipment."));
+    let mut t = Sandbox::builder().llm(llm.base_url()).workspace(workspace.path()).start().await;
+    let plan = hermes_proto::TaskPlan {
+        nodes: vec![hermes_tests::node(
+            "log",
+            "agent.run",
+            json!({"instruction": "Append `shipped` to log.txt", "tools": ["fs.write"]}),
+            &[],
+        )],
+        ..Default::default()
+    };
+    let goal_id = t.submit(plan).await.unwrap();
+    let events = t.events(&goal_id).await;
+    assert_eq!(
+        kind_name(events.last().unwrap()),
+        "completed",
+        "{:?}",
+        events.iter().map(kind_name).collect::<Vec<_>>()
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "shipped\n");
+
+    // Recorded from inside the agent: both model turns of the loop, and the tool call.
+    let records = t
+        .client
+        .list_model_exchanges(ListModelExchangesRequest { goal_id: goal_id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    let agent: Vec<_> = records.exchanges.iter().filter(|e| e.purpose == "agent").collect();
+    assert_eq!(agent.len(), 2, "{:?}", records.exchanges);
+    assert!(agent.iter().all(|e| e.node_id == "log" && e.goal_id == goal_id));
+    assert_eq!(agent[0].tool_calls[0].name, "fs__write");
+    let [call] = records.tool_exchanges.as_slice() else { panic!("{:?}", records.tool_exchanges) };
+    assert_eq!((call.node_id.as_str(), call.tool.as_str(), call.ok), ("log", "fs.write", true));
+    assert!(call.output_json.contains("bytes_written"), "{}", call.output_json);
+    assert_eq!(call.arguments_digest.len(), 64);
+
+    drop(llm);
+    let grpc = t.stack.as_ref().unwrap().grpc_url();
+    let replay = |tools: &str| {
+        let dir = workspace.path().to_str().unwrap();
+        Command::new(hermes_bin())
+            .args(["replay", &goal_id, "--server", &grpc, "--workspace", dir, "--tools", tools])
+            .output()
+            .unwrap()
+    };
+    let recorded = replay("recorded");
+    let stdout = String::from_utf8_lossy(&recorded.stdout);
+    assert!(recorded.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&recorded.stderr));
+    assert!(
+        stdout.contains("no divergence") && stdout.contains("1 tool calls served from the record"),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "shipped\n", "the recorded replay appended again");
+
+    // Live, the tool runs again: the side effect the recorded replay kept from happening.
+    let live = replay("live");
+    let stdout = String::from_utf8_lossy(&live.stdout);
+    assert!(live.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&live.stderr));
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "shipped\nshipped\n");
+    t.stop().await;
+}

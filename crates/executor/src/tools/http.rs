@@ -387,6 +387,9 @@ impl Tool for HttpFetch {
         let url = reqwest::Url::parse(args.get("url")?.as_str()?).ok()?;
         Some(format!("{}:{}", url.host_str()?, url.port_or_known_default()?))
     }
+    fn reaches_network(&self) -> bool {
+        true
+    }
     fn run<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: Args = parse_args(args)?;

@@ -67,10 +67,7 @@ impl Tool for TextSummarize {
                 temperature: Some(0.2),
                 ..Default::default()
             };
-            let response = self
-                .model
-                .0
-                .chat(request)
+            let response = crate::record::chat(self.model.0.as_ref(), request, ctx, "summarize")
                 .await
                 .map_err(|e| ToolError { code: e.code(), message: e.to_string() })?;
             ctx.charge(response.usage);
