@@ -41,6 +41,13 @@ struct ServerArg {
     key_file: Option<std::path::PathBuf>,
 }
 
+/// Where `hermes replay` gets its model answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ReplayModelArg {
+    Recorded,
+    Live,
+}
+
 /// `hermes eval ...`.
 #[derive(Subcommand, Debug)]
 enum EvalCommand {
@@ -208,6 +215,25 @@ enum Command {
         /// are answered from the record and never run.
         #[arg(long, value_enum, default_value_t = hermes_cli::replay_cmd::Tools::Live)]
         tools: hermes_cli::replay_cmd::Tools,
+        /// `recorded`: the record answers every model request. `live`: the configured model
+        /// (`--llm-*`, or the `HERMES_LLM_*` variables `hermes up` reads) answers, and each answer
+        /// that differs from the record is a divergence.
+        #[arg(long, value_enum, default_value_t = ReplayModelArg::Recorded)]
+        model: ReplayModelArg,
+        /// `openai` or `local` (the embedded model), for `--model live`.
+        #[arg(long, env = "HERMES_LLM_PROVIDER")]
+        llm_provider: Option<String>,
+        /// The OpenAI-compatible base URL, for `--model live`.
+        #[arg(long, env = "HERMES_LLM_BASE_URL")]
+        llm_base_url: Option<String>,
+        /// The model's name, for `--model live`.
+        #[arg(long, env = "HERMES_LLM_MODEL")]
+        llm_model: Option<String>,
+        /// Run the goal again in this running stack (a dispatcher address, with the same
+        /// token and TLS settings as `--server`) instead of a fresh one: its own model and tools
+        /// answer, and the runs are compared.
+        #[arg(long, conflicts_with_all = ["tools", "model"])]
+        against: Option<String>,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -506,9 +532,37 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(if report.passed { 0 } else { 1 })
         }
-        Command::Replay { goal_id, workspace, tools, server } => {
+        Command::Replay {
+            goal_id,
+            workspace,
+            tools,
+            model,
+            llm_provider,
+            llm_base_url,
+            llm_model,
+            against,
+            server,
+        } => {
             let mut client = connect(&server).await?;
-            hermes_cli::replay_cmd::run(&mut client, &goal_id, &workspace, tools).await
+            let mut against = match against {
+                Some(address) => Some(connect(&ServerArg { server: address, ..server.clone() }).await?),
+                None => None,
+            };
+            let live_model = match model {
+                ReplayModelArg::Recorded => None,
+                ReplayModelArg::Live => {
+                    let settings = hermes_llm::config::LlmSettings {
+                        provider: llm_provider,
+                        base_url: llm_base_url,
+                        model: llm_model,
+                        ..Default::default()
+                    };
+                    let model = settings.planner_model().context("--model live")?;
+                    Some(model.context("--model live needs a model: set --llm-base-url and --llm-model, or --llm-provider local")?)
+                }
+            };
+            let options = hermes_cli::replay_cmd::Options { workspace, tools, live_model };
+            hermes_cli::replay_cmd::run(&mut client, &goal_id, &options, against.as_mut()).await
         }
         Command::Trace { goal_id, server } => {
             let mut client = connect(&server).await?;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use hermes_executor::tool::{ToolError, ToolPlayback};
-use hermes_llm::record::ReplayModel;
+use hermes_llm::record::{LiveModel, ReplayModel};
 use hermes_proto::{Goal, GoalSpec, ListModelExchangesRequest, SubmitGoalRequest, ToolExchange};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -32,13 +32,23 @@ pub enum Tools {
     Recorded,
 }
 
-/// Replays `goal_id` of the stack `original` talks to, with agents working in `workspace`;
-/// prints the comparison and returns the exit code.
+/// How a replay runs: where its tools and model answers come from, and in which stack.
+pub struct Options {
+    /// The replay's agents' workspace (in a fresh stack).
+    pub workspace: std::path::PathBuf,
+    pub tools: Tools,
+    /// `--model live`: this model answers, and each answer is compared with the record.
+    pub live_model: Option<Arc<dyn hermes_llm::ChatModel>>,
+}
+
+/// Replays `goal_id` of the stack `original` talks to, in a fresh stack, or with `against` in
+/// that running stack (whose own model and tools answer); prints the comparison and returns the
+/// exit code.
 pub async fn run(
     original: &mut Client,
     goal_id: &str,
-    workspace: &Path,
-    tools: Tools,
+    options: &Options,
+    against: Option<&mut Client>,
 ) -> anyhow::Result<i32> {
     let old = crate::api_client::get_goal(original, goal_id).await?;
     if !hermes_dispatcher::engine::is_terminal(old.status) {
@@ -50,6 +60,11 @@ pub async fn run(
     if old.text.is_empty() && old.plan.is_none() {
         bail!("goal {goal_id} has neither text nor a plan to run again");
     }
+    if let Some(stack) = against {
+        println!("replaying {goal_id} in the named stack, with its own model and tools");
+        let new = replay_on(stack, &old).await?;
+        return Ok(report(Vec::new(), &old, &new, "the named stack's model and tools answered".into()));
+    }
     let records = original
         .list_model_exchanges(ListModelExchangesRequest { goal_id: goal_id.to_owned() })
         .await
@@ -57,24 +72,36 @@ pub async fn run(
         .into_inner();
     let exchanges = records.exchanges;
     let recorded_tools = records.tool_exchanges;
+    let recorded = options.tools == Tools::Recorded;
     println!(
-        "replaying {goal_id} ({}, {} recorded model exchanges, {} recorded agent tool calls{}) in a fresh stack",
+        "replaying {goal_id} ({}, {} recorded model exchanges, {} recorded agent tool calls) in a fresh stack; {}{}",
         if old.text.is_empty() { "a plan" } else { "a text goal" },
         exchanges.len(),
         recorded_tools.len(),
-        if tools == Tools::Recorded { ", tools with side effects answered from the record" } else { "" }
+        if options.live_model.is_some() {
+            "the live model answers"
+        } else {
+            "the record answers the model's part"
+        },
+        if recorded { ", and the tools with side effects" } else { "" }
     );
-    let playback = || (tools == Tools::Recorded).then(|| Arc::new(RecordedTools::new(&old, &recorded_tools)));
+    let playback = || recorded.then(|| Arc::new(RecordedTools::new(&old, &recorded_tools)));
+    let answerer = || match &options.live_model {
+        Some(live) => Answerer::Live(Arc::new(LiveModel::new(live.clone(), exchanges.clone()))),
+        None => Answerer::Record(Arc::new(ReplayModel::new(exchanges.clone()))),
+    };
+    let workspace = &options.workspace;
     let workspace = workspace.canonicalize().with_context(|| format!("workspace {}", workspace.display()))?;
     // The planner's prompt lists the task types the agents offer, and agents with a model also
-    // offer `agent.run` and `text.summarize`. Whether the recorded run's agents had one is not
-    // recorded, so a replay whose first plan request differs in its system message (the
-    // catalogue) is tried once more with the other kind of agent.
-    // Records of agent loops or model tools say the agents had a model.
+    // offer `agent.run` and `text.summarize`. Records of agent loops or model tools say the
+    // agents had a model; otherwise it is not recorded, so a replay whose first plan request
+    // differs in its system message (the catalogue) is tried once more with the other kind.
     let agent_model = exchanges.iter().any(|e| !e.node_id.is_empty());
-    let mut attempt = replay_once(&old, &exchanges, &workspace, agent_model, playback()).await?;
+    let summarizer = exchanges.iter().any(|e| e.purpose == "summary");
+    let once = |agent_model| replay_once(&old, answerer(), &workspace, agent_model, summarizer, playback());
+    let mut attempt = once(agent_model).await?;
     if attempt.catalogue_differs() {
-        let other = replay_once(&old, &exchanges, &workspace, !agent_model, playback()).await?;
+        let other = once(!agent_model).await?;
         if !other.catalogue_differs() {
             println!(
                 "(the recorded planner saw agents {} a model: replayed with agents like that)",
@@ -91,25 +118,62 @@ pub async fn run(
             unused.iter().map(|e| e.purpose.as_str()).collect::<Vec<_>>().join(", ")
         ));
     }
-    divergences.extend(compare(&old, &new));
+    let mut answered = match &options.live_model {
+        Some(_) => format!("{} recorded model exchanges compared with the live model's", exchanges.len()),
+        None => format!("{} model exchanges served from the record", exchanges.len()),
+    };
+    if let Some(served) = served {
+        answered.push_str(&format!(", {served} tool calls served from the record"));
+    }
+    Ok(report(divergences, &old, &new, answered))
+}
+
+/// Prints what differs (the model's and tools' divergences first, then the runs' comparison)
+/// and returns the exit code.
+fn report(mut divergences: Vec<String>, old: &Goal, new: &Goal, answered: String) -> i32 {
+    divergences.extend(compare(old, new));
     if divergences.is_empty() {
         let nodes = new.plan.as_ref().map(|p| p.nodes.len()).unwrap_or_default();
-        let tools = match served {
-            Some(served) => format!(", {served} tool calls served from the record"),
-            None => String::new(),
-        };
         println!(
-            "no divergence: the same plan ({nodes} nodes), node inputs and outputs, final output and status; {} model exchanges{tools} served from the record (replayed as {})",
-            exchanges.len(),
+            "no divergence: the same plan ({nodes} nodes), node inputs and outputs, final output and status; {answered} (replayed as {})",
             new.goal_id
         );
-        return Ok(0);
+        return 0;
     }
     println!("{} divergences; the first: {}", divergences.len(), divergences[0]);
     for d in &divergences[1..] {
         println!("  - {d}");
     }
-    Ok(1)
+    1
+}
+
+/// What answers a replay's model requests: the record, or a live model compared with it.
+enum Answerer {
+    Record(Arc<ReplayModel>),
+    Live(Arc<LiveModel>),
+}
+
+impl Answerer {
+    fn model(&self) -> Arc<dyn hermes_llm::ChatModel> {
+        match self {
+            Answerer::Record(m) => m.clone(),
+            Answerer::Live(m) => m.clone(),
+        }
+    }
+
+    fn divergences(&self) -> Vec<String> {
+        match self {
+            Answerer::Record(m) => m.divergences(),
+            Answerer::Live(m) => m.divergences(),
+        }
+    }
+
+    fn unused(&self) -> Vec<hermes_proto::ModelExchange> {
+        match self {
+            Answerer::Record(m) => m.unused(),
+            Answerer::Live(m) => m.unused(),
+        }
+    }
 }
 
 /// One replay: the new goal, the model requests and tool calls no record matched, the records
@@ -130,32 +194,29 @@ impl Attempt {
 }
 
 /// Runs the goal once in a fresh stack of its own (a nats-server, one agent in `workspace`, with
-/// the replay model when `agent_model`, and the replay model as planner and summarizer).
+/// the answerer's model when `agent_model`, and that model as planner, and as summarizer when the
+/// recorded run had one).
 async fn replay_once(
     old: &Goal,
-    exchanges: &[hermes_proto::ModelExchange],
+    answerer: Answerer,
     workspace: &Path,
     agent_model: bool,
+    summarizer: bool,
     playback: Option<Arc<RecordedTools>>,
 ) -> anyhow::Result<Attempt> {
-    let model = Arc::new(ReplayModel::new(exchanges.to_vec()));
-    let as_model = || model.clone() as Arc<dyn hermes_llm::ChatModel>;
     let data = tempfile::tempdir().context("a data dir for the replay's nats-server")?;
     let nats = crate::nats::start_local(&data.path().join("nats"), None).await?;
     let mut agent = hermes_executor::AgentConfig::new("replay-1", workspace.to_path_buf());
     agent.max_concurrency = 16;
     if agent_model {
-        agent.llm = Some(hermes_executor::agent_loop::AgentModel(as_model()));
+        agent.llm = Some(hermes_executor::agent_loop::AgentModel(answerer.model()));
     }
     agent.playback = playback.clone().map(|p| p as Arc<dyn ToolPlayback>);
     let text_goal = !old.text.is_empty();
     let dispatcher = hermes_dispatcher::DispatcherConfig {
         grpc_listen: "127.0.0.1:0".parse()?,
         planner: text_goal,
-        summarizer: exchanges
-            .iter()
-            .any(|e| e.purpose == "summary")
-            .then(|| hermes_dispatcher::Summarizer(as_model())),
+        summarizer: summarizer.then(|| hermes_dispatcher::Summarizer(answerer.model())),
         ..Default::default()
     };
     let config = StackConfig {
@@ -163,21 +224,24 @@ async fn replay_once(
         registry: Default::default(),
         agents: vec![agent],
         dispatcher,
-        planner: text_goal.then(|| hermes_planner::PlannerConfig::new(as_model())),
+        planner: text_goal.then(|| hermes_planner::PlannerConfig::new(answerer.model())),
         memory: None,
     };
     let shutdown = CancellationToken::new();
     let stack = Stack::start(config, shutdown.clone()).await.context("cannot start the replay's stack")?;
-    let outcome = replay_on(&stack, old).await;
+    let outcome = match tonic::transport::Endpoint::from_shared(stack.grpc_url())?.connect().await {
+        Ok(channel) => replay_on(&mut crate::api_client::client(channel, Default::default()), old).await,
+        Err(e) => Err(anyhow::anyhow!("cannot reach the replay's stack: {e}")),
+    };
     stack.stop().await;
     drop(nats);
-    let mut divergences = model.divergences();
+    let mut divergences = answerer.divergences();
     let mut served = None;
     if let Some(playback) = &playback {
         divergences.extend(playback.divergences());
         served = Some(playback.served());
     }
-    Ok(Attempt { goal: outcome?, divergences, unused: model.unused(), served })
+    Ok(Attempt { goal: outcome?, divergences, unused: answerer.unused(), served })
 }
 
 /// The recorded outcomes of a goal's tool calls, served in place of the tools with
@@ -290,10 +354,8 @@ impl ToolPlayback for RecordedTools {
     }
 }
 
-/// Submits the old goal's spec to the replay's stack and returns the new goal once it ends.
-async fn replay_on(stack: &Stack, old: &Goal) -> anyhow::Result<Goal> {
-    let channel = tonic::transport::Endpoint::from_shared(stack.grpc_url())?.connect().await?;
-    let mut client = crate::api_client::client(channel, Default::default());
+/// Submits the old goal's spec to a stack and returns the new goal once it ends.
+async fn replay_on(client: &mut Client, old: &Goal) -> anyhow::Result<Goal> {
     let spec = GoalSpec {
         text: old.text.clone(),
         plan: if old.text.is_empty() { old.plan.clone() } else { None },
@@ -308,8 +370,8 @@ async fn replay_on(stack: &Stack, old: &Goal) -> anyhow::Result<Goal> {
         .map_err(|s| anyhow::anyhow!("the replay's stack refused the goal: {}", s.message()))?
         .into_inner()
         .goal_id;
-    crate::api_client::follow_to_end(&mut client, &goal_id, Duration::from_secs(330)).await?;
-    crate::api_client::get_goal(&mut client, &goal_id).await
+    crate::api_client::follow_to_end(client, &goal_id, Duration::from_secs(330)).await?;
+    crate::api_client::get_goal(client, &goal_id).await
 }
 
 fn json(text: &str) -> Value {

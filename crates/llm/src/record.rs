@@ -193,6 +193,12 @@ impl ReplayModel {
     }
 
     fn answer(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        self.take(request).1.map(|record| response_of(&record))
+    }
+
+    /// The request's number and the first unused record whose digest matches it. A request
+    /// with none is a divergence, named against the next unused record, message by message.
+    fn take(&self, request: &ChatRequest) -> (usize, Result<ModelExchange, LlmError>) {
         let mut state = self.state.lock().expect("replay state");
         state.requests += 1;
         let number = state.requests;
@@ -201,9 +207,8 @@ impl ReplayModel {
             state.records.iter_mut().find(|(r, used)| !used && r.request_digest == wanted)
         {
             *used = true;
-            return Ok(response_of(record));
+            return (number, Ok(record.clone()));
         }
-        // Name it against the next unused record, message by message.
         let why = match state.records.iter().find(|(_, used)| !used) {
             None => format!(
                 "model request {number} has no record: the recorded run made only {} model calls",
@@ -227,7 +232,104 @@ impl ReplayModel {
             }
         };
         state.divergences.push(why.clone());
-        Err(LlmError::Config(format!("replay: {why}")))
+        (number, Err(LlmError::Config(format!("replay: {why}"))))
+    }
+}
+
+/// A live model whose every answer is compared with the record, for `hermes replay --model
+/// live`: the run goes on with the live answers, and each request whose recorded answer differs
+/// (content or tool calls), or that has no record, is a divergence.
+pub struct LiveModel {
+    live: std::sync::Arc<dyn ChatModel>,
+    record: ReplayModel,
+    differences: Mutex<Vec<String>>,
+}
+
+impl LiveModel {
+    pub fn new(live: std::sync::Arc<dyn ChatModel>, records: Vec<ModelExchange>) -> LiveModel {
+        LiveModel { live, record: ReplayModel::new(records), differences: Mutex::default() }
+    }
+
+    /// The requests with no record, then the answers that differ from theirs, in words.
+    pub fn divergences(&self) -> Vec<String> {
+        let mut all = self.record.divergences();
+        all.extend(self.differences.lock().expect("live differences").iter().cloned());
+        all
+    }
+
+    /// Records never asked for.
+    pub fn unused(&self) -> Vec<ModelExchange> {
+        self.record.unused()
+    }
+
+    async fn ask(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
+        let (number, recorded) = self.record.take(&request);
+        let response = self.live.chat(request).await?;
+        if let Ok(record) = recorded {
+            let was = response_of(&record);
+            if let Some(how) = answer_difference(&was, &response) {
+                let why = format!("model request {number} ({}): {how}", record.purpose);
+                self.differences.lock().expect("live differences").push(why);
+            }
+        }
+        Ok(response)
+    }
+}
+
+/// How two answers to one request differ, in words; `None` when they say the same (the same
+/// text, and the same tool calls with the same arguments as JSON values).
+pub fn answer_difference(recorded: &ChatResponse, live: &ChatResponse) -> Option<String> {
+    let text = |r: &ChatResponse| r.content.as_deref().unwrap_or_default().trim().to_owned();
+    let calls = |r: &ChatResponse| -> Vec<(String, Value)> {
+        r.tool_calls
+            .iter()
+            .map(|c| {
+                let args =
+                    serde_json::from_str(&c.arguments).unwrap_or_else(|_| Value::String(c.arguments.clone()));
+                (c.name.clone(), args)
+            })
+            .collect()
+    };
+    let clip = |t: &str| hermes_core::text::clip(t, 200);
+    if calls(recorded) != calls(live) {
+        let names = |r: &ChatResponse| {
+            r.tool_calls
+                .iter()
+                .map(|c| format!("{}({})", c.name, clip(&c.arguments)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Some(format!("the record called [{}], the live model [{}]", names(recorded), names(live)));
+    }
+    if text(recorded) != text(live) {
+        return Some(format!(
+            "the record answered {:?}, the live model {:?}",
+            clip(&text(recorded)),
+            clip(&text(live))
+        ));
+    }
+    None
+}
+
+impl ChatModel for LiveModel {
+    fn provider(&self) -> &str {
+        self.live.provider()
+    }
+
+    fn model(&self) -> &str {
+        self.live.model()
+    }
+
+    fn context_window(&self) -> usize {
+        self.live.context_window()
+    }
+
+    fn count_tokens(&self, text: &str) -> usize {
+        self.live.count_tokens(text)
+    }
+
+    fn chat<'a>(&'a self, request: ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        Box::pin(self.ask(request))
     }
 }
 

@@ -1,7 +1,10 @@
 //! Recording and `hermes replay`: a text goal run against the scripted model has its model
 //! exchanges recorded (planner and summarizer); `hermes replay` runs it again in a fresh stack
 //! with the scripted model gone, and finds no divergence; with a tool's output changed (a file
-//! the plan reads), it exits 1 and names what differs.
+//! the plan reads), it exits 1 and names what differs. `--against` runs it again in a named
+//! stack, and `--model live` compares a live model's answers with the record. An `agent.run`
+//! goal's loop is recorded from inside the agent, and `--tools recorded` replays it without
+//! repeating its side effect.
 
 use std::process::Command;
 
@@ -54,9 +57,46 @@ async fn a_recorded_text_goal_replays_without_a_model_and_a_changed_tool_output_
     assert!(records[0].content.contains("read the notes"), "{}", records[0].content);
     assert!(records[0].request_json.contains("What do my notes say?"));
 
+    let grpc = t.stack.as_ref().unwrap().grpc_url();
+    let hermes = |args: &[&str]| {
+        Command::new(hermes_bin()).args(["replay", &goal_id, "--server", &grpc]).args(args).output().unwrap()
+    };
+
+    // In a named stack (here the same one), its own model answers: the same answers, no divergence.
+    llm.push(PLANNER, ScriptedResponse::content(plan.to_string()));
+    llm.push(SUMMARIZER, answer("The notes say alpha beta gamma.", &["quote"]));
+    let against = hermes(&["--against", &grpc]);
+    let stdout = String::from_utf8_lossy(&against.stdout);
+    assert!(against.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&against.stderr));
+    assert!(
+        stdout.contains("no divergence") && stdout.contains("the named stack's model and tools answered"),
+        "{stdout}"
+    );
+
+    // `--model live`: a live model that plans the same but answers differently is named where it differs.
+    // (Twice: the first replay finds the recorded planner saw agents with a model, and runs again.)
+    for _ in 0..2 {
+        llm.push("live", ScriptedResponse::content(plan.to_string()));
+        llm.push("live", answer("Something else entirely.", &["quote"]));
+    }
+    let dir = workspace.path().to_str().unwrap();
+    let live = hermes(&[
+        "--workspace",
+        dir,
+        "--model",
+        "live",
+        "--llm-base-url",
+        &llm.base_url(),
+        "--llm-model",
+        "live",
+    ]);
+    let stdout = String::from_utf8_lossy(&live.stdout);
+    assert_eq!(live.status.code(), Some(1), "{stdout}\n{}", String::from_utf8_lossy(&live.stderr));
+    assert!(stdout.contains("the first: model request 2 (summary): the record answered"), "{stdout}");
+    assert!(stdout.contains("Something else entirely."), "{stdout}");
+
     // No model from here on.
     drop(llm);
-    let grpc = t.stack.as_ref().unwrap().grpc_url();
     let replay = |dir: &std::path::Path| {
         Command::new(hermes_bin())
             .args(["replay", &goal_id, "--server", &grpc, "--workspace", dir.to_str().unwrap()])
