@@ -19,6 +19,7 @@ use tokio::sync::{Mutex, Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
 mod console;
+mod context;
 mod fairness;
 mod footprint;
 mod memory;
@@ -93,6 +94,11 @@ fn scale() -> &'static Scale {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "context") {
+        // The context-trimming claim alone: no nats-server, no stack (docs/evaluation.md).
+        context::rows(&context::measure(20).await?);
+        return Ok(());
+    }
     let nats = hermes_test_util::NatsServer::start();
     println!("hermes bench: nats-server {} (one server for every row)\n", nats.url());
 
@@ -156,6 +162,7 @@ async fn main() -> anyhow::Result<()> {
     let (flood, samples) = scale().fairness;
     let fair = fairness::measure(&nats.url(), flood, samples).await?;
     let footprint = footprint::measure(scale().footprint_goals, scale().in_flight).await?;
+    let context_tokens = context::measure(20).await?;
 
     println!("{:<58} {:>12} {:>12} {:>10}", "measure", "value", "floor", "ratio");
     println!("{}", "-".repeat(95));
@@ -184,6 +191,7 @@ async fn main() -> anyhow::Result<()> {
     watch_rows(&watch_runs);
     fairness::rows(&fair);
     footprint::rows(&footprint);
+    context::rows(&context_tokens);
     let nodes = scale().console_nodes;
     match console {
         Ok(times) => {

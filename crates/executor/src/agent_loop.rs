@@ -51,6 +51,11 @@ pub struct LoopSettings {
     pub max_tokens: u64,
     /// Wall-clock bound of one agent task; past it the task ends `TIMEOUT`.
     pub max_wall: Duration,
+    /// Context management: large tool outputs reach the model summarised, older turns fold into
+    /// a rolling summary, and a prompt near the window is compressed. Off, every turn carries the
+    /// whole transcript verbatim (to measure what management saves, docs/evaluation.md, or for a
+    /// model whose window is large enough).
+    pub manage_context: bool,
 }
 
 impl Default for LoopSettings {
@@ -60,6 +65,7 @@ impl Default for LoopSettings {
             max_steps: DEFAULT_MAX_STEPS,
             max_tokens: DEFAULT_MAX_TOKENS,
             max_wall: DEFAULT_MAX_WALL,
+            manage_context: true,
         }
     }
 }
@@ -140,9 +146,8 @@ impl Tool for AgentRun {
                 max_steps: args.max_steps.unwrap_or(self.settings.max_steps),
                 max_tokens: args.max_tokens.unwrap_or(self.settings.max_tokens),
             };
-            let system_prompt = self.settings.system_prompt.as_deref();
             let model = self.model.0.as_ref();
-            run_loop(model, &self.tools, ctx, system_prompt, &args.instruction, &args.tools, budget).await
+            run_loop(model, &self.tools, ctx, &self.settings, &args.instruction, &args.tools, budget).await
         })
     }
 }
@@ -168,7 +173,7 @@ pub async fn run_loop(
     model: &dyn ChatModel,
     registry: &ToolRegistry,
     ctx: &ToolContext,
-    system_prompt: Option<&str>,
+    settings: &LoopSettings,
     instruction: &str,
     subset: &[String],
     budget: Budget,
@@ -199,7 +204,7 @@ pub async fn run_loop(
          Tools: {}",
         specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
     );
-    let system = match system_prompt {
+    let system = match settings.system_prompt.as_deref() {
         Some(prompt) if !prompt.trim().is_empty() => format!("{}\n\n{rules}", prompt.trim()),
         _ => format!("You are a Hermes agent.\n{rules}"),
     };
@@ -207,7 +212,7 @@ pub async fn run_loop(
         .iter()
         .map(|t| model.count_tokens(&format!("{} {} {}", t.name, t.description, t.parameters)) + 8)
         .sum();
-    let mut context = Context::new(model, system, instruction, tool_tokens);
+    let mut context = Context::new(model, system, instruction, tool_tokens, settings.manage_context);
     let mut usage = Usage::default();
     let mut steps: Vec<Value> = Vec::new();
     let mut history: Vec<(String, String, String)> = Vec::new();
@@ -306,7 +311,8 @@ pub async fn run_loop(
             // OBSERVING
             let (observation, record) = match &outcome {
                 Ok((args, out)) => {
-                    (observe(out), json!({"tool": tool, "arguments": args, "ok": true, "output": out}))
+                    let seen = if settings.manage_context { observe(out) } else { out.to_string() };
+                    (seen, json!({"tool": tool, "arguments": args, "ok": true, "output": out}))
                 }
                 Err(e) => (
                     format!("error: {}: {}", e.code, e.message),
@@ -480,10 +486,18 @@ struct Context<'m> {
     tool_tokens: usize,
     folds: u32,
     compressions: u32,
+    /// Off: no folding and no compression ([`LoopSettings::manage_context`]).
+    managed: bool,
 }
 
 impl<'m> Context<'m> {
-    fn new(model: &'m dyn ChatModel, system: String, instruction: &str, tool_tokens: usize) -> Self {
+    fn new(
+        model: &'m dyn ChatModel,
+        system: String,
+        instruction: &str,
+        tool_tokens: usize,
+        managed: bool,
+    ) -> Self {
         let brief = clip(instruction.lines().find(|l| !l.trim().is_empty()).unwrap_or_default().trim(), 160);
         let head = vec![
             Message::system(format!("{system}\nTask brief: {brief}")),
@@ -498,6 +512,7 @@ impl<'m> Context<'m> {
             tool_tokens,
             folds: 0,
             compressions: 0,
+            managed,
         }
     }
 
@@ -516,7 +531,7 @@ impl<'m> Context<'m> {
     fn push(&mut self, turn: Turn) {
         self.turns.push(turn);
         self.turns_since_fold += 1;
-        if self.turns_since_fold >= SUMMARY_EVERY {
+        if self.managed && self.turns_since_fold >= SUMMARY_EVERY {
             self.fold();
         }
     }
@@ -551,7 +566,7 @@ impl<'m> Context<'m> {
     /// summary lines, then shorten the verbatim observations.
     fn fit(&mut self) {
         let limit = (self.model.context_window() as f64 * COMPRESS_AT) as usize;
-        if self.tokens() <= limit {
+        if !self.managed || self.tokens() <= limit {
             return;
         }
         self.compressions += 1;

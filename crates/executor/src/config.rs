@@ -69,6 +69,9 @@ pub struct AgentSpec {
     pub max_tokens: Option<u64>,
     /// Wall-clock seconds per agent task (default 180).
     pub max_wall_secs: Option<u64>,
+    /// `agent.run`'s context management (on by default): off, every turn carries the whole
+    /// transcript verbatim.
+    pub manage_context: Option<bool>,
     /// The dir file tools are confined to (default `.`).
     pub workspace: Option<PathBuf>,
     /// Heartbeat period in milliseconds (default 10000).
@@ -174,6 +177,7 @@ impl AgentSpec {
             max_steps: self.max_steps.or(d.max_steps),
             max_tokens: self.max_tokens.or(d.max_tokens),
             max_wall_secs: self.max_wall_secs.or(d.max_wall_secs),
+            manage_context: self.manage_context.or(d.manage_context),
             workspace: self.workspace.or(d.workspace),
             heartbeat_ms: self.heartbeat_ms.or(d.heartbeat_ms),
             ack_wait_secs: self.ack_wait_secs.or(d.ack_wait_secs),
@@ -233,6 +237,7 @@ impl AgentSpec {
             max_steps: self.max_steps.unwrap_or(defaults.max_steps).max(1),
             max_tokens: self.max_tokens.unwrap_or(defaults.max_tokens).max(1),
             max_wall: self.max_wall_secs.map(|s| Duration::from_secs(s.max(1))).unwrap_or(defaults.max_wall),
+            manage_context: self.manage_context.unwrap_or(defaults.manage_context),
         };
         config.code_python = self.code_python.as_ref().filter(|c| c.enabled).map(|c| {
             let defaults = CodePythonConfig::default();

@@ -23,6 +23,8 @@ pub struct ScriptedResponse {
     headers: Vec<(String, String)>,
     body: Value,
     delay: std::time::Duration,
+    /// Usage counted from the request ([`ScriptedResponse::with_counted_usage`]).
+    count_usage: bool,
 }
 
 impl ScriptedResponse {
@@ -65,6 +67,7 @@ impl ScriptedResponse {
             headers: Vec::new(),
             body: json!({"error": {"message": body}}),
             delay: Default::default(),
+            count_usage: false,
         }
     }
 
@@ -79,6 +82,14 @@ impl ScriptedResponse {
         self
     }
 
+    /// Reports usage counted from the request instead of a fixed figure: four characters of the
+    /// request's messages and tools a prompt token, and of the reply's message a completion token
+    /// (the estimate OpenAI-compatible clients make, `hermes_llm::estimate_tokens`).
+    pub fn with_counted_usage(mut self) -> Self {
+        self.count_usage = true;
+        self
+    }
+
     pub fn with_usage(mut self, input: u64, output: u64) -> Self {
         self.body["usage"] =
             json!({"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output});
@@ -90,6 +101,7 @@ impl ScriptedResponse {
             status: 200,
             delay: Default::default(),
             headers: Vec::new(),
+            count_usage: false,
             body: json!({
                 "id": "chatcmpl-scripted",
                 "object": "chat.completion",
@@ -176,6 +188,13 @@ async fn complete(State(script): State<Arc<Script>>, Json(body): Json<Value>) ->
     };
     if reply.status == 200 {
         reply.body["model"] = json!(model);
+    }
+    if reply.count_usage {
+        let received = script.received.lock().unwrap();
+        let request = &received.last().expect("just received").1;
+        let prompt = (request["messages"].to_string().len() + request["tools"].to_string().len()).div_ceil(4);
+        let completion = reply.body["choices"][0]["message"].to_string().len().div_ceil(4);
+        reply.body["usage"] = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
     }
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;

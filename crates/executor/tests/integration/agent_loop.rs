@@ -15,8 +15,19 @@ const MODEL: &str = "agent-model";
 struct Setup {
     llm: ScriptedLlm,
     agent: AgentRun,
+    model: AgentModel,
+    tools: ToolRegistry,
     ctx: ToolContext,
     _workspace: tempfile::TempDir,
+}
+
+impl Setup {
+    fn agent_model(&self) -> AgentModel {
+        self.model.clone()
+    }
+    fn tools(&self) -> ToolRegistry {
+        self.tools.clone()
+    }
 }
 
 async fn setup() -> Setup {
@@ -37,7 +48,8 @@ async fn setup_with_window(context_window: usize) -> Setup {
     std::fs::write(workspace.path().join("sales.csv"), "category,amount\ntoys,10\nbooks,5\ntoys,7\n")
         .unwrap();
     let ctx = ToolContext { workspace: workspace.path().to_path_buf(), task: None };
-    Setup { llm, agent: AgentRun::new(model, tools), ctx, _workspace: workspace }
+    let agent = AgentRun::new(model.clone(), tools.clone());
+    Setup { llm, agent, model, tools, ctx, _workspace: workspace }
 }
 
 fn tool_messages(request: &Value) -> Vec<String> {
@@ -273,4 +285,20 @@ async fn large_tool_outputs_reach_the_model_as_rows_fields_stats_and_first_rows(
         observation.contains("summarised") && observation.contains("characters starting"),
         "{observation}"
     );
+}
+
+#[tokio::test]
+async fn with_context_management_off_every_turn_carries_the_whole_transcript() {
+    let s = setup().await;
+    push_distinct_calls(&s.llm, 7);
+    let settings = hermes_executor::agent_loop::LoopSettings { manage_context: false, ..Default::default() };
+    let agent = AgentRun::new(s.agent_model(), s.tools()).with_settings(settings);
+    let out =
+        agent.run(json!({"instruction": "Add days one by one.", "max_steps": 10}), &s.ctx).await.unwrap();
+    assert_eq!(out["answer"], "done");
+    assert_eq!(out["context"]["summaries"], 0);
+    let requests = s.llm.requests_for(MODEL);
+    // No summary, ever: the last request carries all seven turns verbatim.
+    assert!(requests.iter().all(|r| summary_message(r).is_none()));
+    assert_eq!(tool_messages(requests.last().unwrap()).len(), 7);
 }
