@@ -89,7 +89,8 @@ pub struct DispatcherConfig {
     pub access: Arc<access::Access>,
     /// Serve a non-loopback address with auth off (behind a proxy that authenticates).
     pub allow_unauthenticated: bool,
-    /// Record every model exchange of a goal (planner, summarizer) for `hermes replay`.
+    /// Record every model exchange of a goal (planner, summarizer, agents) and its agent loops'
+    /// tool calls, for `hermes replay`.
     pub record_model_exchanges: bool,
 }
 

@@ -33,7 +33,8 @@ pub struct DispatchSettings {
     pub api_tokens_file: String,
     /// Serve a non-loopback address with auth off, when a proxy in front authenticates.
     pub allow_unauthenticated: bool,
-    /// Record every model exchange of a goal (planner, summarizer) for `hermes replay`.
+    /// Record every model exchange of a goal (planner, summarizer, agents) and its agent loops'
+    /// tool calls, for `hermes replay`.
     pub record_model_exchanges: bool,
     /// The HTTP API (docs/http.md).
     pub http: HttpSettings,
@@ -164,7 +165,7 @@ pub fn describe(key: &str) -> Option<&'static str> {
             "Serve a non-loopback address with auth off (only behind a proxy that authenticates)."
         }
         "dispatcher.record_model_exchanges" => {
-            "Record each goal's model exchanges (planner, summarizer) for hermes replay (docs/evaluation.md)."
+            "Record each goal's model exchanges (planner, summarizer, agents) and agent tool calls for hermes replay (docs/evaluation.md)."
         }
         "dispatcher.http.listen" => "The HTTP API's address (docs/http.md); `off`: none.",
         "dispatcher.http.max_body_bytes" => "Largest HTTP request body in bytes; larger is 413.",
