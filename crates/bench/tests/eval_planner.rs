@@ -55,3 +55,53 @@ async fn eval_planner_scores_plans_by_what_they_compute() {
     assert_eq!(&cells[2..6], ["3", "100%", "67%", "1"], "goals, schema-valid, right, corrections: {row}");
     assert_eq!(llm.requests_for("eval-model").len(), 4);
 }
+
+/// The claims' columns (docs/evaluation.md): a first answer that parses only after JSON repair
+/// (a trailing comma) and computes nothing (`6 *`), a replan that computes 42, and a direct
+/// answer that says 42, measured with `--direct --replans 1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_planner_measures_repair_replans_and_the_direct_answer() {
+    let llm = ScriptedLlm::start().await;
+    let broken = r#"{"reasoning": "one product", "nodes": [{"id": "p", "task_type": "math.evaluate", "inputs": {"expression": "6 *"}},], "output_node": "p"}"#;
+    llm.push("eval-model", ScriptedResponse::content(broken));
+    let fixed = json!({"reasoning": "fixed", "nodes": [
+        {"id": "p", "task_type": "math.evaluate", "inputs": {"expression": "6 * 7"}}
+    ], "output_node": "p"});
+    llm.push("eval-model", ScriptedResponse::content(fixed.to_string()));
+    llm.push("eval-model", ScriptedResponse::content("42"));
+    let dir = tempfile::tempdir().unwrap();
+    let goals = dir.path().join("goals.json");
+    std::fs::write(
+        &goals,
+        json!([{"id": "six-sevens", "goal": "What is 6 times 7?", "task_types": ["math.evaluate"], "depends": [],
+                "expect": {"number": 42, "tolerance": 0.01}}])
+        .to_string(),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_eval-planner"))
+        .args([
+            "--goals",
+            goals.to_str().unwrap(),
+            "--data",
+            dir.path().to_str().unwrap(),
+            "--direct",
+            "--replans",
+            "1",
+        ])
+        .arg(format!("openai:{}#eval-model", llm.base_url()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| openai/eval-model"))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    // Two raw answers: one parses as it came, both after repair.
+    assert_eq!(&rows[1][2..5], ["2", "50%", "100%"], "{stdout}");
+    // Right after one replan (not at the first plan), and the direct answer right too.
+    assert_eq!(&rows[2][2..7], ["1", "100%", "0%", "1", "100%"], "{stdout}");
+    assert_eq!(llm.requests_for("eval-model").len(), 3);
+}
