@@ -534,7 +534,7 @@ async fn main() -> anyhow::Result<()> {
                 outcome.direct = direct_answer(config.model.as_ref(), goal).await;
             }
             println!(
-                "  {:<28} {:>6.1} s {:>6} in {:>4} out  {:<5}{}{} {}",
+                "  {:<28} {:>6.1} s {:>6} in {:>4} out  {:<5}{}{} [answers {}: {} parse, {} repaired] {}",
                 goal.id,
                 outcome.latency.as_secs_f64(),
                 outcome.input_tokens,
@@ -555,6 +555,9 @@ async fn main() -> anyhow::Result<()> {
                     0 => String::new(),
                     n => format!(" ({n} replans)"),
                 },
+                outcome.answers,
+                outcome.parsed,
+                outcome.repaired,
                 outcome.why
             );
             outcomes.push(outcome);
