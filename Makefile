@@ -21,7 +21,7 @@ export HERMES_QWEN_MODEL ?= $(QWEN_MODEL)
 export HERMES_LOCAL_EMBEDDING_DIR ?= $(LOCAL_EMBEDDING_DIR)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all tools browser models models-1.5b eval-planner nextest build test deploy-check chaos fuzz demo bench bench-peers clean fmt lint
+.PHONY: all tools browser models models-1.5b eval-planner nextest build test deploy-check python chaos fuzz demo bench bench-peers clean fmt lint
 
 all: build
 
@@ -65,8 +65,9 @@ build: tools models
 	$(CARGO) build --workspace --bins --tests $(FEATURES)
 
 ## test: the whole suite, built once and run with nextest, then the offline checks of deploy/ and
-## helm/ (tests/deploy) and the A2A endpoint driven by the official a2a-sdk (tests/a2a), against
-## the built binaries. The binaries are built first: the production-shape bus test runs every
+## helm/ (tests/deploy), the A2A endpoint driven by the official a2a-sdk (tests/a2a) and the Python
+## SDK (sdk/python: its unit tests and its tests against a real `hermes up`), against the built
+## binaries. The binaries are built first: the production-shape bus test runs every
 ## service's own binary (hermes-dispatcher, hermes-registry, ...). Last, a smoke of
 ## `make bench-peers` with the debug bench binary
 test: tools browser models nextest
@@ -74,7 +75,12 @@ test: tools browser models nextest
 	$(CARGO) nextest run --workspace --no-fail-fast $(FEATURES)
 	scripts/check-deploy.sh
 	scripts/check-a2a.sh
+	scripts/check-python.sh
 	HERMES_BENCH_BIN=target/debug/hermes-bench BENCH_PEERS_SCALE=smoke scripts/bench-peers.sh "$(TOOLS)"
+
+## python: only the Python SDK's tests (sdk/python; needs the binaries built)
+python: tools
+	scripts/check-python.sh
 
 ## deploy-check: only the offline checks of deploy/ and helm/ (needs the binaries built)
 deploy-check: tools

@@ -1,0 +1,220 @@
+"""The client: submit goals, follow them, cancel them and decide approvals, over the
+dispatcher's gRPC API. `Client` is synchronous, `AsyncClient` the same for asyncio. Errors come
+as typed exceptions (`hermes_agents.errors`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import AsyncIterator, Iterator
+
+import grpc
+
+from hermes_agents import errors
+from hermes_agents._proto.hermes.v1 import dispatcher_pb2, dispatcher_pb2_grpc, goal_pb2
+from hermes_agents.types import EventView, GoalView, Plan
+
+#: Errors after which `watch` reconnects and resumes from the last event it gave.
+_RECONNECT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
+              grpc.StatusCode.CANCELLED}
+
+
+def _spec(plan: Plan | dict | None, text: str | None, idempotency_key: str, session: str, timeout_s: float | None,
+          max_tokens: int, max_cost_usd: float, labels: dict[str, str] | None) -> goal_pb2.GoalSpec:
+    if (plan is None) == (text is None):
+        raise errors.InvalidArgument("give a goal as exactly one of `plan` or `text`")
+    if isinstance(plan, dict):
+        plan = Plan.from_dict(plan)
+    return goal_pb2.GoalSpec(
+        text=text or "", plan=plan.to_proto() if plan else None, session_id=session,
+        idempotency_key=idempotency_key, timeout_ms=int((timeout_s or 0) * 1000), labels=labels or {},
+        max_tokens=max_tokens, max_cost_usd=max_cost_usd)
+
+
+def _channel_args(server: str, tls: bool, root_certificates: bytes | None):
+    target = server.removeprefix("http://").removeprefix("https://")
+    secure = tls or server.startswith("https://")
+    credentials = grpc.ssl_channel_credentials(root_certificates) if secure else None
+    return target, credentials
+
+
+class Client:
+    """A synchronous client of a Hermes dispatcher.
+
+    `server` is `host:port` (`https://host:port` for TLS); `token` an API token, sent as
+    `authorization: Bearer <token>` when the dispatcher has auth on.
+    """
+
+    def __init__(self, server: str = "127.0.0.1:50051", token: str | None = None, tls: bool = False,
+                 root_certificates: bytes | None = None):
+        target, credentials = _channel_args(server, tls, root_certificates)
+        self._channel = grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
+        self._stub = dispatcher_pb2_grpc.DispatcherStub(self._channel)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, method, request, timeout: float | None = 30.0):
+        try:
+            return method(request, metadata=self._metadata, timeout=timeout)
+        except grpc.RpcError as e:
+            raise errors.from_grpc(e) from None
+
+    def submit(self, plan: Plan | dict | None = None, *, text: str | None = None, idempotency_key: str = "",
+               session: str = "", timeout_s: float | None = None, max_tokens: int = 0, max_cost_usd: float = 0.0,
+               labels: dict[str, str] | None = None) -> str:
+        """Submits a goal, as a plan or as text, and returns its id. The same `idempotency_key`
+        returns the first goal's id again instead of starting another."""
+        spec = _spec(plan, text, idempotency_key, session, timeout_s, max_tokens, max_cost_usd, labels)
+        return self._call(self._stub.SubmitGoal, dispatcher_pb2.SubmitGoalRequest(spec=spec)).goal_id
+
+    def get(self, goal_id: str) -> GoalView:
+        return GoalView.of(self._call(self._stub.GetGoal, dispatcher_pb2.GetGoalRequest(goal_id=goal_id)))
+
+    def list(self, limit: int = 100, status: str | None = None) -> list[GoalView]:
+        """The newest goals first; `status` keeps those in one status (`running`, `failed`, ...)."""
+        reply = self._call(self._stub.ListGoals, dispatcher_pb2.ListGoalsRequest(limit=limit))
+        goals = [GoalView.of(g) for g in reply.goals]
+        return [g for g in goals if status is None or g.status == status]
+
+    def cancel(self, goal_id: str, reason: str = "") -> GoalView:
+        request = dispatcher_pb2.CancelGoalRequest(goal_id=goal_id, reason=reason)
+        return GoalView.of(self._call(self._stub.CancelGoal, request))
+
+    def approve(self, goal_id: str, call_id: str, note: str = ""):
+        return self._decide(goal_id, call_id, True, note)
+
+    def deny(self, goal_id: str, call_id: str, note: str = ""):
+        return self._decide(goal_id, call_id, False, note)
+
+    def _decide(self, goal_id: str, call_id: str, approve: bool, note: str):
+        request = dispatcher_pb2.ApproveToolCallRequest(goal_id=goal_id, call_id=call_id, approve=approve, note=note)
+        return self._call(self._stub.ApproveToolCall, request)
+
+    def watch(self, goal_id: str, after_seq: int = 0, reconnects: int = 10) -> Iterator[EventView]:
+        """The goal's events, oldest first, until its terminal event. A dropped connection is
+        resumed from the last event given (`after_seq`), so no event is repeated or lost; after
+        `reconnects` failures in a row the error is raised."""
+        failures = 0
+        while True:
+            request = dispatcher_pb2.WatchGoalRequest(goal_id=goal_id, after_seq=after_seq)
+            try:
+                for event in self._stub.WatchGoal(request, metadata=self._metadata):
+                    failures = 0
+                    view = EventView.of(event)
+                    if view.seq:
+                        after_seq = view.seq
+                    yield view
+                    if view.terminal:
+                        return
+                return
+            except grpc.RpcError as e:
+                if e.code() not in _RECONNECT or failures >= reconnects:
+                    raise errors.from_grpc(e) from None
+                failures += 1
+                time.sleep(min(0.2 * 2 ** failures, 5.0))
+
+    def wait(self, goal_id: str, timeout_s: float = 300.0) -> GoalView:
+        """Waits until the goal ends and returns it; `errors.Timeout` after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            goal = self.get(goal_id)
+            if goal.finished:
+                return goal
+            if time.monotonic() >= deadline:
+                raise errors.Timeout(f"goal {goal_id} is still {goal.status} after {timeout_s} s")
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
+class AsyncClient:
+    """The asyncio flavour of `Client`, with the same methods as coroutines (and `watch` as an
+    async iterator)."""
+
+    def __init__(self, server: str = "127.0.0.1:50051", token: str | None = None, tls: bool = False,
+                 root_certificates: bytes | None = None):
+        target, credentials = _channel_args(server, tls, root_certificates)
+        self._channel = (grpc.aio.secure_channel(target, credentials) if credentials
+                         else grpc.aio.insecure_channel(target))
+        self._stub = dispatcher_pb2_grpc.DispatcherStub(self._channel)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _call(self, method, request, timeout: float | None = 30.0):
+        try:
+            return await method(request, metadata=self._metadata, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise errors.from_grpc(e) from None
+
+    async def submit(self, plan: Plan | dict | None = None, *, text: str | None = None, idempotency_key: str = "",
+                     session: str = "", timeout_s: float | None = None, max_tokens: int = 0,
+                     max_cost_usd: float = 0.0, labels: dict[str, str] | None = None) -> str:
+        spec = _spec(plan, text, idempotency_key, session, timeout_s, max_tokens, max_cost_usd, labels)
+        reply = await self._call(self._stub.SubmitGoal, dispatcher_pb2.SubmitGoalRequest(spec=spec))
+        return reply.goal_id
+
+    async def get(self, goal_id: str) -> GoalView:
+        return GoalView.of(await self._call(self._stub.GetGoal, dispatcher_pb2.GetGoalRequest(goal_id=goal_id)))
+
+    async def list(self, limit: int = 100, status: str | None = None) -> list[GoalView]:
+        reply = await self._call(self._stub.ListGoals, dispatcher_pb2.ListGoalsRequest(limit=limit))
+        goals = [GoalView.of(g) for g in reply.goals]
+        return [g for g in goals if status is None or g.status == status]
+
+    async def cancel(self, goal_id: str, reason: str = "") -> GoalView:
+        request = dispatcher_pb2.CancelGoalRequest(goal_id=goal_id, reason=reason)
+        return GoalView.of(await self._call(self._stub.CancelGoal, request))
+
+    async def approve(self, goal_id: str, call_id: str, note: str = ""):
+        request = dispatcher_pb2.ApproveToolCallRequest(goal_id=goal_id, call_id=call_id, approve=True, note=note)
+        return await self._call(self._stub.ApproveToolCall, request)
+
+    async def deny(self, goal_id: str, call_id: str, note: str = ""):
+        request = dispatcher_pb2.ApproveToolCallRequest(goal_id=goal_id, call_id=call_id, approve=False, note=note)
+        return await self._call(self._stub.ApproveToolCall, request)
+
+    async def watch(self, goal_id: str, after_seq: int = 0, reconnects: int = 10) -> AsyncIterator[EventView]:
+        failures = 0
+        while True:
+            request = dispatcher_pb2.WatchGoalRequest(goal_id=goal_id, after_seq=after_seq)
+            try:
+                async for event in self._stub.WatchGoal(request, metadata=self._metadata):
+                    failures = 0
+                    view = EventView.of(event)
+                    if view.seq:
+                        after_seq = view.seq
+                    yield view
+                    if view.terminal:
+                        return
+                return
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in _RECONNECT or failures >= reconnects:
+                    raise errors.from_grpc(e) from None
+                failures += 1
+                await asyncio.sleep(min(0.2 * 2 ** failures, 5.0))
+
+    async def wait(self, goal_id: str, timeout_s: float = 300.0) -> GoalView:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            goal = await self.get(goal_id)
+            if goal.finished:
+                return goal
+            if time.monotonic() >= deadline:
+                raise errors.Timeout(f"goal {goal_id} is still {goal.status} after {timeout_s} s")
+            await asyncio.sleep(0.1)
+
+

@@ -1,0 +1,512 @@
+"""Python workers: a `Worker` is a full Hermes agent, written in Python. It obeys the same
+protocol as the Rust executor (docs/protocol.md, docs/python.md):
+
+- it registers with `AgentHeartbeat`s on `hermes.registry.heartbeat.<agent_id>`, mirrored into
+  the `hermes_agents` bucket, with its task types and their JSON Schemas, so the planner sees
+  them and the dispatcher validates inputs against them;
+- it binds the same durable consumers on `HERMES_TASKS` as the Rust executor, with the same
+  names, AckWait and MaxDeliver: each task type's pool (`pool_<type>`) and fair lanes
+  (`lane<n>_<type>`), and its directed consumer (`agent_<id>`);
+- it sends progress acks while a task runs, publishes the `TaskResult` (with the attempt's result
+  token, deduplicated by task id) before it acks, and abandons tasks of cancelled goals;
+- a malformed task message goes to the DLQ;
+- steps with side effects run once across redeliveries and attempts through `TaskContext.once`,
+  recorded in the `hermes_ledger` bucket;
+- on SIGTERM it drains: it takes no new work, finishes what it runs, and leaves the registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import json
+import logging
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from hermes_agents import errors
+from hermes_agents._proto.hermes.v1 import agent_pb2, common_pb2, task_pb2
+
+log = logging.getLogger("hermes_agents.worker")
+
+#: Lanes of the fair queues, as `hermes_core::topology::FAIR_LANES`.
+FAIR_LANES = 8
+#: Outputs larger than this are refused (the Rust executor offloads them as artifacts; this
+#: worker does not yet): `hermes_core::artifacts::DEFAULT_INLINE_LIMIT`.
+MAX_OUTPUT_BYTES = 64 * 1024
+#: A pending ledger claim younger than this may still be running in another delivery.
+PENDING_GRACE_S = 45.0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _retryable(code: str) -> bool:
+    return code in ("UNAVAILABLE", "TIMEOUT", "LIMIT_EXCEEDED")
+
+
+@dataclass
+class TaskSpec:
+    """One task type a worker serves."""
+
+    task_type: str
+    fn: Callable[..., Any]
+    description: str
+    input_schema: dict
+    output_schema: dict | None
+    timeout_s: float
+    side_effects: bool
+    retry_on: tuple[type[BaseException], ...]
+    wants_context: bool
+
+
+@dataclass
+class TaskContext:
+    """What a running task knows about itself; a task function receives it when it declares a
+    parameter named `ctx`."""
+
+    goal_id: str
+    node_id: str
+    task_id: str
+    attempt: int
+    task_type: str
+    tenant: str
+    worker: "Worker" = field(repr=False)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _steps: int = field(default=0, repr=False)
+
+    async def once(self, name: str, fn: Callable[..., Any], *args, **kwargs) -> Any:
+        """Runs a step with side effects at most once for this node, across redeliveries, agents
+        and attempts. Its outcome is recorded in the ledger under the node, the step's position
+        and `name`; a later delivery that reaches the same step gets the recorded outcome back
+        instead of running it again. A step that started and never recorded an outcome (its
+        worker was killed in it) is not repeated: it fails as outcome unknown."""
+        index = self._steps
+        self._steps += 1
+        key = f"{self.goal_id}.{self.node_id}.step{index}.{uuid.uuid5(uuid.NAMESPACE_URL, name).hex}"
+        return await self.worker._ledger_once(key, self.attempt, name, fn, args, kwargs)
+
+
+class Worker:
+    """A Hermes agent in Python. Declare task types with `@worker.task(...)`, then `run()`.
+
+    ```python
+    worker = Worker(agent_id="py-1", pool="python", nats_url="nats://127.0.0.1:4222")
+
+    @worker.task("web.search", timeout=30)
+    async def search(query: str, top_k: int = 5) -> dict:
+        ...
+
+    worker.run()
+    ```
+    """
+
+    def __init__(self, agent_id: str, pool: str = "default", nats_url: str = "nats://127.0.0.1:4222",
+                 max_concurrency: int = 8, tags: list[str] | None = None, prefix: str = "hermes",
+                 heartbeat_s: float = 10.0, ack_wait_s: float = 30.0, max_deliver: int = 5,
+                 nats_options: dict[str, Any] | None = None):
+        if not agent_id or len(agent_id) > 64 or not all(c.isascii() and (c.isalnum() or c in "-_") for c in agent_id):
+            raise errors.InvalidArgument(f"agent_id `{agent_id}` must be 1-64 characters of [A-Za-z0-9_-]")
+        if max_concurrency < 1:
+            raise errors.InvalidArgument("max_concurrency must be at least 1")
+        self.agent_id = agent_id
+        self.pool = pool
+        self.nats_url = nats_url
+        self.max_concurrency = max_concurrency
+        self.tags = list(tags or [])
+        self.prefix = prefix
+        self.heartbeat_s = heartbeat_s
+        self.ack_wait_s = ack_wait_s
+        self.max_deliver = max_deliver
+        self.nats_options = nats_options or {}
+        self.tasks: dict[str, TaskSpec] = {}
+        self._running: dict[str, tuple[str, asyncio.Task]] = {}
+        self._in_flight = 0
+        self._success_rate = 1.0
+        self._latency_ms = 0.0
+        self._seen = 0
+        self._started_ms = _now_ms()
+        self._stopping: asyncio.Event | None = None
+
+    # ---- declaring task types -------------------------------------------------------------
+
+    def task(self, task_type: str, *, description: str = "", input_schema: dict | None = None,
+             output_schema: dict | None = None, timeout: float = 60.0, side_effects: bool = False,
+             retry_on: tuple[type[BaseException], ...] = ()) -> Callable:
+        """Declares a task type served by the decorated function, async or plain (a plain one runs
+        in a thread pool). Its inputs arrive as keyword arguments; without `input_schema` one is
+        derived from the signature. An exception fails the task as `TOOL_ERROR`; one of
+        `retry_on`, or `errors.RetryableToolError`, fails it retryably; a `HermesError` keeps its
+        code."""
+        if not _valid_task_type(task_type):
+            raise errors.InvalidArgument(
+                f"task type `{task_type}` must be 1-64 characters of dot-separated segments of [a-z0-9-], "
+                "each starting with a letter or digit, like `web.search`")
+
+        def register(fn: Callable) -> Callable:
+            schema = input_schema or _schema_of(fn)
+            self.tasks[task_type] = TaskSpec(
+                task_type=task_type, fn=fn, description=description or (inspect.getdoc(fn) or task_type),
+                input_schema=schema, output_schema=output_schema, timeout_s=timeout, side_effects=side_effects,
+                retry_on=tuple(retry_on), wants_context="ctx" in inspect.signature(fn).parameters)
+            return fn
+
+        return register
+
+    # ---- names, as hermes_core::topology -----------------------------------------------------
+
+    def _subject(self, *parts: str) -> str:
+        return ".".join((self.prefix, *parts))
+
+    def _stream(self, what: str) -> str:
+        return f"{self.prefix.upper().replace('-', '_')}_{what}"
+
+    def _bucket(self, what: str) -> str:
+        return f"{self.prefix.replace('-', '_')}_{what}"
+
+    def consumers(self) -> list[tuple[str, str]]:
+        """The (durable name, filter subject) pairs this worker binds, as the Rust executor does."""
+        out = []
+        for task_type in sorted(self.tasks):
+            flat = task_type.replace(".", "_")
+            out.append((f"pool_{flat}", self._subject("task", "pool", task_type)))
+            for lane in range(FAIR_LANES):
+                out.append((f"lane{lane}_{flat}", self._subject("task", "lane", str(lane), task_type)))
+        out.append((f"agent_{self.agent_id}", self._subject("task", "direct", self.agent_id, ">")))
+        return out
+
+    # ---- running ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serves until SIGTERM or SIGINT, then drains and leaves the registry."""
+        asyncio.run(self.serve())
+
+    async def serve(self, stop: asyncio.Event | None = None) -> None:
+        """Serves until `stop` is set (or SIGTERM/SIGINT when it is not given), then drains."""
+        import nats
+        from nats.js.api import AckPolicy, ConsumerConfig
+
+        if not self.tasks:
+            raise errors.InvalidArgument("the worker declares no task types")
+        self._stopping = stop or asyncio.Event()
+        if stop is None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._stopping.set)
+        self._nc = await nats.connect(self.nats_url, name=f"hermes-worker-{self.agent_id}", **self.nats_options)
+        self._js = self._nc.jetstream()
+        self._agents_kv = await self._js.key_value(self._bucket("agents"))
+        self._ledger = await self._js.key_value(self._bucket("ledger"))
+        self._slots = asyncio.Semaphore(self.max_concurrency)
+        subs = []
+        for durable, subject in self.consumers():
+            config = ConsumerConfig(durable_name=durable, filter_subject=subject, ack_policy=AckPolicy.EXPLICIT,
+                                    ack_wait=self.ack_wait_s, max_deliver=self.max_deliver, max_ack_pending=20_000)
+            subs.append(await self._js.pull_subscribe(subject, durable=durable, stream=self._stream("TASKS"),
+                                                      config=config))
+        cancels = await self._nc.subscribe(self._subject("cancel", "*"), cb=self._on_cancel)
+        await self._beat()
+        heartbeat = asyncio.create_task(self._heartbeats())
+        pullers = [asyncio.create_task(self._pull(sub)) for sub in subs]
+        log.info("worker %s serving %s", self.agent_id, sorted(self.tasks))
+        await self._stopping.wait()
+        # Drain: no new work (the registry routes nothing to a draining agent), finish in flight.
+        log.info("worker %s draining", self.agent_id)
+        await self._beat(draining=True)
+        await asyncio.gather(*pullers, return_exceptions=True)
+        running = [task for _, task in self._running.values()]
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        heartbeat.cancel()
+        await self._beat(deregister=True)
+        try:
+            await self._agents_kv.delete(self.agent_id)
+        except Exception as e:  # noqa: BLE001 - leaving is best effort, the TTL covers it
+            log.warning("cannot remove %s from the agents bucket: %s", self.agent_id, e)
+        await cancels.unsubscribe()
+        for sub in subs:
+            await sub.unsubscribe()
+        # Every result was published and every task acked (both confirmed) before this point, so
+        # closing loses nothing (`drain` of a pull subscription waits on its queue forever).
+        await self._nc.flush()
+        await self._nc.close()
+        log.info("worker %s drained and deregistered", self.agent_id)
+
+    def _heartbeat(self, draining: bool = False, deregister: bool = False) -> agent_pb2.AgentHeartbeat:
+        tools = [agent_pb2.ToolSpec(name=t.task_type, description=t.description,
+                                    params_schema_json=json.dumps(t.input_schema), side_effects=t.side_effects)
+                 for t in self.tasks.values()]
+        return agent_pb2.AgentHeartbeat(
+            agent_id=self.agent_id, pool=self.pool, task_types=sorted(self.tasks), tools=tools, tags=self.tags,
+            in_flight=self._in_flight, max_concurrency=self.max_concurrency, version="python-0.1.0",
+            started_unix_ms=self._started_ms, success_rate=self._success_rate, latency_ms=self._latency_ms,
+            sent_unix_ms=_now_ms(), draining=draining, deregister=deregister)
+
+    async def _beat(self, draining: bool = False, deregister: bool = False) -> None:
+        beat = self._heartbeat(draining, deregister).SerializeToString()
+        await self._nc.publish(self._subject("registry", "heartbeat", self.agent_id), beat)
+        if not deregister:
+            try:
+                await self._agents_kv.put(self.agent_id, beat)
+            except Exception as e:  # noqa: BLE001 - the core heartbeat is what keeps it alive
+                log.warning("heartbeat mirror failed: %s", e)
+        await self._nc.flush()
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            try:
+                await self._beat()
+            except Exception as e:  # noqa: BLE001 - keep beating
+                log.warning("heartbeat failed: %s", e)
+
+    async def _on_cancel(self, msg) -> None:
+        goal_id = msg.subject.rsplit(".", 1)[-1]
+        for task_id, (goal, task) in list(self._running.items()):
+            if goal == goal_id:
+                log.info("goal %s cancelled; abandoning task %s", goal_id, task_id)
+                task.cancel()
+
+    async def _pull(self, sub) -> None:
+        import nats.errors
+
+        while not self._stopping.is_set():
+            # Pull only with a free slot, so tasks this worker cannot start stay with others.
+            while self._slots.locked() and not self._stopping.is_set():
+                await asyncio.sleep(0.02)
+            if self._stopping.is_set():
+                return
+            try:
+                messages = await sub.fetch(1, timeout=2.0)
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                continue
+            except Exception as e:  # noqa: BLE001 - a sick server: wait and pull again
+                log.warning("pull failed: %s", e)
+                await asyncio.sleep(1.0)
+                continue
+            for msg in messages:
+                await self._slots.acquire()
+                asyncio.create_task(self._handle(msg))
+
+    async def _handle(self, msg) -> None:
+        try:
+            try:
+                task = task_pb2.TaskMessage.FromString(msg.data)
+            except Exception as e:  # noqa: BLE001 - any decode failure is a malformed message
+                await self._dead_letter(msg, f"undecodable TaskMessage: {e}")
+                return
+            self._in_flight += 1
+            started = time.monotonic()
+            runner = asyncio.current_task()
+            self._running[task.task_id] = (task.goal_id, runner)
+            try:
+                result = await self._run(task, msg)
+            finally:
+                self._running.pop(task.task_id, None)
+                self._in_flight -= 1
+            elapsed_ms = int((time.monotonic() - started) * 1000)
+            self._record(result.status == task_pb2.TASK_STATUS_SUCCEEDED, elapsed_ms)
+            result.elapsed_ms = elapsed_ms
+            try:
+                await self._publish_result(task, msg, result)
+            except Exception as e:  # noqa: BLE001 - not acked: delivered again
+                log.warning("cannot publish the result of %s: %s; asking for redelivery", task.task_id, e)
+                await msg.nak(delay=1)
+                return
+            await msg.ack_sync()
+        except Exception as e:  # noqa: BLE001 - never lose the loop
+            log.exception("task handling failed: %s", e)
+        finally:
+            self._slots.release()
+
+    async def _dead_letter(self, msg, reason: str) -> None:
+        origin = f"{msg.metadata.stream}:{msg.metadata.sequence.stream}"
+        headers = {"Nats-Msg-Id": f"dlq:{origin}", "Hermes-Dlq-Reason": reason[:200],
+                   "Hermes-Dlq-Subject": msg.subject, "Hermes-Dlq-Origin": origin}
+        try:
+            await self._js.publish(self._subject("dlq", "task"), msg.data, headers=headers)
+            await msg.term()
+            log.warning("malformed task message %s moved to the dlq: %s", origin, reason)
+        except Exception as e:  # noqa: BLE001 - left unacked, dead-lettered on a later delivery
+            log.warning("cannot dead-letter %s: %s", origin, e)
+
+    def _record(self, ok: bool, elapsed_ms: int) -> None:
+        value = 1.0 if ok else 0.0
+        if self._seen == 0:
+            self._success_rate, self._latency_ms = value, float(elapsed_ms)
+        else:
+            self._success_rate += 0.1 * (value - self._success_rate)
+            self._latency_ms += 0.1 * (elapsed_ms - self._latency_ms)
+        self._seen += 1
+
+    async def _run(self, task: task_pb2.TaskMessage, msg) -> task_pb2.TaskResult:
+        result = task_pb2.TaskResult(goal_id=task.goal_id, node_id=task.node_id, task_id=task.task_id,
+                                     attempt=task.attempt, agent_id=self.agent_id, started_unix_ms=_now_ms())
+
+        def fail(code: str, message: str, retryable: bool | None = None) -> task_pb2.TaskResult:
+            result.status = task_pb2.TASK_STATUS_FAILED
+            result.error.CopyFrom(common_pb2.Error(code=code, message=message, node_id=task.node_id,
+                                                   retryable=_retryable(code) if retryable is None else retryable))
+            return result
+
+        spec = self.tasks.get(task.task_type)
+        if spec is None:
+            return fail("INVALID_ARGUMENT", f"this worker has no task type `{task.task_type}`")
+        if task.deadline_unix_ms and _now_ms() >= task.deadline_unix_ms:
+            return fail("TIMEOUT", "the task's deadline passed before it started")
+        try:
+            inputs = json.loads(task.inputs_json) if task.inputs_json.strip() else {}
+        except ValueError as e:
+            return fail("INVALID_ARGUMENT", f"inputs are not valid JSON: {e}")
+        if not isinstance(inputs, dict):
+            return fail("INVALID_ARGUMENT", "inputs must be a JSON object")
+        ctx = TaskContext(goal_id=task.goal_id, node_id=task.node_id, task_id=task.task_id, attempt=task.attempt,
+                          task_type=task.task_type, tenant=task.tenant, worker=self)
+        call = self._call(spec, inputs, ctx)
+        work = asyncio.ensure_future(call)
+        period = self.ack_wait_s / 3
+        try:
+            while True:
+                done, _ = await asyncio.wait({work}, timeout=period)
+                if done:
+                    break
+                try:
+                    await msg.in_progress()
+                except Exception as e:  # noqa: BLE001 - the next tick tries again
+                    log.warning("progress ack failed: %s", e)
+            output = work.result()
+        except asyncio.CancelledError:
+            work.cancel()
+            return fail("CANCELLED", "the goal was cancelled")
+        except asyncio.TimeoutError:
+            return fail("TIMEOUT", f"`{task.task_type}` did not finish within {spec.timeout_s:g} s")
+        except errors.HermesError as e:
+            return fail(e.code, e.message, e.retryable)
+        except spec.retry_on as e:  # type: ignore[misc]
+            return fail("UNAVAILABLE", f"{type(e).__name__}: {e}", True)
+        except Exception as e:  # noqa: BLE001 - a task's exception fails the task, typed
+            return fail("TOOL_ERROR", f"{type(e).__name__}: {e}", False)
+        try:
+            text = json.dumps(output)
+        except (TypeError, ValueError) as e:
+            return fail("TOOL_ERROR", f"the output is not JSON: {e}")
+        if len(text.encode()) > MAX_OUTPUT_BYTES:
+            return fail("LIMIT_EXCEEDED", f"the output is {len(text.encode())} bytes, over {MAX_OUTPUT_BYTES}", False)
+        result.status = task_pb2.TASK_STATUS_SUCCEEDED
+        result.output_json = text
+        return result
+
+    async def _call(self, spec: TaskSpec, inputs: dict, ctx: TaskContext) -> Any:
+        kwargs = dict(inputs)
+        if spec.wants_context:
+            kwargs["ctx"] = ctx
+        if inspect.iscoroutinefunction(spec.fn):
+            return await asyncio.wait_for(spec.fn(**kwargs), spec.timeout_s)
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()
+        call = functools.partial(context.run, spec.fn, **kwargs)
+        return await asyncio.wait_for(loop.run_in_executor(None, call), spec.timeout_s)
+
+    async def _publish_result(self, task: task_pb2.TaskMessage, msg, result: task_pb2.TaskResult) -> None:
+        result.result_token = task.result_token
+        result.routed = msg.subject.startswith(self._subject("task", "direct", self.agent_id, ""))
+        headers = {"Nats-Msg-Id": f"result:{task.task_id}"}
+        parent = (msg.headers or {}).get("traceparent")
+        if parent:
+            headers["traceparent"] = _child_traceparent(parent)
+        await self._js.publish(self._subject("result", task.goal_id), result.SerializeToString(), headers=headers)
+
+    async def _ledger_once(self, key: str, attempt: int, name: str, fn: Callable[..., Any], args, kwargs) -> Any:
+        """`TaskContext.once`: the ledger entries are the Rust executor's (`{"attempt", "pending",
+        "claim"}`, then `{"attempt", "ok"}` or `{"attempt", "error"}`)."""
+        from nats.js.errors import KeyWrongLastSequenceError
+
+        claim = uuid.uuid4().hex
+        pending = json.dumps({"attempt": attempt, "pending": True, "claim": claim}).encode()
+        deadline = time.monotonic() + PENDING_GRACE_S + 15
+        while True:
+            try:
+                await self._ledger.create(key, pending)
+                break
+            except KeyWrongLastSequenceError:
+                pass
+            entry = await self._ledger.get(key)
+            recorded = json.loads(entry.value or b"null") or {}
+            if "ok" in recorded:
+                log.info("step %s already done; reusing its recorded outcome", name)
+                return recorded["ok"]
+            if "error" in recorded:
+                error = recorded["error"]
+                if recorded.get("attempt", 0) >= attempt:
+                    raise errors.from_code(error.get("code", "TOOL_ERROR"), error.get("message", ""))
+                await self._ledger.update(key, pending, last=entry.revision)
+                break
+            created = getattr(entry, "created", None)
+            age = time.time() - created.timestamp() if created else PENDING_GRACE_S
+            if age >= PENDING_GRACE_S or time.monotonic() >= deadline:
+                raise errors.ToolError(f"step `{name}` was started by an earlier delivery (attempt "
+                                       f"{recorded.get('attempt')}) whose outcome is unknown; not repeating a side effect")
+            await asyncio.sleep(1.0)
+        try:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        except errors.HermesError as e:
+            await self._ledger.put(key, json.dumps({"attempt": attempt, "error": {"code": e.code, "message": e.message}}).encode())
+            raise
+        except Exception as e:  # noqa: BLE001 - recorded, then raised to fail the task
+            await self._ledger.put(key, json.dumps({"attempt": attempt, "error": {"code": "TOOL_ERROR", "message": f"{type(e).__name__}: {e}"}}).encode())
+            raise
+        await self._ledger.put(key, json.dumps({"attempt": attempt, "ok": value}).encode())
+        return value
+
+
+def _valid_task_type(task_type: str) -> bool:
+    """As `hermes_core::topology::validate_task_type`: `.` maps to `_` in consumer names, so
+    underscores are not allowed."""
+    def segment(s: str) -> bool:
+        return bool(s) and (s[0].islower() or s[0].isdigit()) and all(
+            c.isascii() and (c.islower() or c.isdigit() or c == "-") for c in s)
+
+    return 0 < len(task_type) <= 64 and all(segment(s) for s in task_type.split("."))
+
+
+def _child_traceparent(parent: str) -> str:
+    """The traceparent of a span of this worker's under `parent`: the same trace, a new span id."""
+    parts = parent.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32:
+        return parent
+    return f"{parts[0]}-{parts[1]}-{os.urandom(8).hex()}-{parts[3]}"
+
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
+
+
+def _schema_of(fn: Callable) -> dict:
+    """A JSON Schema for a function's keyword parameters, from their annotations and defaults."""
+    properties: dict[str, Any] = {}
+    required = []
+    hints = {}
+    try:
+        import typing
+
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: untyped parameters
+        pass
+    for name, param in inspect.signature(fn).parameters.items():
+        if name == "ctx" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        kind = _JSON_TYPES.get(getattr(hints.get(name), "__origin__", None) or hints.get(name))
+        properties[name] = {"type": kind} if kind else {}
+        if param.default is inspect.Parameter.empty:
+            required.append(name)
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+

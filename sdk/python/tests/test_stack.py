@@ -1,0 +1,214 @@
+"""hermes-agents against a real `hermes up` (a nats-server, the dispatcher, the registry and one
+Rust agent): the client's calls, a Python node between two Rust nodes, typed failures, kill -9 of
+a Python worker mid-task with its side effect done once, and drain on SIGTERM.
+
+Run by `make test` through scripts/check-python.sh (the binaries are built by then).
+"""
+
+import asyncio
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import hermes_agents as hermes
+from hermes_agents import errors
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+BIN = pathlib.Path(os.environ.get("HERMES_BIN_DIR", ROOT / "target" / "debug")) / "hermes"
+HERE = pathlib.Path(__file__).resolve().parent
+
+AGENTS = """
+[defaults]
+workspace = "{workspace}"
+
+[[agent]]
+id = "rust-1"
+tools = ["math.evaluate", "text.template", "time.sleep"]
+"""
+
+
+def wait_for(check, timeout=30.0, what="the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Stack(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        root = pathlib.Path(cls.dir.name)
+        (root / "workspace").mkdir()
+        agents = root / "agents.toml"
+        agents.write_text(AGENTS.format(workspace=root / "workspace"))
+        cls.up = subprocess.Popen(
+            [str(BIN), "up", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off", "--agents-config", str(agents),
+             "--data-dir", str(root / "data")],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env=dict(os.environ, HERMES_LLM_PROVIDER="none"), cwd=root)
+        ready = None
+        for line in cls.up.stdout:
+            if line.startswith("hermes up: grpc"):
+                ready = line.split()
+                break
+        if ready is None:
+            cls.up.kill()
+            raise RuntimeError("hermes up did not become ready")
+        cls.grpc = ready[3]
+        # The local nats-server refuses anonymous clients: its one user's password is in auth.conf.
+        auth = (root / "data" / "nats" / "auth.conf").read_text()
+        password = auth.split('password: "', 1)[1].split('"', 1)[0]
+        cls.nats = ready[5].replace("nats://", f"nats://hermes:{password}@", 1)
+        cls.workers = {}
+        cls.start_worker("py-1", TASKS="py.double,py.fail,py.nap")
+        cls.client = hermes.Client(cls.grpc)
+        wait_for(lambda: "py-1" in cls.agents(), what="py-1 in hermes agents")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        for proc in cls.workers.values():
+            proc.kill()
+            proc.wait()
+        cls.up.terminate()
+        try:
+            cls.up.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            cls.up.kill()
+        cls.dir.cleanup()
+
+    @classmethod
+    def start_worker(cls, agent_id, **env):
+        log = pathlib.Path(cls.dir.name) / "ship.log"
+        environment = dict(os.environ, WORKER_ID=agent_id, NATS_URL=cls.nats, SHIP_LOG=str(log),
+                           **{k: str(v) for k, v in env.items()})
+        cls.workers[agent_id] = subprocess.Popen([sys.executable, str(HERE / "worker_app.py")], env=environment,
+                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return cls.workers[agent_id]
+
+    @classmethod
+    def agents(cls):
+        """`hermes agents`, as a person would run it."""
+        out = subprocess.run([str(BIN), "agents", "--server", cls.grpc], capture_output=True, text=True, timeout=30)
+        return out.stdout
+
+    def test_a_python_worker_is_listed_like_any_agent(self):
+        listing = self.agents()
+        row = next(line for line in listing.splitlines() if line.startswith("py-1 "))
+        self.assertIn("python", row)
+        self.assertIn("py.double", row)
+        self.assertIn("rust-1", listing)
+
+    def test_a_python_node_between_two_rust_nodes_passes_refs_through(self):
+        plan = hermes.Plan(nodes=[
+            hermes.Node("a", "math.evaluate", {"expression": "20 + 1"}),
+            hermes.Node("b", "py.double", {"value": {"$ref": "a.value"}}),
+            hermes.Node("c", "math.evaluate", {"expression": "x + 0.5", "variables": {"x": {"$ref": "b.value"}}}),
+        ], output_node="c")
+        goal_id = self.client.submit(plan)
+        goal = self.client.wait(goal_id, timeout_s=60)
+        self.assertEqual(goal.status, "completed", goal.error)
+        self.assertEqual(goal.output["value"], 42.5)
+        self.assertEqual(goal.node("b").agent_id, "py-1")
+        self.assertEqual(goal.node("b").output, {"value": 42.0})
+        self.assertEqual(goal.node("a").agent_id, "rust-1")
+
+    def test_exceptions_become_typed_results(self):
+        plan = {"nodes": [{"id": "f", "task_type": "py.fail", "inputs": {"kind": "permanent"}}]}
+        goal = self.client.wait(self.client.submit(plan), timeout_s=60)
+        self.assertEqual(goal.status, "failed")
+        self.assertEqual(goal.node("f").error["code"], "TOOL_ERROR")
+        self.assertIn("ValueError: no such order", goal.node("f").error["message"])
+        # A declared retryable exception is retried by the dispatcher, then fails as retryable.
+        plan = {"nodes": [{"id": "t", "task_type": "py.fail", "inputs": {"kind": "transient"}, "max_retries": 1}]}
+        goal = self.client.wait(self.client.submit(plan), timeout_s=60)
+        self.assertEqual(goal.status, "failed")
+        node = goal.node("t")
+        self.assertEqual(node.error["code"], "UNAVAILABLE")
+        self.assertEqual(node.attempt, 2)
+        self.assertTrue(node.raw.error.retryable)
+
+    def test_the_client_submits_watches_cancels_and_raises_typed_errors(self):
+        plan = hermes.Plan.from_yaml(
+            "nodes:\n  - {id: nap, task_type: time.sleep, inputs: {ms: 30000}}\n")
+        key = f"py-client-{time.time()}"
+        goal_id = self.client.submit(plan, idempotency_key=key)
+        self.assertEqual(self.client.submit(plan, idempotency_key=key), goal_id)
+        self.assertIn(goal_id, [g.goal_id for g in self.client.list(limit=50)])
+        events = self.client.watch(goal_id)
+        first = next(events)
+        self.assertEqual((first.seq, first.kind), (1, "goal_accepted"))
+        # Resuming after the first event gives exactly the events after it.
+        resumed = next(self.client.watch(goal_id, after_seq=1))
+        self.assertEqual(resumed.seq, 2)
+        cancelled = self.client.cancel(goal_id, reason="test")
+        self.assertEqual(cancelled.status, "cancelled")
+        kinds = [e.kind for e in events]
+        self.assertEqual(kinds[-1], "goal_cancelled")
+        with self.assertRaises(errors.NotFound):
+            self.client.get("g-does-not-exist")
+        with self.assertRaises(errors.PlanInvalid) as bad:
+            self.client.submit({"nodes": [{"id": "x", "task_type": "no.such-type", "inputs": {}}]})
+        self.assertIn("no.such-type", str(bad.exception))
+        with self.assertRaises(errors.InvalidArgument):
+            self.client.submit()
+        with self.assertRaises(errors.Timeout):
+            self.client.wait(self.client.submit(plan), timeout_s=0.2)
+
+    def test_the_async_client(self):
+        async def run():
+            async with hermes.AsyncClient(self.grpc) as client:
+                goal_id = await client.submit({"nodes": [{"id": "d", "task_type": "py.double", "inputs": {"value": 4}}]})
+                kinds = [e.kind async for e in client.watch(goal_id)]
+                goal = await client.wait(goal_id, timeout_s=30)
+                return kinds, goal
+
+        kinds, goal = asyncio.run(run())
+        self.assertEqual(goal.output, {"value": 8})
+        self.assertEqual(kinds[0], "goal_accepted")
+        self.assertEqual(kinds[-1], "goal_completed")
+
+    def test_kill_9_mid_task_completes_elsewhere_with_the_side_effect_once(self):
+        log = pathlib.Path(self.dir.name) / "ship.log"
+        victim = self.start_worker("py-victim", TASKS="py.ship", SHIP_SLEEP_S=4, ACK_WAIT_S=3)
+        wait_for(lambda: "py-victim" in self.agents(), what="py-victim registered")
+        # py-1 does not serve py.ship; only py-victim does, so the task goes to it.
+        goal_id = self.client.submit({"nodes": [{"id": "s", "task_type": "py.ship", "inputs": {"order": "o-17"}}]})
+        wait_for(lambda: log.exists() and "o-17" in log.read_text(), what="the side effect")
+        time.sleep(0.5)  # its outcome recorded; the task sleeps on
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        self.start_worker("py-rescue", TASKS="py.ship", SHIP_SLEEP_S=0, ACK_WAIT_S=3)
+        goal = self.client.wait(goal_id, timeout_s=120)
+        self.assertEqual(goal.status, "completed", goal.error)
+        self.assertEqual(goal.node("s").agent_id, "py-rescue")
+        self.assertEqual(goal.output["line"], 1)
+        lines = [line for line in log.read_text().splitlines() if line.startswith("o-17 ")]
+        self.assertEqual(lines, ["o-17 by py-victim"], "the side effect happened again")
+
+    def test_sigterm_drains_running_work_then_leaves(self):
+        worker = self.start_worker("py-drain", TASKS="py.drain-nap")
+        wait_for(lambda: "py-drain" in self.agents(), what="py-drain registered")
+        goal_id = self.client.submit({"nodes": [{"id": "n", "task_type": "py.drain-nap", "inputs": {"ms": 3000}}]})
+        wait_for(lambda: self.client.get(goal_id).node("n").status == "dispatched", what="the nap to be dispatched")
+        time.sleep(1.0)  # pulled and started: the nap takes 3 s
+        worker.send_signal(signal.SIGTERM)
+        goal = self.client.wait(goal_id, timeout_s=60)
+        self.assertEqual(goal.status, "completed", goal.error)
+        self.assertEqual(goal.node("n").agent_id, "py-drain")
+        self.assertEqual(goal.node("n").attempt, 1)
+        self.assertEqual(worker.wait(timeout=30), 0)
+        wait_for(lambda: "py-drain" not in self.agents(), what="py-drain to leave the registry")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,75 @@
+"""Unit tests of hermes-agents that need no stack: plans, errors, schemas and names."""
+
+import unittest
+
+import grpc
+
+import hermes_agents as hermes
+from hermes_agents import errors
+from hermes_agents.worker import Worker, _schema_of
+
+
+class Units(unittest.TestCase):
+    def test_a_plan_from_yaml_becomes_the_proto_with_its_refs(self):
+        plan = hermes.Plan.from_yaml(
+            "nodes:\n"
+            "  - {id: a, task_type: math.evaluate, inputs: {expression: '1 + 1'}}\n"
+            "  - {id: b, task_type: py.double, inputs: {value: {$ref: a.value}}, depends_on: [a]}\n"
+            "output_node: b\n")
+        proto = plan.to_proto()
+        self.assertEqual([n.id for n in proto.nodes], ["a", "b"])
+        self.assertEqual(proto.nodes[1].inputs_json, '{"value": {"$ref": "a.value"}}')
+        self.assertEqual(proto.output_node, "b")
+        with self.assertRaises(ValueError):
+            hermes.Plan.from_dict({"nodes": [{"id": "a", "task_type": "x.y", "input": {}}]})
+
+    def test_error_codes_become_their_exceptions(self):
+        self.assertIsInstance(errors.from_code("NOT_FOUND", "gone"), errors.NotFound)
+        self.assertTrue(errors.from_code("UNAVAILABLE", "later").retryable)
+        unknown = errors.from_code("NEW_CODE", "from a newer server")
+        self.assertIsInstance(unknown, errors.Internal)
+        self.assertEqual(unknown.code, "NEW_CODE")
+
+        class Rpc(grpc.RpcError):
+            def details(self):
+                return "PLAN_INVALID: node `x` depends on itself"
+
+            def code(self):
+                return grpc.StatusCode.INVALID_ARGUMENT
+
+            def trailing_metadata(self):
+                return (("retry-after", "2"),)
+
+        error = errors.from_grpc(Rpc())
+        self.assertIsInstance(error, errors.PlanInvalid)
+        self.assertEqual(error.message, "node `x` depends on itself")
+        self.assertEqual(error.retry_after_s, 2.0)
+
+    def test_a_schema_is_derived_from_the_signature(self):
+        def search(query: str, top_k: int = 5, ctx=None) -> dict:
+            return {}
+
+        schema = _schema_of(search)
+        self.assertEqual(schema["properties"], {"query": {"type": "string"}, "top_k": {"type": "integer"}})
+        self.assertEqual(schema["required"], ["query"])
+
+    def test_names_and_consumers_are_the_rust_executors(self):
+        worker = Worker(agent_id="py-1", nats_url="nats://x")
+
+        @worker.task("web.search")
+        def search(query: str) -> dict:
+            return {}
+
+        consumers = worker.consumers()
+        self.assertEqual(consumers[0], ("pool_web_search", "hermes.task.pool.web.search"))
+        self.assertIn(("lane7_web_search", "hermes.task.lane.7.web.search"), consumers)
+        self.assertEqual(consumers[-1], ("agent_py-1", "hermes.task.direct.py-1.>"))
+        for bad in ("web_search.x", "Web.search", "", "a" * 65):
+            with self.assertRaises(errors.InvalidArgument):
+                worker.task(bad)
+        with self.assertRaises(errors.InvalidArgument):
+            Worker(agent_id="py 1")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,61 @@
+"""The Python worker the tests run as a process of its own (so it can be killed): its agent id,
+NATS URL, task types (`TASKS`, default all) and side-effect file come from the environment."""
+
+import asyncio
+import logging
+import os
+import pathlib
+
+import hermes_agents as hermes
+
+logging.basicConfig(level=logging.INFO)
+worker = hermes.Worker(agent_id=os.environ["WORKER_ID"], pool="python", nats_url=os.environ["NATS_URL"],
+                       max_concurrency=4, heartbeat_s=1.0, ack_wait_s=float(os.environ.get("ACK_WAIT_S", "30")))
+TASKS = set(filter(None, os.environ.get("TASKS", "").split(",")))
+
+
+def task(name, **options):
+    """`worker.task`, for the task types this process was told to serve."""
+    def register(fn):
+        if not TASKS or name in TASKS:
+            worker.task(name, **options)(fn)
+        return fn
+    return register
+
+
+@task("py.double", description="Doubles a number; returns {value}.")
+def double(value: float) -> dict:
+    return {"value": value * 2}
+
+
+@task("py.fail", retry_on=(ConnectionError,))
+def fail(kind: str) -> dict:
+    if kind == "transient":
+        raise ConnectionError("the service is restarting")
+    raise ValueError("no such order")
+
+
+@task("py.ship", side_effects=True, timeout=60)
+async def ship(order: str, ctx: hermes.TaskContext) -> dict:
+    """Appends the order to the shipping log once, then takes its time."""
+    log = pathlib.Path(os.environ["SHIP_LOG"])
+
+    def append() -> int:
+        with log.open("a") as f:
+            f.write(f"{order} by {worker.agent_id}\n")
+        return len(log.read_text().splitlines())
+
+    line = await ctx.once("append", append)
+    await asyncio.sleep(float(os.environ.get("SHIP_SLEEP_S", "0")))
+    return {"order": order, "line": line, "agent": worker.agent_id}
+
+
+@task("py.nap", timeout=60)
+@task("py.drain-nap", timeout=60)
+async def nap(ms: int) -> dict:
+    await asyncio.sleep(ms / 1000)
+    return {"slept_ms": ms}
+
+
+if __name__ == "__main__":
+    worker.run()
