@@ -341,6 +341,27 @@ class Invariants(unittest.TestCase):
         data = config_maps(docs)["hermes-pool-llm"]
         self.assertEqual(data["HERMES_AGENT_MODEL"], "qwen2.5-32b-instruct")
 
+    def test_a_pool_may_run_its_own_image_and_command(self):
+        values = copy.deepcopy(load_values("autoscaled-pools-values.yaml"))
+        values["executorPools"][0].update(
+            name="python", taskTypes=["web.search"], image="registry.internal/py-workers:1.4",
+            command=["python", "-m", "workers.search"])
+        docs, _ = render(values)
+        deployments = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
+        python = deployments["hermes-pool-python"]["spec"]["template"]["spec"]["containers"][0]
+        kubernetes_validate.validate(deployments["hermes-pool-python"], KUBE_VERSION, strict=True)
+        self.assertEqual(python["image"], "registry.internal/py-workers:1.4")
+        self.assertEqual(python["command"], ["python", "-m", "workers.search"])
+        env = env_of(python)
+        self.assertIn("HERMES_AGENT_ID", env)
+        self.assertIn("HERMES_NATS_URL", env)
+        # The other pools keep the chart's image and the Rust executor.
+        others = [d for name, d in deployments.items() if name.startswith("hermes-pool-") and name != "hermes-pool-python"]
+        for other in others:
+            container = other["spec"]["template"]["spec"]["containers"][0]
+            self.assertEqual(container["command"], ["hermes-executor"])
+            self.assertNotEqual(container["image"], "registry.internal/py-workers:1.4")
+
 
 class SafeByDefault(unittest.TestCase):
     """The chart is safe by default: API auth whenever the dispatcher listens beyond loopback

@@ -196,8 +196,17 @@ class Stack(unittest.TestCase):
         self.assertEqual(lines, ["o-17 by py-victim"], "the side effect happened again")
 
     def test_sigterm_drains_running_work_then_leaves(self):
-        worker = self.start_worker("py-drain", TASKS="py.drain-nap")
+        import socket
+        import urllib.request
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        worker = self.start_worker("py-drain", TASKS="py.drain-nap", HERMES_METRICS_LISTEN=f"127.0.0.1:{port}")
         wait_for(lambda: "py-drain" in self.agents(), what="py-drain registered")
+        # The chart's probes: /healthz answers 200 while the worker serves.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as health:
+            self.assertEqual(health.status, 200)
         goal_id = self.client.submit({"nodes": [{"id": "n", "task_type": "py.drain-nap", "inputs": {"ms": 3000}}]})
         wait_for(lambda: self.client.get(goal_id).node("n").status == "dispatched", what="the nap to be dispatched")
         time.sleep(1.0)  # pulled and started: the nap takes 3 s

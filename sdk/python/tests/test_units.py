@@ -70,6 +70,20 @@ class Units(unittest.TestCase):
         with self.assertRaises(errors.InvalidArgument):
             Worker(agent_id="py 1")
 
+    def test_unset_arguments_come_from_the_charts_environment(self):
+        import os
+        from unittest import mock
+
+        env = {"HERMES_AGENT_ID": "pod-7", "HERMES_AGENT_POOL": "python", "HERMES_NATS_URL": "nats://nats:4222",
+               "HERMES_AGENT_MAX_CONCURRENCY": "3", "HERMES_NATS_INBOX_PREFIX": "_INBOX_agent",
+               "HERMES_METRICS_LISTEN": "0.0.0.0:9464"}
+        with mock.patch.dict(os.environ, env):
+            worker = Worker()
+        self.assertEqual((worker.agent_id, worker.pool, worker.nats_url, worker.max_concurrency),
+                         ("pod-7", "python", "nats://nats:4222", 3))
+        self.assertEqual(worker.nats_options["inbox_prefix"], "_INBOX_agent")
+        self.assertEqual(worker.health_listen, "0.0.0.0:9464")
+
 
 if __name__ == "__main__":
     unittest.main()

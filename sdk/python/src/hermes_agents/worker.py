@@ -97,6 +97,11 @@ class TaskContext:
 class Worker:
     """A Hermes agent in Python. Declare task types with `@worker.task(...)`, then `run()`.
 
+    Unset arguments come from the environment the Helm chart gives executor pods:
+    `HERMES_AGENT_ID`, `HERMES_AGENT_POOL`, `HERMES_NATS_URL`, `HERMES_AGENT_MAX_CONCURRENCY`,
+    `HERMES_AGENT_TAGS`, `HERMES_NATS_CREDS`, `HERMES_NATS_INBOX_PREFIX`, and
+    `HERMES_METRICS_LISTEN`, where `/healthz` is served.
+
     ```python
     worker = Worker(agent_id="py-1", pool="python", nats_url="nats://127.0.0.1:4222")
 
@@ -108,10 +113,25 @@ class Worker:
     ```
     """
 
-    def __init__(self, agent_id: str, pool: str = "default", nats_url: str = "nats://127.0.0.1:4222",
-                 max_concurrency: int = 8, tags: list[str] | None = None, prefix: str = "hermes",
+    def __init__(self, agent_id: str | None = None, pool: str | None = None, nats_url: str | None = None,
+                 max_concurrency: int | None = None, tags: list[str] | None = None, prefix: str = "hermes",
                  heartbeat_s: float = 10.0, ack_wait_s: float = 30.0, max_deliver: int = 5,
-                 nats_options: dict[str, Any] | None = None):
+                 nats_options: dict[str, Any] | None = None, health_listen: str | None = None):
+        # Unset arguments come from the variables the Helm chart's executor pools set, as for
+        # the Rust executor (docs/python.md, "Deployment").
+        env = os.environ.get
+        agent_id = agent_id or env("HERMES_AGENT_ID", "")
+        pool = pool or env("HERMES_AGENT_POOL", "default")
+        nats_url = nats_url or env("HERMES_NATS_URL", "nats://127.0.0.1:4222")
+        max_concurrency = max_concurrency or int(env("HERMES_AGENT_MAX_CONCURRENCY", "8"))
+        if tags is None:
+            tags = [t for t in env("HERMES_AGENT_TAGS", "").split(",") if t]
+        nats_options = dict(nats_options or {})
+        if env("HERMES_NATS_CREDS"):
+            nats_options.setdefault("user_credentials", env("HERMES_NATS_CREDS"))
+        if env("HERMES_NATS_INBOX_PREFIX"):
+            nats_options.setdefault("inbox_prefix", env("HERMES_NATS_INBOX_PREFIX"))
+        self.health_listen = health_listen or env("HERMES_METRICS_LISTEN")
         if not agent_id or len(agent_id) > 64 or not all(c.isascii() and (c.isalnum() or c in "-_") for c in agent_id):
             raise errors.InvalidArgument(f"agent_id `{agent_id}` must be 1-64 characters of [A-Za-z0-9_-]")
         if max_concurrency < 1:
@@ -212,6 +232,7 @@ class Worker:
             subs.append(await self._js.pull_subscribe(subject, durable=durable, stream=self._stream("TASKS"),
                                                       config=config))
         cancels = await self._nc.subscribe(self._subject("cancel", "*"), cb=self._on_cancel)
+        health = await self._serve_health() if self.health_listen else None
         await self._beat()
         heartbeat = asyncio.create_task(self._heartbeats())
         pullers = [asyncio.create_task(self._pull(sub)) for sub in subs]
@@ -230,6 +251,8 @@ class Worker:
             await self._agents_kv.delete(self.agent_id)
         except Exception as e:  # noqa: BLE001 - leaving is best effort, the TTL covers it
             log.warning("cannot remove %s from the agents bucket: %s", self.agent_id, e)
+        if health is not None:
+            health.close()
         await cancels.unsubscribe()
         for sub in subs:
             await sub.unsubscribe()
@@ -238,6 +261,29 @@ class Worker:
         await self._nc.flush()
         await self._nc.close()
         log.info("worker %s drained and deregistered", self.agent_id)
+
+    async def _serve_health(self):
+        """`GET /healthz` on `health_listen` (the chart's probes): 200 while connected and not
+        draining, else 503. Anything else is 404."""
+        host, _, port = self.health_listen.rpartition(":")
+
+        async def answer(reader, writer):
+            try:
+                request = (await reader.readline()).decode(errors="replace").split()
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass
+                if len(request) >= 2 and request[1] == "/healthz":
+                    ok = self._nc.is_connected and not self._stopping.is_set()
+                    status, body = ("200 OK", "ok\n") if ok else ("503 Service Unavailable", "draining\n")
+                else:
+                    status, body = "404 Not Found", "not found\n"
+                writer.write(f"HTTP/1.1 {status}\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}\r\n"
+                             f"connection: close\r\n\r\n{body}".encode())
+                await writer.drain()
+            finally:
+                writer.close()
+
+        return await asyncio.start_server(answer, host or "0.0.0.0", int(port))
 
     def _heartbeat(self, draining: bool = False, deregister: bool = False) -> agent_pb2.AgentHeartbeat:
         tools = [agent_pb2.ToolSpec(name=t.task_type, description=t.description,
