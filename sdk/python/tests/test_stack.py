@@ -218,6 +218,26 @@ class Stack(unittest.TestCase):
         self.assertEqual(worker.wait(timeout=30), 0)
         wait_for(lambda: "py-drain" not in self.agents(), what="py-drain to leave the registry")
 
+    def test_the_examples_run(self):
+        examples = ROOT / "examples" / "python"
+        worker = subprocess.Popen([sys.executable, str(examples / "worker.py")],
+                                  env=dict(os.environ, HERMES_NATS_URL=self.nats), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: "py-words" in self.agents(), what="the example worker registered")
+            out = subprocess.run([sys.executable, str(examples / "client.py"), "--server", self.grpc],
+                                 capture_output=True, text=True, timeout=120)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn("goal_completed", out.stdout)
+            self.assertIn("completed: {'text': '11 words; most common:", out.stdout)
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+        # The HTTP tool example needs the network: it is only compiled here.
+        import py_compile
+
+        py_compile.compile(str(examples / "http_tool.py"), doraise=True)
+
 
 if __name__ == "__main__":
     unittest.main()
