@@ -32,6 +32,36 @@ tools = ["math.evaluate", "text.template", "time.sleep"]
 """
 
 
+class Spans:
+    """An OTLP/gRPC trace receiver: every span exported to it, with its service's name."""
+
+    def __init__(self):
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+        self.spans = []
+        spans = self.spans
+
+        class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+            def Export(self, request, context):
+                for resource in request.resource_spans:
+                    service = next((a.value.string_value for a in resource.resource.attributes
+                                    if a.key == "service.name"), "")
+                    for scope in resource.scope_spans:
+                        spans.extend((service, span) for span in scope.spans)
+                return trace_service_pb2.ExportTraceServiceResponse()
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Receiver(), self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def of_trace(self, trace_id_hex):
+        return [(service, span) for service, span in list(self.spans) if span.trace_id.hex() == trace_id_hex]
+
+
 def wait_for(check, timeout=30.0, what="the condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -47,6 +77,10 @@ class Stack(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.TemporaryDirectory()
         root = pathlib.Path(cls.dir.name)
+        # Traces of the whole stack, the workers' included, go to one OTLP receiver.
+        cls.spans = Spans()
+        cls.otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{cls.spans.port}",
+                    "OTEL_BSP_SCHEDULE_DELAY": "200"}
         (root / "workspace").mkdir()
         agents = root / "agents.toml"
         agents.write_text(AGENTS.format(workspace=root / "workspace"))
@@ -54,7 +88,7 @@ class Stack(unittest.TestCase):
             [str(BIN), "up", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off", "--agents-config", str(agents),
              "--data-dir", str(root / "data")],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=dict(os.environ, HERMES_LLM_PROVIDER="none"), cwd=root)
+            env=dict(os.environ, HERMES_LLM_PROVIDER="none", **cls.otel), cwd=root)
         ready = None
         for line in cls.up.stdout:
             if line.startswith("hermes up: grpc"):
@@ -84,12 +118,13 @@ class Stack(unittest.TestCase):
             cls.up.wait(timeout=20)
         except subprocess.TimeoutExpired:
             cls.up.kill()
+        cls.spans.server.stop(None)
         cls.dir.cleanup()
 
     @classmethod
     def start_worker(cls, agent_id, **env):
         log = pathlib.Path(cls.dir.name) / "ship.log"
-        environment = dict(os.environ, WORKER_ID=agent_id, NATS_URL=cls.nats, SHIP_LOG=str(log),
+        environment = dict(os.environ, WORKER_ID=agent_id, NATS_URL=cls.nats, SHIP_LOG=str(log), **cls.otel,
                            **{k: str(v) for k, v in env.items()})
         cls.workers[agent_id] = subprocess.Popen([sys.executable, str(HERE / "worker_app.py")], env=environment,
                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -121,6 +156,25 @@ class Stack(unittest.TestCase):
         self.assertEqual(goal.node("b").agent_id, "py-1")
         self.assertEqual(goal.node("b").output, {"value": 42.0})
         self.assertEqual(goal.node("a").agent_id, "rust-1")
+        # One trace: the Python worker's span sits in the goal's trace, under a span of Hermes's,
+        # beside the Rust agent's.
+        self.assertTrue(goal.trace_id)
+
+        def python_span():
+            return [s for service, s in self.spans.of_trace(goal.trace_id)
+                    if service == "hermes-py-worker" and s.name == "task py.double"]
+
+        (span,) = wait_for(python_span, what="the Python worker's span in the goal's trace")
+        attributes = {a.key: a.value for a in span.attributes}
+        self.assertEqual(attributes["node_id"].string_value, "b")
+
+        def hermes_parent():
+            # The Rust services export in batches too: wait for the parent's batch.
+            return [s for service, s in self.spans.of_trace(goal.trace_id)
+                    if service != "hermes-py-worker" and s.span_id == span.parent_span_id]
+
+        (parent,) = wait_for(hermes_parent, what="the Python span's parent, a Hermes span of the same trace")
+        self.assertTrue(parent.name)
 
     def test_exceptions_become_typed_results(self):
         plan = {"nodes": [{"id": "f", "task_type": "py.fail", "inputs": {"kind": "permanent"}}]}

@@ -12,7 +12,8 @@ protocol as the Rust executor (docs/protocol.md, docs/python.md):
 - a malformed task message goes to the DLQ;
 - steps with side effects run once across redeliveries and attempts through `TaskContext.once`,
   recorded in the `hermes_ledger` bucket;
-- on SIGTERM it drains: it takes no new work, finishes what it runs, and leaves the registry.
+- on SIGTERM it drains: it takes no new work, finishes what it runs, and leaves the registry;
+- each task is a span in the goal's trace, exported over OTLP when configured (`_Tracing`).
 """
 
 from __future__ import annotations
@@ -216,6 +217,7 @@ class Worker:
         if not self.tasks:
             raise errors.InvalidArgument("the worker declares no task types")
         self._stopping = stop or asyncio.Event()
+        self._tracing = _Tracing(self.agent_id)
         if stop is None:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -260,6 +262,7 @@ class Worker:
         # closing loses nothing (`drain` of a pull subscription waits on its queue forever).
         await self._nc.flush()
         await self._nc.close()
+        self._tracing.shutdown()
         log.info("worker %s drained and deregistered", self.agent_id)
 
     async def _serve_health(self):
@@ -348,25 +351,28 @@ class Worker:
             except Exception as e:  # noqa: BLE001 - any decode failure is a malformed message
                 await self._dead_letter(msg, f"undecodable TaskMessage: {e}")
                 return
-            self._in_flight += 1
-            started = time.monotonic()
-            runner = asyncio.current_task()
-            self._running[task.task_id] = (task.goal_id, runner)
-            try:
-                result = await self._run(task, msg)
-            finally:
-                self._running.pop(task.task_id, None)
-                self._in_flight -= 1
-            elapsed_ms = int((time.monotonic() - started) * 1000)
-            self._record(result.status == task_pb2.TASK_STATUS_SUCCEEDED, elapsed_ms)
-            result.elapsed_ms = elapsed_ms
-            try:
-                await self._publish_result(task, msg, result)
-            except Exception as e:  # noqa: BLE001 - not acked: delivered again
-                log.warning("cannot publish the result of %s: %s; asking for redelivery", task.task_id, e)
-                await msg.nak(delay=1)
-                return
-            await msg.ack_sync()
+            with self._tracing.span(task, (msg.headers or {}).get("traceparent")) as traceparent:
+                self._in_flight += 1
+                started = time.monotonic()
+                runner = asyncio.current_task()
+                self._running[task.task_id] = (task.goal_id, runner)
+                try:
+                    result = await self._run(task, msg)
+                finally:
+                    self._running.pop(task.task_id, None)
+                    self._in_flight -= 1
+                elapsed_ms = int((time.monotonic() - started) * 1000)
+                self._record(result.status == task_pb2.TASK_STATUS_SUCCEEDED, elapsed_ms)
+                result.elapsed_ms = elapsed_ms
+                if result.HasField("error"):
+                    self._tracing.failed(result.error.code, result.error.message)
+                try:
+                    await self._publish_result(task, msg, result, traceparent)
+                except Exception as e:  # noqa: BLE001 - not acked: delivered again
+                    log.warning("cannot publish the result of %s: %s; asking for redelivery", task.task_id, e)
+                    await msg.nak(delay=1)
+                    return
+                await msg.ack_sync()
         except Exception as e:  # noqa: BLE001 - never lose the loop
             log.exception("task handling failed: %s", e)
         finally:
@@ -460,13 +466,13 @@ class Worker:
         call = functools.partial(context.run, spec.fn, **kwargs)
         return await asyncio.wait_for(loop.run_in_executor(None, call), spec.timeout_s)
 
-    async def _publish_result(self, task: task_pb2.TaskMessage, msg, result: task_pb2.TaskResult) -> None:
+    async def _publish_result(self, task: task_pb2.TaskMessage, msg, result: task_pb2.TaskResult,
+                              traceparent: str | None) -> None:
         result.result_token = task.result_token
         result.routed = msg.subject.startswith(self._subject("task", "direct", self.agent_id, ""))
         headers = {"Nats-Msg-Id": f"result:{task.task_id}"}
-        parent = (msg.headers or {}).get("traceparent")
-        if parent:
-            headers["traceparent"] = _child_traceparent(parent)
+        if traceparent:
+            headers["traceparent"] = traceparent
         await self._js.publish(self._subject("result", task.goal_id), result.SerializeToString(), headers=headers)
 
     async def _ledger_once(self, key: str, attempt: int, name: str, fn: Callable[..., Any], args, kwargs) -> Any:
@@ -512,6 +518,79 @@ class Worker:
             raise
         await self._ledger.put(key, json.dumps({"attempt": attempt, "ok": value}).encode())
         return value
+
+
+class _Tracing:
+    """The worker's spans, exported over OTLP/gRPC like the Rust services' when
+    `OTEL_EXPORTER_OTLP_ENDPOINT` is set and the `otel` extra is installed: each task is a span
+    `task <type>` in the goal's trace, the child of the `traceparent` its task message carried,
+    and its result carries this span's context on. Without either, nothing is exported and the
+    incoming context is passed on as it came."""
+
+    def __init__(self, agent_id: str):
+        self.tracer = None
+        if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+            return
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        except ImportError:
+            log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but the `otel` extra is not installed "
+                        "(pip install 'hermes-agents[otel]'); no spans are exported")
+            return
+        name = os.environ.get("OTEL_SERVICE_NAME", "hermes-py-worker")
+        self.provider = TracerProvider(resource=Resource.create({"service.name": name, "hermes.agent": agent_id}))
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self.tracer = self.provider.get_tracer("hermes_agents")
+
+    def span(self, task, parent: str | None):
+        """A context manager for the task's span; yields the traceparent its result carries."""
+        import contextlib
+
+        if self.tracer is None:
+            return contextlib.nullcontext(_child_traceparent(parent) if parent else None)
+        return self._span(task, parent)
+
+    @staticmethod
+    def _inject() -> str | None:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier)
+        return carrier.get("traceparent")
+
+    def _span(self, task, parent: str | None):
+        import contextlib
+
+        from opentelemetry.trace import SpanKind
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        @contextlib.contextmanager
+        def span():
+            context = TraceContextTextMapPropagator().extract({"traceparent": parent} if parent else {})
+            attributes = {"goal_id": task.goal_id, "node_id": task.node_id, "task_id": task.task_id,
+                          "task_type": task.task_type, "attempt": task.attempt}
+            with self.tracer.start_as_current_span(f"task {task.task_type}", context=context, kind=SpanKind.CONSUMER,
+                                                   attributes=attributes) as current:
+                yield self._inject()
+
+        return span()
+
+    def failed(self, code: str, message: str) -> None:
+        if self.tracer is None:
+            return
+        from opentelemetry.trace import get_current_span
+        from opentelemetry.trace.status import Status, StatusCode
+
+        span = get_current_span()
+        span.set_status(Status(StatusCode.ERROR, message))
+        span.set_attribute("error.type", code)
+
+    def shutdown(self) -> None:
+        if self.tracer is not None:
+            self.provider.shutdown()
 
 
 def _valid_task_type(task_type: str) -> bool:
