@@ -10,7 +10,7 @@ import hermes_agents as hermes
 
 logging.basicConfig(level=logging.INFO)
 worker = hermes.Worker(agent_id=os.environ["WORKER_ID"], pool="python", nats_url=os.environ["NATS_URL"],
-                       max_concurrency=4, heartbeat_s=1.0, ack_wait_s=float(os.environ.get("ACK_WAIT_S", "30")))
+                       max_concurrency=int(os.environ.get("MAX_CONCURRENCY", "4")), heartbeat_s=1.0, ack_wait_s=float(os.environ.get("ACK_WAIT_S", "30")))
 TASKS = set(filter(None, os.environ.get("TASKS", "").split(",")))
 
 
@@ -48,6 +48,14 @@ async def ship(order: str, ctx: hermes.TaskContext) -> dict:
     line = await ctx.once("append", append)
     await asyncio.sleep(float(os.environ.get("SHIP_SLEEP_S", "0")))
     return {"order": order, "line": line, "agent": worker.agent_id}
+
+
+@task("time.sleep", description="Waits ms milliseconds, then returns {slept_ms} (as the Rust tool).", timeout=70)
+async def sleep(ms: int) -> dict:
+    if ms > 60000:
+        raise hermes.errors.InvalidArgument("ms must be at most 60000")
+    await asyncio.sleep(ms / 1000)
+    return {"slept_ms": ms}
 
 
 @task("py.nap", timeout=60)
