@@ -28,7 +28,8 @@ workspace = "{workspace}"
 
 [[agent]]
 id = "rust-1"
-tools = ["math.evaluate", "text.template", "time.sleep"]
+tools = ["math.evaluate", "text.template", "time.sleep", "fs.write"]
+confirm = ["fs.write"]
 """
 
 
@@ -217,6 +218,31 @@ class Stack(unittest.TestCase):
             self.client.submit()
         with self.assertRaises(errors.Timeout):
             self.client.wait(self.client.submit(plan), timeout_s=0.2)
+
+    def test_approvals_are_decided_from_the_client(self):
+        def write(path):
+            return {"nodes": [{"id": "w", "task_type": "fs.write", "inputs": {"path": path, "content": "ok"}}]}
+
+        def call_id(goal_id):
+            for event in self.client.watch(goal_id):
+                if event.kind == "approval_required":
+                    return event.data["call_id"]
+            raise AssertionError("no approval was asked for")
+
+        approved = self.client.submit(write("approved.txt"))
+        self.client.approve(approved, call_id(approved), note="fine")
+        self.assertEqual(self.client.wait(approved, timeout_s=60).status, "completed")
+        denied = self.client.submit(write("denied.txt"))
+        self.client.deny(denied, call_id(denied), note="not today")
+        goal = self.client.wait(denied, timeout_s=60)
+        self.assertEqual(goal.status, "failed")
+        self.assertEqual(goal.node("w").error["code"], "DENIED")
+        self.assertIn("not today", goal.node("w").error["message"])
+        workspace = pathlib.Path(self.dir.name) / "workspace"
+        self.assertTrue((workspace / "approved.txt").exists())
+        self.assertFalse((workspace / "denied.txt").exists())
+        with self.assertRaises(errors.NotFound):
+            self.client.approve(approved, "no-such-call")
 
     def test_the_async_client(self):
         async def run():
