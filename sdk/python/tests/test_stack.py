@@ -104,7 +104,7 @@ class Stack(unittest.TestCase):
         password = auth.split('password: "', 1)[1].split('"', 1)[0]
         cls.nats = ready[5].replace("nats://", f"nats://hermes:{password}@", 1)
         cls.workers = {}
-        cls.start_worker("py-1", TASKS="py.double,py.fail,py.nap")
+        cls.start_worker("py-1", TASKS="py.double,py.fail,py.nap,py.stamp,py.shape")
         cls.client = hermes.Client(cls.grpc)
         wait_for(lambda: "py-1" in cls.agents(), what="py-1 in hermes agents")
 
@@ -218,6 +218,46 @@ class Stack(unittest.TestCase):
             self.client.submit()
         with self.assertRaises(errors.Timeout):
             self.client.wait(self.client.submit(plan), timeout_s=0.2)
+
+    def test_inputs_are_checked_against_the_workers_schema_and_outputs_against_its_own(self):
+        # The dispatcher validates a node's inputs against the schema the worker published.
+        with self.assertRaises(errors.PlanInvalid) as bad:
+            self.client.submit({"nodes": [{"id": "d", "task_type": "py.double", "inputs": {"value": "ten"}}]})
+        self.assertIn("value", str(bad.exception))
+        good = self.client.wait(self.client.submit({"nodes": [{"id": "o", "task_type": "py.shape",
+                                                               "inputs": {"total": 3}}]}), timeout_s=60)
+        self.assertEqual(good.status, "completed", good.error)
+        bad_output = self.client.wait(self.client.submit({"nodes": [{"id": "o", "task_type": "py.shape",
+                                                                     "inputs": {"total": "three"}}]}), timeout_s=60)
+        self.assertEqual(bad_output.node("o").error["code"], "TOOL_ERROR")
+        self.assertIn("output.total is str, not number", bad_output.node("o").error["message"])
+
+    def test_a_redelivered_side_effect_task_is_answered_from_the_ledger(self):
+        import asyncio
+
+        import nats
+
+        from hermes_agents._proto.hermes.v1 import task_pb2
+
+        log = pathlib.Path(self.dir.name) / "ship.log"
+        goal_id = f"g-ledger-{int(time.time() * 1000)}"
+        task = task_pb2.TaskMessage(goal_id=goal_id, node_id="s", task_id=f"{goal_id}.s.1", attempt=1,
+                                    task_type="py.stamp", inputs_json='{"order": "o-99"}', result_token="t")
+
+        async def publish_twice():
+            # The same task, delivered twice (as a redelivery would): the second finds the claim.
+            nc = await nats.connect(self.nats)
+            js = nc.jetstream()
+            for copy in ("a", "b"):
+                await js.publish("hermes.task.pool.py.stamp", task.SerializeToString(),
+                                 headers={"Nats-Msg-Id": f"{goal_id}-{copy}"})
+                await asyncio.sleep(1.0)
+            await nc.close()
+
+        asyncio.run(publish_twice())
+        wait_for(lambda: log.exists() and "stamp o-99" in log.read_text(), what="the stamp")
+        time.sleep(2.0)
+        self.assertEqual(log.read_text().count("stamp o-99"), 1, "the side effect happened twice")
 
     def test_approvals_are_decided_from_the_client(self):
         def write(path):

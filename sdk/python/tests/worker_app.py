@@ -58,6 +58,20 @@ async def sleep(ms: int) -> dict:
     return {"slept_ms": ms}
 
 
+@task("py.stamp", side_effects=True)
+def stamp(order: str) -> dict:
+    """One call with a side effect and no steps: claimed whole in the ledger."""
+    log = pathlib.Path(os.environ["SHIP_LOG"])
+    with log.open("a") as f:
+        f.write(f"stamp {order}\n")
+    return {"stamped": order}
+
+
+@task("py.shape", output_schema={"type": "object", "required": ["total"], "properties": {"total": {"type": "number"}}})
+def shape(total) -> dict:
+    return {"total": total}
+
+
 @task("py.nap", timeout=60)
 @task("py.drain-nap", timeout=60)
 async def nap(ms: int) -> dict:

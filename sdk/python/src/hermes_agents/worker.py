@@ -163,9 +163,11 @@ class Worker:
              retry_on: tuple[type[BaseException], ...] = ()) -> Callable:
         """Declares a task type served by the decorated function, async or plain (a plain one runs
         in a thread pool). Its inputs arrive as keyword arguments; without `input_schema` one is
-        derived from the signature. An exception fails the task as `TOOL_ERROR`; one of
-        `retry_on`, or `errors.RetryableToolError`, fails it retryably; a `HermesError` keeps its
-        code."""
+        derived from the signature. An output that does not match `output_schema` (`type`,
+        `required`, `properties`, `items`) fails the task. An exception fails the task as
+        `TOOL_ERROR`; one of `retry_on`, or `errors.RetryableToolError`, fails it retryably; a
+        `HermesError` keeps its code. With `side_effects`, a function without a `ctx` parameter
+        is claimed whole in the ledger; one with it claims its steps with `ctx.once`."""
         if not _valid_task_type(task_type):
             raise errors.InvalidArgument(
                 f"task type `{task_type}` must be 1-64 characters of dot-separated segments of [a-z0-9-], "
@@ -449,6 +451,10 @@ class Worker:
             text = json.dumps(output)
         except (TypeError, ValueError) as e:
             return fail("TOOL_ERROR", f"the output is not JSON: {e}")
+        if spec.output_schema is not None:
+            problems = _check(output, spec.output_schema, "output")
+            if problems:
+                return fail("TOOL_ERROR", f"the output does not match its output_schema: {'; '.join(problems)}", False)
         if len(text.encode()) > MAX_OUTPUT_BYTES:
             return fail("LIMIT_EXCEEDED", f"the output is {len(text.encode())} bytes, over {MAX_OUTPUT_BYTES}", False)
         result.status = task_pb2.TASK_STATUS_SUCCEEDED
@@ -456,6 +462,17 @@ class Worker:
         return result
 
     async def _call(self, spec: TaskSpec, inputs: dict, ctx: TaskContext) -> Any:
+        if spec.side_effects and not spec.wants_context:
+            # A task with side effects and no steps of its own is one call, claimed whole in the
+            # ledger as a Rust tool's (`{goal}.{node}.0.{hash of type and inputs}`): a redelivery
+            # or a later attempt gets its recorded outcome, and one after a worker died in the
+            # call fails as outcome unknown instead of running it again.
+            digest = uuid.uuid5(uuid.NAMESPACE_URL, f"{spec.task_type}\n{json.dumps(inputs, sort_keys=True)}").hex
+            key = f"{ctx.goal_id}.{ctx.node_id}.0.{digest}"
+            return await self._ledger_once(key, ctx.attempt, spec.task_type, self._invoke, (spec, inputs, ctx), {})
+        return await self._invoke(spec, inputs, ctx)
+
+    async def _invoke(self, spec: TaskSpec, inputs: dict, ctx: TaskContext) -> Any:
         kwargs = dict(inputs)
         if spec.wants_context:
             kwargs["ctx"] = ctx
@@ -612,6 +629,40 @@ def _child_traceparent(parent: str) -> str:
 
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
+
+
+def _is(value: Any, kind: str) -> bool:
+    return {
+        "object": isinstance(value, dict),
+        "array": isinstance(value, list),
+        "string": isinstance(value, str),
+        "boolean": isinstance(value, bool),
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+        "number": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "null": value is None,
+    }.get(kind, True)
+
+
+def _check(value: Any, schema: dict, where: str) -> list[str]:
+    """The problems of `value` against the subset of JSON Schema an `output_schema` may use:
+    `type` (one or a list), `required`, `properties` and `items`, checked recursively."""
+    problems = []
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        if not any(_is(value, k) for k in kinds):
+            return [f"{where} is {type(value).__name__}, not {' or '.join(kinds)}"]
+    if isinstance(value, dict):
+        for name in schema.get("required", []):
+            if name not in value:
+                problems.append(f"{where}.{name} is missing")
+        for name, sub in schema.get("properties", {}).items():
+            if name in value and isinstance(sub, dict):
+                problems.extend(_check(value[name], sub, f"{where}.{name}"))
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            problems.extend(_check(item, schema["items"], f"{where}[{i}]"))
+    return problems
 
 
 def _schema_of(fn: Callable) -> dict:
