@@ -103,5 +103,9 @@ async fn eval_planner_measures_repair_replans_and_the_direct_answer() {
     assert_eq!(&rows[1][2..5], ["2", "50%", "100%"], "{stdout}");
     // Right after one replan (not at the first plan), and the direct answer right too.
     assert_eq!(&rows[2][2..7], ["1", "100%", "0%", "1", "100%"], "{stdout}");
+    // Every table's header names each of its row's cells.
+    let headers: Vec<usize> =
+        stdout.lines().filter(|l| l.starts_with("| model |")).map(|l| l.split('|').count()).collect();
+    assert_eq!(headers, rows.iter().map(Vec::len).collect::<Vec<_>>(), "{stdout}");
     assert_eq!(llm.requests_for("eval-model").len(), 3);
 }

@@ -609,7 +609,7 @@ async fn main() -> anyhow::Result<()> {
     }
     if direct {
         println!(
-            "\n| model | goals with a value | plan-then-execute right | direct answer right |\n|---|---|---|---|"
+            "\n| model | goals with a value | plan-then-execute answer right | of them at the first plan | replans | direct answer right |\n|---|---|---|---|---|---|"
         );
         for (name, outcomes) in &rows {
             let checked: Vec<&Outcome1> = outcomes.iter().filter(|o| o.direct.is_some()).collect();
