@@ -27,7 +27,8 @@ fn corpus_meets_the_targets() {
             }
             expected => {
                 repairable += 1;
-                parsed_as_is += usize::from(serde_json::from_str::<Value>(input).is_ok_and(|v| &v == expected));
+                parsed_as_is +=
+                    usize::from(serde_json::from_str::<Value>(input).is_ok_and(|v| &v == expected));
                 match result {
                     Ok(r) if &r.value == expected => repaired += 1,
                     Ok(r) => {
@@ -40,7 +41,9 @@ fn corpus_meets_the_targets() {
     }
     let share = repaired as f64 / repairable as f64 * 100.0;
     let as_is = parsed_as_is as f64 / repairable as f64 * 100.0;
-    println!("repair corpus, the design's claim (docs/evaluation.md): parse success {as_is:.1}% with repair off, {share:.1}% with it on");
+    println!(
+        "repair corpus, the design's claim (docs/evaluation.md): parse success {as_is:.1}% with repair off, {share:.1}% with it on"
+    );
     println!(
         "repair corpus: {} cases; {repaired}/{repairable} repaired correctly ({share:.1}%); {false_accepts} false accepts of {rejects} that must be rejected",
         repairable + rejects
