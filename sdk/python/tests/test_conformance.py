@@ -7,6 +7,8 @@ differ, the Python side is the bug.
 - cancellation: a cancelled goal's task stops and frees its agent at once;
 - a malformed task message goes to the DLQ;
 - drain on SIGTERM: the running task completes, the agent exits 0 and leaves the registry;
+- crash quarantine: a task that aborts its agent's process (`test.abort`) fails its node
+  `POISON_MESSAGE` and goes to the DLQ, and the restarted agent serves other goals;
 - failover after kill -9: a killed agent's task completes on another agent (last: the killed
   agent stays in the registry until its TTL).
 
@@ -133,7 +135,7 @@ class Conformance:
         self.assertLess(time.monotonic() - started, 15, "the cancelled task kept its slot")
         self.stop(f"{self.kind}-c")
 
-    def test_5_failover_after_kill_9(self):
+    def test_6_failover_after_kill_9(self):
         victim = self.agent(f"{self.kind}-victim")
         goal_id = self.client.submit(sleep_plan(4000))
         self.assertEqual(self.routed_to(goal_id), f"{self.kind}-victim")
@@ -181,12 +183,31 @@ class Conformance:
         # Pulled and running by now (the sleep takes 6 s): a task routed to an agent that drains
         # before pulling it is handed back, which is another test's matter.
         time.sleep(2.5)
+        # A signal to the group reaches a supervised agent twice (directly and forwarded by its
+        # supervisor), and a terminal's Ctrl-C does too: a repeat this close is one request.
+        os.killpg(agent.pid, signal.SIGTERM)
+        time.sleep(0.2)
         os.killpg(agent.pid, signal.SIGTERM)
         goal = self.client.wait(goal_id, timeout_s=60)
         self.assertEqual(goal.status, "completed", goal.error)
         self.assertEqual((goal.node("s").agent_id, goal.node("s").attempt), (f"{self.kind}-drain", 1))
         self.assertEqual(agent.wait(timeout=60), 0)
         wait_for(lambda: f"{self.kind}-drain" not in self.listing(), what="the agent to leave the registry")
+
+    def test_5_a_task_that_crashes_its_agent_is_quarantined(self):
+        agent = self.agent(f"{self.kind}-crash", max_concurrency=1)
+        goal = self.client.wait(self.client.submit({"nodes": [{"id": "s", "task_type": "test.abort", "inputs": {}}]}),
+                                timeout_s=120)
+        self.assertEqual(goal.status, "failed")
+        error = goal.node("s").error
+        self.assertEqual(error["code"], "POISON_MESSAGE", error)
+        self.assertIn("crashed its consumer", error["message"])
+        # The supervisor restarted the agent, which still serves.
+        self.assertIsNone(agent.poll(), "the agent's supervisor exited")
+        quick = self.client.wait(self.client.submit(sleep_plan(100)), timeout_s=60)
+        self.assertEqual(quick.status, "completed", quick.error)
+        self.assertEqual(quick.node("s").agent_id, f"{self.kind}-crash")
+        self.stop(f"{self.kind}-crash")
 
     def stop(self, *agent_ids):
         """Stops agents with SIGTERM, so later tests do not share their work."""
@@ -203,10 +224,11 @@ class RustExecutor(Conformance, unittest.TestCase):
     def start(self, agent_id, max_concurrency):
         workspace = pathlib.Path(self.dir.name) / "workspace"
         proc = subprocess.Popen(
-            [str(BIN), "agent", "--nats-url", self.nats, "--agent-id", agent_id, "--agent-tools", "time.sleep",
+            [str(BIN), "agent", "--nats-url", self.nats, "--agent-id", agent_id, "--agent-tools", "time.sleep,test.abort",
              "--agent-workspace", str(workspace), "--agent-heartbeat-ms", "1000", "--agent-ack-wait-secs", "5",
              "--agent-max-concurrency", str(max_concurrency)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env=dict(os.environ, HERMES_TEST_TOOLS="1"))
         proc.args_id = agent_id
         return proc
 
@@ -215,14 +237,12 @@ class PythonWorker(Conformance, unittest.TestCase):
     kind = "python"
 
     def start(self, agent_id, max_concurrency):
-        env = dict(os.environ, WORKER_ID=agent_id, NATS_URL=self.nats, TASKS="time.sleep", ACK_WAIT_S="5",
+        env = dict(os.environ, WORKER_ID=agent_id, NATS_URL=self.nats, TASKS="time.sleep,test.abort", ACK_WAIT_S="5",
                    MAX_CONCURRENCY=str(max_concurrency), SHIP_LOG=str(pathlib.Path(self.dir.name) / "ship.log"))
         proc = subprocess.Popen([sys.executable, str(HERE / "worker_app.py")], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         proc.args_id = agent_id
         return proc
-
-
 
 
 if __name__ == "__main__":

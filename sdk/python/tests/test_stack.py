@@ -104,7 +104,7 @@ class Stack(unittest.TestCase):
         password = auth.split('password: "', 1)[1].split('"', 1)[0]
         cls.nats = ready[5].replace("nats://", f"nats://hermes:{password}@", 1)
         cls.workers = {}
-        cls.start_worker("py-1", TASKS="py.double,py.fail,py.nap,py.stamp,py.shape")
+        cls.start_worker("py-1", TASKS="py.double,py.fail,py.nap,py.stamp,py.shape,py.measure")
         cls.client = hermes.Client(cls.grpc)
         wait_for(lambda: "py-1" in cls.agents(), what="py-1 in hermes agents")
 
@@ -176,6 +176,29 @@ class Stack(unittest.TestCase):
 
         (parent,) = wait_for(hermes_parent, what="the Python span's parent, a Hermes span of the same trace")
         self.assertTrue(parent.name)
+
+    def test_large_outputs_travel_as_artifacts_between_rust_and_python_nodes(self):
+        # The Rust node's 90 KB text is offloaded as an artifact; the Python node receives the
+        # text itself, and its own 180 KB output is offloaded in turn, read back by a Rust node
+        # both whole and at a path.
+        line = "row-{{ i }}-abcdefghijklmnopqrstuvwxyz0123456789\n"
+        plan = hermes.Plan(nodes=[
+            hermes.Node("big", "text.template", {"template": "{% for i in range(2000) %}" + line + "{% endfor %}"}),
+            hermes.Node("py", "py.measure", {"text": {"$ref": "big.text"}}),
+            hermes.Node("c", "text.template", {"template": "{{ lines }} {{ twice | length }} {{ twice[:6] }}",
+                                               "values": {"lines": {"$ref": "py.lines"}, "twice": {"$ref": "py.twice"}}}),
+        ], output_node="c")
+        goal = self.client.wait(self.client.submit(plan), timeout_s=60)
+        self.assertEqual(goal.status, "completed", goal.error)
+        text_len = len("".join(line.replace("{{ i }}", str(i)) for i in range(2000)))
+        self.assertGreater(text_len, 64 * 1024)
+        self.assertEqual(goal.output["text"], f"2000 {2 * text_len} row-0-")
+        for node in ("big", "py"):
+            stub = goal.node(node).output
+            self.assertTrue(stub["$artifact"].startswith("art-"), (node, stub))
+            self.assertTrue(goal.node(node).raw.memory_ref, node)
+        self.assertEqual(goal.node("py").agent_id, "py-1")
+        self.assertEqual(goal.node("py").output["size_bytes"] > 2 * text_len, True)
 
     def test_exceptions_become_typed_results(self):
         plan = {"nodes": [{"id": "f", "task_type": "py.fail", "inputs": {"kind": "permanent"}}]}

@@ -5,7 +5,7 @@ import unittest
 import grpc
 
 import hermes_agents as hermes
-from hermes_agents import errors
+from hermes_agents import artifacts, errors
 from hermes_agents.worker import Worker, _schema_of
 
 
@@ -44,6 +44,20 @@ class Units(unittest.TestCase):
         self.assertIsInstance(error, errors.PlanInvalid)
         self.assertEqual(error.message, "node `x` depends on itself")
         self.assertEqual(error.retry_after_s, 2.0)
+
+    def test_artifact_stubs_are_recognised_and_replaced_at_their_path(self):
+        # As `hermes_core::artifacts`: only objects with the stub's keys are stubs.
+        self.assertEqual(artifacts.stub_reference({"$artifact": "art-1", "path": ["a"]}), "art-1")
+        self.assertIsNone(artifacts.stub_reference({"$artifact": "art-1", "other": 1}))
+        self.assertIsNone(artifacts.stub_reference({"$artifact": 3}))
+        loaded = {"art-1": {"rows": [{"x": 1}], "n": 1}}
+        value = {"a": {"$artifact": "art-1", "path": ["rows", "0"]}, "b": [{"$artifact": "art-1", "path": []}],
+                 "c": {"$artifact": "art-1", "junk": True}}
+        self.assertEqual(artifacts._substitute(value, loaded),
+                         {"a": {"x": 1}, "b": [{"rows": [{"x": 1}], "n": 1}], "c": {"$artifact": "art-1", "junk": True}})
+        with self.assertRaises(errors.InvalidArgument) as missing:
+            artifacts._substitute({"$artifact": "art-1", "path": ["nope"]}, loaded)
+        self.assertIn("path nope not found in artifact `art-1`", str(missing.exception))
 
     def test_a_schema_is_derived_from_the_signature(self):
         def search(query: str, top_k: int = 5, ctx=None) -> dict:

@@ -67,6 +67,16 @@ def stamp(order: str) -> dict:
     return {"stamped": order}
 
 
+@task("py.measure", description="Counts a text's lines and returns it twice; returns {lines, chars, twice}.")
+def measure(text: str) -> dict:
+    return {"lines": len(text.splitlines()), "chars": len(text), "twice": text + text}
+
+
+@task("test.abort", description="Test only: aborts the worker process, as a fault in a native extension would.")
+def abort() -> dict:
+    os.abort()
+
+
 @task("py.shape", output_schema={"type": "object", "required": ["total"], "properties": {"total": {"type": "number"}}})
 def shape(total) -> dict:
     return {"total": total}

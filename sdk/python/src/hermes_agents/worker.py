@@ -9,7 +9,11 @@ protocol as the Rust executor (docs/protocol.md, docs/python.md):
   (`lane<n>_<type>`), and its directed consumer (`agent_<id>`);
 - it sends progress acks while a task runs, publishes the `TaskResult` (with the attempt's result
   token, deduplicated by task id) before it acks, and abandons tasks of cancelled goals;
+- inputs that reference artifacts (other nodes' large outputs) are resolved before the function
+  runs, and an output over 64 KiB is offloaded as an artifact (`hermes_agents.artifacts`);
 - a malformed task message goes to the DLQ;
+- a task that crashed its process twice is quarantined to the DLQ (`run()` supervises the
+  process, see `hermes_agents.supervise`; the crash markers are the Rust executor's);
 - steps with side effects run once across redeliveries and attempts through `TaskContext.once`,
   recorded in the `hermes_ledger` bucket;
 - on SIGTERM it drains: it takes no new work, finishes what it runs, and leaves the registry;
@@ -26,23 +30,25 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hermes_agents import errors
+from hermes_agents import errors, supervise
+from hermes_agents.artifacts import Artifacts
 from hermes_agents._proto.hermes.v1 import agent_pb2, common_pb2, task_pb2
 
 log = logging.getLogger("hermes_agents.worker")
 
 #: Lanes of the fair queues, as `hermes_core::topology::FAIR_LANES`.
 FAIR_LANES = 8
-#: Outputs larger than this are refused (the Rust executor offloads them as artifacts; this
-#: worker does not yet): `hermes_core::artifacts::DEFAULT_INLINE_LIMIT`.
-MAX_OUTPUT_BYTES = 64 * 1024
 #: A pending ledger claim younger than this may still be running in another delivery.
 PENDING_GRACE_S = 45.0
+#: Crashes with one node in flight after which its task is quarantined, as
+#: `hermes_executor::CRASH_QUARANTINE_DEATHS`.
+CRASH_QUARANTINE_DEATHS = 2
 
 
 def _now_ms() -> int:
@@ -208,7 +214,14 @@ class Worker:
     # ---- running ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Serves until SIGTERM or SIGINT, then drains and leaves the registry."""
+        """Serves until SIGTERM or SIGINT, then drains and leaves the registry.
+
+        The program runs supervised: it starts itself again as a child and waits for it, so a
+        task that crashes the process is counted and, after two crashes, quarantined instead of
+        crashing every worker it reaches (`hermes_agents.supervise`). The code before `run()`
+        therefore runs in both processes. `HERMES_NO_SUPERVISOR=1` runs it unsupervised."""
+        if supervise.should_supervise():
+            sys.exit(supervise.supervise(f"hermes worker {self.agent_id}"))
         asyncio.run(self.serve())
 
     async def serve(self, stop: asyncio.Event | None = None) -> None:
@@ -228,6 +241,11 @@ class Worker:
         self._js = self._nc.jetstream()
         self._agents_kv = await self._js.key_value(self._bucket("agents"))
         self._ledger = await self._js.key_value(self._bucket("ledger"))
+        self._artifacts = Artifacts(self._js, self._bucket("artifacts"))
+        crashed = supervise.crashed_instance()
+        if crashed:
+            counted = await self._count_crashes(crashed)
+            log.warning("the previous worker process crashed with %d task(s) in flight; each counts one crash", counted)
         self._slots = asyncio.Semaphore(self.max_concurrency)
         subs = []
         for durable, subject in self.consumers():
@@ -354,6 +372,10 @@ class Worker:
                 await self._dead_letter(msg, f"undecodable TaskMessage: {e}")
                 return
             with self._tracing.span(task, (msg.headers or {}).get("traceparent")) as traceparent:
+                crashes = await self._crash_marker(task, msg)
+                if crashes >= CRASH_QUARANTINE_DEATHS:
+                    await self._quarantine(task, msg, crashes, traceparent)
+                    return
                 self._in_flight += 1
                 started = time.monotonic()
                 runner = asyncio.current_task()
@@ -363,6 +385,7 @@ class Worker:
                 finally:
                     self._running.pop(task.task_id, None)
                     self._in_flight -= 1
+                asyncio.create_task(self._clear_crash_marker(task))
                 elapsed_ms = int((time.monotonic() - started) * 1000)
                 self._record(result.status == task_pb2.TASK_STATUS_SUCCEEDED, elapsed_ms)
                 result.elapsed_ms = elapsed_ms
@@ -390,6 +413,90 @@ class Worker:
             log.warning("malformed task message %s moved to the dlq: %s", origin, reason)
         except Exception as e:  # noqa: BLE001 - left unacked, dead-lettered on a later delivery
             log.warning("cannot dead-letter %s: %s", origin, e)
+
+    # ---- crash markers, as the Rust executor's (`crash_marker`, `count_crashes`) ---------------
+
+    @staticmethod
+    def _crash_key(task: task_pb2.TaskMessage) -> str:
+        return f"inflight.{task.goal_id}.{task.node_id}"
+
+    async def _crash_marker(self, task: task_pb2.TaskMessage, msg) -> int:
+        """Sets the crash marker before a task runs, `{process, agent, crashes, task_id}`, and
+        returns the crashes counted on the node so far. Only redeliveries and later attempts read
+        the marker, so a first delivery costs one write."""
+        key = self._crash_key(task)
+        crashes = 0
+        if msg.metadata.num_delivered > 1 or task.attempt > 1:
+            try:
+                entry = await self._ledger.get(key)
+                crashes = int((json.loads(entry.value or b"{}") or {}).get("crashes", 0))
+            except Exception as e:  # noqa: BLE001 - no marker (KeyNotFound) or unreadable: none counted
+                if type(e).__name__ not in ("KeyNotFoundError", "KeyDeletedError"):
+                    log.warning("cannot read the crash marker %s: %s", key, e)
+        if crashes >= CRASH_QUARANTINE_DEATHS:
+            return crashes
+        marker = {"process": supervise.process_instance(), "agent": self.agent_id, "crashes": crashes,
+                  "task_id": task.task_id}
+        try:
+            await self._ledger.put(key, json.dumps(marker).encode())
+        except Exception as e:  # noqa: BLE001 - the task still runs; its crash would go uncounted
+            log.warning("cannot set the crash marker; a crash of this task would not be counted: %s", e)
+        return crashes
+
+    async def _clear_crash_marker(self, task: task_pb2.TaskMessage) -> None:
+        """Clears the marker once the task ran to an outcome: a lost clear costs at most one
+        miscounted death on a later redelivery."""
+        try:
+            await self._ledger.delete(self._crash_key(task))
+        except Exception as e:  # noqa: BLE001 - see above
+            log.warning("cannot clear the crash marker: %s", e)
+
+    async def _count_crashes(self, crashed: str) -> int:
+        """Counts one crash on every task that process `crashed` was running for this agent, as
+        its markers show."""
+        from nats.js.errors import KeyWrongLastSequenceError
+
+        watcher = await self._ledger.watch("inflight.>")
+        counted = 0
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                if entry.operation is not None or not entry.value:
+                    continue
+                marker = json.loads(entry.value)
+                if marker.get("process") != crashed or marker.get("agent") != self.agent_id:
+                    continue
+                marker["crashes"] = int(marker.get("crashes", 0)) + 1
+                marker["process"] = None
+                try:
+                    await self._ledger.update(entry.key, json.dumps(marker).encode(), last=entry.revision)
+                    counted += 1
+                    log.warning("a task was in flight when its process crashed: %s, %d crash(es)", entry.key,
+                                marker["crashes"])
+                except KeyWrongLastSequenceError as e:
+                    log.warning("cannot count a crash on %s: %s", entry.key, e)
+        finally:
+            await watcher.stop()
+        return counted
+
+    async def _quarantine(self, task: task_pb2.TaskMessage, msg, deaths: int, traceparent: str | None) -> None:
+        """Moves a task that crashed its consumer to the DLQ and fails its node `POISON_MESSAGE`,
+        so the workers serving its type stay up for every other goal."""
+        reason = f"crashed its consumer: task {task.task_id} was in flight when {deaths} agent processes died"
+        log.warning("%s; moving it to the dlq", reason)
+        result = task_pb2.TaskResult(goal_id=task.goal_id, node_id=task.node_id, task_id=task.task_id,
+                                     attempt=task.attempt, agent_id=self.agent_id, started_unix_ms=_now_ms(),
+                                     status=task_pb2.TASK_STATUS_FAILED)
+        result.error.CopyFrom(common_pb2.Error(code="POISON_MESSAGE", message=reason, node_id=task.node_id))
+        try:
+            await self._publish_result(task, msg, result, traceparent)
+        except Exception as e:  # noqa: BLE001 - not settled: delivered again
+            log.warning("cannot publish the quarantined task's result: %s; asking for redelivery", e)
+            await msg.nak(delay=1)
+            return
+        await self._clear_crash_marker(task)
+        await self._dead_letter(msg, reason)
 
     def _record(self, ok: bool, elapsed_ms: int) -> None:
         value = 1.0 if ok else 0.0
@@ -421,6 +528,13 @@ class Worker:
             return fail("INVALID_ARGUMENT", f"inputs are not valid JSON: {e}")
         if not isinstance(inputs, dict):
             return fail("INVALID_ARGUMENT", "inputs must be a JSON object")
+        # Inputs that reference artifacts (large outputs of other nodes) get their content here.
+        # Only the goal's own artifacts resolve, and the total is bounded before anything loads.
+        try:
+            inputs = await self._artifacts.resolve(inputs, task.goal_id)
+        except Exception as e:  # noqa: BLE001 - every failure fails the task, typed
+            code = e.code if isinstance(e, (errors.InvalidArgument, errors.NotFound, errors.Denied)) else "UNAVAILABLE"
+            return fail(code, f"cannot resolve the inputs' artifacts: {getattr(e, 'message', e)}")
         ctx = TaskContext(goal_id=task.goal_id, node_id=task.node_id, task_id=task.task_id, attempt=task.attempt,
                           task_type=task.task_type, tenant=task.tenant, worker=self)
         call = self._call(spec, inputs, ctx)
@@ -455,10 +569,14 @@ class Worker:
             problems = _check(output, spec.output_schema, "output")
             if problems:
                 return fail("TOOL_ERROR", f"the output does not match its output_schema: {'; '.join(problems)}", False)
-        if len(text.encode()) > MAX_OUTPUT_BYTES:
-            return fail("LIMIT_EXCEEDED", f"the output is {len(text.encode())} bytes, over {MAX_OUTPUT_BYTES}", False)
+        # Over the inline limit the output travels as an artifact and the result carries its stub.
+        try:
+            text, reference = await self._artifacts.offload_json(text, task.goal_id)
+        except Exception as e:  # noqa: BLE001 - retryable: the store may be back on the next attempt
+            return fail("UNAVAILABLE", f"cannot store the large output: {e}")
         result.status = task_pb2.TASK_STATUS_SUCCEEDED
         result.output_json = text
+        result.memory_ref = reference or ""
         return result
 
     async def _call(self, spec: TaskSpec, inputs: dict, ctx: TaskContext) -> Any:
