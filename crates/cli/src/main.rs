@@ -212,7 +212,8 @@ enum Command {
         #[arg(long, default_value = ".")]
         workspace: PathBuf,
         /// `live`: tools run again. `recorded`: tools with side effects or that reach the network
-        /// are answered from the record and never run.
+        /// are answered from the record and never run, and so are task types the replay's agent
+        /// lacks (a Python worker's, another pool's, an MCP server's).
         #[arg(long, value_enum, default_value_t = hermes_cli::replay_cmd::Tools::Live)]
         tools: hermes_cli::replay_cmd::Tools,
         /// `recorded`: the record answers every model request. `live`: the configured model

@@ -28,7 +28,8 @@ use crate::stack::{Stack, StackConfig};
 pub enum Tools {
     /// Every tool runs again.
     Live,
-    /// Tools with side effects or that reach the network answer from the record.
+    /// Tools with side effects or that reach the network, and task types the replay's agent
+    /// lacks, answer from the record.
     Recorded,
 }
 
@@ -252,6 +253,9 @@ async fn replay_once(
 #[derive(Debug)]
 pub struct RecordedTools {
     outcomes: Mutex<HashMap<(String, String, String), VecDeque<Recorded>>>,
+    /// The plain nodes' task types, which the replay's agent serves from the record when it
+    /// lacks them.
+    task_types: Vec<String>,
     divergences: Mutex<Vec<String>>,
     served: std::sync::atomic::AtomicUsize,
 }
@@ -298,8 +302,12 @@ impl RecordedTools {
             let key = (call.node_id.clone(), call.tool.clone(), call.arguments_digest.clone());
             outcomes.entry(key).or_default().push_back(outcome);
         }
+        let mut task_types: Vec<String> = task_types.values().map(|t| (*t).to_owned()).collect();
+        task_types.sort();
+        task_types.dedup();
         RecordedTools {
             outcomes: Mutex::new(outcomes),
+            task_types,
             divergences: Mutex::default(),
             served: Default::default(),
         }
@@ -352,6 +360,10 @@ impl ToolPlayback for RecordedTools {
         self.served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         outcome
     }
+
+    fn task_types(&self) -> Vec<String> {
+        self.task_types.clone()
+    }
 }
 
 /// Submits the old goal's spec to a stack and returns the new goal once it ends.
@@ -367,7 +379,14 @@ async fn replay_on(client: &mut Client, old: &Goal) -> anyhow::Result<Goal> {
     let goal_id = client
         .submit_goal(SubmitGoalRequest { spec: Some(spec) })
         .await
-        .map_err(|s| anyhow::anyhow!("the replay's stack refused the goal: {}", s.message()))?
+        .map_err(|s| {
+            let hint = if s.message().contains("unknown task type") {
+                " (the replay's agent serves the built-in tools: answer the others from the record with `--tools recorded`, or run them with `--against` a stack that serves them)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!("the replay's stack refused the goal: {}{hint}", s.message())
+        })?
         .into_inner()
         .goal_id;
     crate::api_client::follow_to_end(client, &goal_id, Duration::from_secs(330)).await?;

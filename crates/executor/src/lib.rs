@@ -285,6 +285,17 @@ pub async fn build_registry(config: &AgentConfig, bus: Option<&Bus>) -> Result<T
         let run = agent_loop::AgentRun::new(model, loop_tools).with_settings(config.loop_settings.clone());
         registry.register(Arc::new(run))?;
     }
+    // A replay with `--tools recorded` runs the recorded plan whatever served it: the task types
+    // this agent lacks are answered from the record. Model-driven ones are replayed through the
+    // model's record instead, by an agent with the replay's model.
+    if let Some(playback) = &config.playback {
+        for task_type in playback.task_types() {
+            let model_driven = matches!(task_type.as_str(), "agent.run" | "text.summarize");
+            if !model_driven && !registry.contains(&task_type) {
+                registry.register(Arc::new(tool::RecordedTaskType::new(task_type)))?;
+            }
+        }
+    }
     if let Some(unknown) = wanted.iter().find(|w| !registry.contains(w)) {
         let known: Vec<&str> = builtins.iter().map(|t| t.name()).collect();
         return Err(Error::Config(format!(

@@ -290,6 +290,52 @@ pub trait ToolPlayback: Send + Sync + std::fmt::Debug {
     /// The recorded outcome of `tool` called with `args` in node `node_id`. A call with no
     /// record fails (a replay counts it as a divergence); it never runs.
     fn answer(&self, node_id: &str, tool: &str, args: &Value) -> Result<Value, ToolError>;
+
+    /// The task types of the recorded run's plain nodes. An agent that lacks one (a Python
+    /// worker's, another pool's, an MCP server's) serves it as a [`RecordedTaskType`], which
+    /// only the record answers, so a replay in a fresh stack can run the recorded plan.
+    fn task_types(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// A task type an agent does not serve, stood in for in a replay with `--tools recorded`: it
+/// counts as a tool with side effects, so the [`ToolPlayback`] answers every call and none runs.
+/// Its schema takes any object; the recorded run's inputs were checked by the schema then.
+pub struct RecordedTaskType {
+    name: String,
+}
+
+impl RecordedTaskType {
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+
+impl Tool for RecordedTaskType {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        "Replay only: answered from the recorded run."
+    }
+    fn params_schema(&self) -> Value {
+        serde_json::json!({"type": "object"})
+    }
+    fn side_effects(&self) -> bool {
+        true
+    }
+    fn run<'a>(&'a self, _args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            Err(ToolError {
+                code: ErrorCode::FailedPrecondition,
+                message: format!(
+                    "`{}` stands in for a recorded task type: only a replay's record answers it",
+                    self.name
+                ),
+            })
+        })
+    }
 }
 
 impl ToolRegistry {

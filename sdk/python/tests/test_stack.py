@@ -200,6 +200,30 @@ class Stack(unittest.TestCase):
         self.assertEqual(goal.node("py").agent_id, "py-1")
         self.assertEqual(goal.node("py").output["size_bytes"] > 2 * text_len, True)
 
+    def test_a_goal_with_python_nodes_replays_from_its_record(self):
+        # `hermes replay` runs the goal again in a fresh stack of its own, whose one agent serves
+        # the built-in tools: with `--tools recorded` the record answers the Python node.
+        plan = hermes.Plan(nodes=[
+            hermes.Node("a", "math.evaluate", {"expression": "3 * 7"}),
+            hermes.Node("b", "py.double", {"value": {"$ref": "a.value"}}),
+            hermes.Node("c", "math.evaluate", {"expression": "x - 2", "variables": {"x": {"$ref": "b.value"}}}),
+        ], output_node="c")
+        goal = self.client.wait(self.client.submit(plan), timeout_s=60)
+        self.assertEqual(goal.status, "completed", goal.error)
+
+        def replay(tools):
+            return subprocess.run([str(BIN), "replay", goal.goal_id, "--server", self.grpc, "--tools", tools,
+                                   "--workspace", self.dir.name], capture_output=True, text=True, timeout=180,
+                                  env=dict(os.environ, HERMES_LLM_PROVIDER="none"))
+
+        recorded = replay("recorded")
+        self.assertEqual(recorded.returncode, 0, recorded.stdout + recorded.stderr)
+        # Run live, the fresh stack has no agent serving the Python task type, and says so.
+        live = replay("live")
+        self.assertNotEqual(live.returncode, 0, live.stdout)
+        self.assertIn("unknown task type `py.double`", live.stderr)
+        self.assertIn("--tools recorded", live.stderr)
+
     def test_exceptions_become_typed_results(self):
         plan = {"nodes": [{"id": "f", "task_type": "py.fail", "inputs": {"kind": "permanent"}}]}
         goal = self.client.wait(self.client.submit(plan), timeout_s=60)
