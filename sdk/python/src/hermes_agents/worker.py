@@ -535,6 +535,8 @@ class Worker:
         except Exception as e:  # noqa: BLE001 - every failure fails the task, typed
             code = e.code if isinstance(e, (errors.InvalidArgument, errors.NotFound, errors.Denied)) else "UNAVAILABLE"
             return fail(code, f"cannot resolve the inputs' artifacts: {getattr(e, 'message', e)}")
+        if not isinstance(inputs, dict):
+            return fail("INVALID_ARGUMENT", "inputs must be a JSON object")
         ctx = TaskContext(goal_id=task.goal_id, node_id=task.node_id, task_id=task.task_id, attempt=task.attempt,
                           task_type=task.task_type, tenant=task.tenant, worker=self)
         call = self._call(spec, inputs, ctx)
