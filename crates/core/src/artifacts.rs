@@ -54,7 +54,8 @@ pub struct ArtifactInfo {
     /// 0: kept until the bucket's retention ends.
     pub expires_unix_ms: u64,
     pub preview: String,
-    /// The tenant that stored it through the Memory API; empty for goals' artifacts.
+    /// The tenant that owns it: the one that stored it through the Memory API, or the goal's
+    /// tenant for a goal's artifact; empty for neither (a goal submitted without a tenant).
     pub tenant: String,
 }
 
@@ -189,13 +190,18 @@ impl Artifacts {
         Ok(deleted)
     }
 
-    /// Returns `json` as it is when it fits inline; otherwise stores it and returns the stub
-    /// and the reference.
-    pub async fn offload_json(&self, json: String, goal_id: &str) -> Result<(String, Option<String>)> {
+    /// Returns `json` as it is when it fits inline; otherwise stores it as `goal_id`'s, owned by
+    /// the goal's `tenant` (empty: none), and returns the stub and the reference.
+    pub async fn offload_json(
+        &self,
+        json: String,
+        goal_id: &str,
+        tenant: &str,
+    ) -> Result<(String, Option<String>)> {
         if json.len() <= self.inline_limit {
             return Ok((json, None));
         }
-        let info = self.put(json.as_bytes(), "application/json", goal_id, None).await?;
+        let info = self.put_owned(json.as_bytes(), "application/json", goal_id, tenant, None).await?;
         Ok((stub(&info).to_string(), Some(info.reference)))
     }
 

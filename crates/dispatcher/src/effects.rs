@@ -167,7 +167,7 @@ impl EffectsPublisher {
         for task in tasks {
             if task.inputs_json.len() > artifacts.inline_limit() {
                 let inputs = std::mem::take(&mut task.inputs_json);
-                let (stub, reference) = artifacts.offload_json(inputs, &task.goal_id).await?;
+                let (stub, reference) = artifacts.offload_json(inputs, &task.goal_id, &task.tenant).await?;
                 task.inputs_json = stub;
                 task.memory_refs.extend(reference);
             }

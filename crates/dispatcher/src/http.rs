@@ -882,14 +882,16 @@ async fn goal_artifact(
     api.service.nats_up()?;
     let goal_id = goal_id_arg(&id)?;
     let caller = who(&api, &headers)?;
-    api.service.readable_by(&caller, goal_id).await?;
+    let goal = api.service.readable_by(&caller, goal_id).await?;
     let artifacts = api.service.bus().artifacts();
     let not_found =
         || Problem::from(Error::NotFound { what: "artifact", id: format!("{goal_id}/{reference}") });
     let info = artifacts.info(&reference).await.map_err(|_| not_found())?;
-    // One stored through the Memory API names its goal as its tenant wrote it: it is the goal's
-    // only when that tenant is the goal's.
-    let foreign = !info.tenant.is_empty() && caller.tenant.as_deref() != Some(info.tenant.as_str());
+    // An artifact is owned by the goal's tenant (an agent's) or by the tenant that stored it
+    // through the Memory API, naming any goal it liked: it is the goal's only when its owner is
+    // the goal's tenant.
+    let goal_tenant = crate::access::tenant_of(&goal).unwrap_or_default();
+    let foreign = !info.tenant.is_empty() && info.tenant != goal_tenant;
     if info.goal_id != goal_id || foreign {
         return Err(not_found());
     }

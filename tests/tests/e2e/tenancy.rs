@@ -292,3 +292,86 @@ async fn sessions_memories_artifacts_and_dead_letters_are_each_tenants_own() {
     assert_eq!(reply.status(), reqwest::StatusCode::NOT_FOUND);
     t.stop().await;
 }
+
+/// A goal's large output is an artifact owned by the goal's tenant: that tenant reads and lists
+/// it through the Memory API (as `hermes memory artifact` does), another tenant gets
+/// `NOT_FOUND`, and over HTTP an artifact another tenant stored naming the goal is not the
+/// goal's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_goals_large_output_is_its_tenants_artifact() {
+    let workspace = tempfile::tempdir().unwrap();
+    let text = "a line of a large file\n".repeat(10_000);
+    std::fs::write(workspace.path().join("big.txt"), &text).unwrap();
+    let mut t = Sandbox::builder()
+        .api_tokens(&tokens())
+        .workspace(workspace.path())
+        .memory(local_memory())
+        .start()
+        .await;
+    let base = t.http_url();
+    let http = reqwest::Client::new();
+    let read =
+        json!({"plan": {"nodes": [{"id": "read", "task_type": "fs.read", "inputs": {"path": "big.txt"}}]}});
+    let reply =
+        http.post(format!("{base}/v1/goals")).bearer_auth(SUBMITTER_A).json(&read).send().await.unwrap();
+    assert!(reply.status().is_success(), "{}", reply.status());
+    let goal: Value = reply.json().await.unwrap();
+    let id = goal["goalId"].as_str().unwrap().to_owned();
+    let events = t.events_as(&id, SUBMITTER_A).await;
+    assert!(matches!(events.last().unwrap().kind, Some(Kind::GoalCompleted(_))), "{events:?}");
+    let goal = http_json(format!("{base}/v1/goals/{id}"), SUBMITTER_A).await;
+    let stub: Value = serde_json::from_str(goal["outputJson"].as_str().unwrap()).unwrap();
+    let reference = stub["$artifact"].as_str().expect("the output is a stub").to_owned();
+
+    let channel =
+        tonic::transport::Channel::from_shared(t.stack().grpc_url()).unwrap().connect().await.unwrap();
+    let mut grpc = hermes_proto::memory_client::MemoryClient::new(channel);
+    let request = ArtifactRequest { r#ref: reference.clone(), ..Default::default() };
+    let stat = grpc
+        .stat_artifact(with_token(request.clone(), OPERATOR_A))
+        .await
+        .expect("the goal's tenant reads its artifact")
+        .into_inner();
+    assert_eq!((stat.tenant.as_str(), stat.goal_id.as_str()), ("team-a", id.as_str()), "{stat:?}");
+    let mut chunks = grpc.get_artifact(with_token(request.clone(), OPERATOR_A)).await.unwrap().into_inner();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = chunks.message().await.unwrap() {
+        bytes.extend(chunk.data);
+    }
+    let output: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(output["text"], text.as_str());
+    let listed = |token| {
+        let mut grpc = grpc.clone();
+        async move {
+            let reply =
+                grpc.list_artifacts(with_token(ListArtifactsRequest::default(), token)).await.unwrap();
+            reply.into_inner().artifacts.into_iter().map(|a| a.r#ref).collect::<Vec<_>>()
+        }
+    };
+    assert!(listed(OPERATOR_A).await.contains(&reference));
+    assert!(!listed(OPERATOR_B).await.contains(&reference));
+    let missing = grpc.get_artifact(with_token(request, OPERATOR_B)).await.unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+
+    // Over HTTP the goal serves its own artifact, and not one B stored naming A's goal.
+    let chunks = vec![
+        PutArtifactChunk {
+            part: Some(Part::Header(PutArtifactHeader {
+                content_type: "text/plain".into(),
+                goal_id: id.clone(),
+                ..Default::default()
+            })),
+        },
+        PutArtifactChunk { part: Some(Part::Data(b"planted by team b".to_vec())) },
+    ];
+    let planted =
+        grpc.put_artifact(with_token(futures::stream::iter(chunks), OPERATOR_B)).await.unwrap().into_inner();
+    let get = |reference: String| {
+        let request =
+            http.get(format!("{base}/v1/goals/{id}/artifacts/{reference}")).bearer_auth(SUBMITTER_A);
+        async move { request.send().await.unwrap().status() }
+    };
+    assert_eq!(get(planted.r#ref).await, reqwest::StatusCode::NOT_FOUND);
+    assert_eq!(get(reference).await, reqwest::StatusCode::OK);
+    t.stop().await;
+}

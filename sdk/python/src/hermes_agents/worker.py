@@ -573,7 +573,7 @@ class Worker:
                 return fail("TOOL_ERROR", f"the output does not match its output_schema: {'; '.join(problems)}", False)
         # Over the inline limit the output travels as an artifact and the result carries its stub.
         try:
-            text, reference = await self._artifacts.offload_json(text, task.goal_id)
+            text, reference = await self._artifacts.offload_json(text, task.goal_id, task.tenant)
         except Exception as e:  # noqa: BLE001 - retryable: the store may be back on the next attempt
             return fail("UNAVAILABLE", f"cannot store the large output: {e}")
         result.status = task_pb2.TASK_STATUS_SUCCEEDED
