@@ -683,28 +683,27 @@ async fn run_cancellable(
         tokens: tokens.usage(),
         ..Default::default()
     };
+    let artifacts = shared.bus.artifacts();
     match outcome {
-        Ok(output) => {
-            match shared.bus.artifacts().offload_json(output.to_string(), &task.goal_id, &task.tenant).await {
-                // Over the inline limit the output travels as an artifact and the result carries
-                // its stub (reference, size, preview).
-                Ok((output_json, reference)) => {
-                    result.status = TaskStatus::Succeeded as i32;
-                    result.output_json = output_json;
-                    result.memory_ref = reference.unwrap_or_default();
-                }
-                Err(e) => {
-                    result.status = TaskStatus::Failed as i32;
-                    let error = ToolError {
-                        code: ErrorCode::Unavailable,
-                        message: format!("cannot store the large output: {e}"),
-                    };
-                    let mut error = error.to_proto();
-                    error.node_id = task.node_id.clone();
-                    result.error = Some(error);
-                }
+        Ok(output) => match artifacts.offload_json(output.to_string(), &task.goal_id, &task.tenant).await {
+            // Over the inline limit the output travels as an artifact and the result carries
+            // its stub (reference, size, preview).
+            Ok((output_json, reference)) => {
+                result.status = TaskStatus::Succeeded as i32;
+                result.output_json = output_json;
+                result.memory_ref = reference.unwrap_or_default();
             }
-        }
+            Err(e) => {
+                result.status = TaskStatus::Failed as i32;
+                let error = ToolError {
+                    code: ErrorCode::Unavailable,
+                    message: format!("cannot store the large output: {e}"),
+                };
+                let mut error = error.to_proto();
+                error.node_id = task.node_id.clone();
+                result.error = Some(error);
+            }
+        },
         Err(e) => {
             result.status = TaskStatus::Failed as i32;
             let mut error = e.to_proto();

@@ -56,21 +56,19 @@ pub(crate) async fn tool_call(
         at_unix_ms: hermes_core::now_unix_ms(),
         ..Default::default()
     };
+    let artifacts = scope.bus.artifacts();
     match outcome {
-        Ok(output) => {
-            match scope.bus.artifacts().offload_json(output.to_string(), &scope.goal_id, &scope.tenant).await
-            {
-                // Over the inline limit the output is an artifact, and the record holds its stub.
-                Ok((json, reference)) => {
-                    call.output_json = json;
-                    call.output_ref = reference.unwrap_or_default();
-                }
-                Err(e) => {
-                    tracing::warn!(tool, error = %e, "cannot store a large tool output for the record");
-                    return;
-                }
+        Ok(output) => match artifacts.offload_json(output.to_string(), &scope.goal_id, &scope.tenant).await {
+            // Over the inline limit the output is an artifact, and the record holds its stub.
+            Ok((json, reference)) => {
+                call.output_json = json;
+                call.output_ref = reference.unwrap_or_default();
             }
-        }
+            Err(e) => {
+                tracing::warn!(tool, error = %e, "cannot store a large tool output for the record");
+                return;
+            }
+        },
         Err(e) => call.error = Some(e.to_proto()),
     }
     send(scope, Kind::ToolExchange(call), "tool call").await;

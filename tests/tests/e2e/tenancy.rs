@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use hermes_proto::event::Kind;
+use hermes_proto::memory_client::MemoryClient;
 use hermes_proto::{
     ArtifactRequest, DeadLetterRequest, GoalSpec, ListArtifactsRequest, ListDeadLettersRequest,
     PutArtifactChunk, PutArtifactHeader, SearchRequest, SubmitGoalRequest, put_artifact_chunk::Part,
@@ -73,6 +74,13 @@ async fn http_json(url: String, token: &str) -> Value {
     let reply = reqwest::Client::new().get(url).bearer_auth(token).send().await.unwrap();
     assert!(reply.status().is_success(), "{}", reply.status());
     reply.json().await.unwrap()
+}
+
+/// The references of the artifacts `token`'s tenant lists through the Memory API.
+async fn listed(grpc: &MemoryClient<tonic::transport::Channel>, token: &str) -> Vec<String> {
+    let reply =
+        grpc.clone().list_artifacts(with_token(ListArtifactsRequest::default(), token)).await.unwrap();
+    reply.into_inner().artifacts.into_iter().map(|a| a.r#ref).collect()
 }
 
 fn session_goals(session: &Value) -> Vec<String> {
@@ -150,7 +158,7 @@ async fn sessions_memories_artifacts_and_dead_letters_are_each_tenants_own() {
     // tenant it names.
     let channel =
         tonic::transport::Channel::from_shared(t.stack().grpc_url()).unwrap().connect().await.unwrap();
-    let mut grpc = hermes_proto::memory_client::MemoryClient::new(channel);
+    let mut grpc = MemoryClient::new(channel);
     let search = SearchRequest {
         query: "April revenue per category".into(),
         top_k: 10,
@@ -195,16 +203,8 @@ async fn sessions_memories_artifacts_and_dead_letters_are_each_tenants_own() {
     assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
     let missing = grpc.delete_artifact(with_token(request.clone(), OPERATOR_B)).await.unwrap_err();
     assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
-    let listed = |token| {
-        let mut grpc = grpc.clone();
-        async move {
-            let reply =
-                grpc.list_artifacts(with_token(ListArtifactsRequest::default(), token)).await.unwrap();
-            reply.into_inner().artifacts.into_iter().map(|a| a.r#ref).collect::<Vec<_>>()
-        }
-    };
-    assert!(!listed(OPERATOR_B).await.contains(&stored.r#ref));
-    assert!(listed(OPERATOR_A).await.contains(&stored.r#ref));
+    assert!(!listed(&grpc, OPERATOR_B).await.contains(&stored.r#ref));
+    assert!(listed(&grpc, OPERATOR_A).await.contains(&stored.r#ref));
     grpc.stat_artifact(with_token(request, OPERATOR_A)).await.expect("A reads its own");
 
     // A dead letter of A's goal is A's; one that names no goal is listed to both without its
@@ -325,7 +325,7 @@ async fn a_goals_large_output_is_its_tenants_artifact() {
 
     let channel =
         tonic::transport::Channel::from_shared(t.stack().grpc_url()).unwrap().connect().await.unwrap();
-    let mut grpc = hermes_proto::memory_client::MemoryClient::new(channel);
+    let mut grpc = MemoryClient::new(channel);
     let request = ArtifactRequest { r#ref: reference.clone(), ..Default::default() };
     let stat = grpc
         .stat_artifact(with_token(request.clone(), OPERATOR_A))
@@ -340,16 +340,8 @@ async fn a_goals_large_output_is_its_tenants_artifact() {
     }
     let output: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(output["text"], text.as_str());
-    let listed = |token| {
-        let mut grpc = grpc.clone();
-        async move {
-            let reply =
-                grpc.list_artifacts(with_token(ListArtifactsRequest::default(), token)).await.unwrap();
-            reply.into_inner().artifacts.into_iter().map(|a| a.r#ref).collect::<Vec<_>>()
-        }
-    };
-    assert!(listed(OPERATOR_A).await.contains(&reference));
-    assert!(!listed(OPERATOR_B).await.contains(&reference));
+    assert!(listed(&grpc, OPERATOR_A).await.contains(&reference));
+    assert!(!listed(&grpc, OPERATOR_B).await.contains(&reference));
     let missing = grpc.get_artifact(with_token(request, OPERATOR_B)).await.unwrap_err();
     assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
 
