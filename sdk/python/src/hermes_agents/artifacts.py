@@ -41,6 +41,11 @@ _STUB_KEYS = frozenset({"path", "size_bytes", "content_type", "preview", ARTIFAC
 _REFERENCE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
+def _digest(data: bytes) -> str:
+    """The object store's digest of `data`, as its meta records it."""
+    return "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
+
+
 def stub_reference(value: Any) -> str | None:
     """The artifact a stub names, when `value` is one: an object with a string `$artifact` and no
     keys but the stub's."""
@@ -128,8 +133,7 @@ class Artifacts:
                     break
         finally:
             await sub.unsubscribe()
-        digest = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
-        if len(data) != size or (info.get("digest") and info["digest"].upper() != digest.upper()):
+        if len(data) != size or (info.get("digest") and info["digest"].upper() != _digest(data).upper()):
             raise errors.Unavailable(f"artifact `{reference}` is damaged: its content does not match its digest")
         return bytes(data)
 
@@ -150,7 +154,7 @@ class Artifacts:
             "size": len(data),
             "chunks": chunks,
             "mtime": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
-            "digest": "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode(),
+            "digest": _digest(data),
             "options": {"max_chunk_size": CHUNK_SIZE},
             "metadata": {
                 "content_type": content_type,

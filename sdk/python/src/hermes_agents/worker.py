@@ -59,6 +59,15 @@ def _retryable(code: str) -> bool:
     return code in ("UNAVAILABLE", "TIMEOUT", "LIMIT_EXCEEDED")
 
 
+def _failed(result: task_pb2.TaskResult, code: str, message: str,
+            retryable: bool | None = None) -> task_pb2.TaskResult:
+    """Marks `result` failed with `code`, retryable as the code is unless `retryable` says."""
+    result.status = task_pb2.TASK_STATUS_FAILED
+    result.error.CopyFrom(common_pb2.Error(code=code, message=message, node_id=result.node_id,
+                                           retryable=_retryable(code) if retryable is None else retryable))
+    return result
+
+
 @dataclass
 class TaskSpec:
     """One task type a worker serves."""
@@ -424,15 +433,18 @@ class Worker:
         """Sets the crash marker before a task runs, `{process, agent, crashes, task_id}`, and
         returns the crashes counted on the node so far. Only redeliveries and later attempts read
         the marker, so a first delivery costs one write."""
+        from nats.js.errors import KeyDeletedError, KeyNotFoundError
+
         key = self._crash_key(task)
         crashes = 0
         if msg.metadata.num_delivered > 1 or task.attempt > 1:
             try:
                 entry = await self._ledger.get(key)
                 crashes = int((json.loads(entry.value or b"{}") or {}).get("crashes", 0))
-            except Exception as e:  # noqa: BLE001 - no marker (KeyNotFound) or unreadable: none counted
-                if type(e).__name__ not in ("KeyNotFoundError", "KeyDeletedError"):
-                    log.warning("cannot read the crash marker %s: %s", key, e)
+            except (KeyNotFoundError, KeyDeletedError):  # no marker, or a cleared one: no crash
+                pass
+            except Exception as e:  # noqa: BLE001 - unreadable: none counted
+                log.warning("cannot read the crash marker %s: %s", key, e)
         if crashes >= CRASH_QUARANTINE_DEATHS:
             return crashes
         marker = {"process": supervise.process_instance(), "agent": self.agent_id, "crashes": crashes,
@@ -485,10 +497,7 @@ class Worker:
         so the workers serving its type stay up for every other goal."""
         reason = f"crashed its consumer: task {task.task_id} was in flight when {deaths} agent processes died"
         log.warning("%s; moving it to the dlq", reason)
-        result = task_pb2.TaskResult(goal_id=task.goal_id, node_id=task.node_id, task_id=task.task_id,
-                                     attempt=task.attempt, agent_id=self.agent_id, started_unix_ms=_now_ms(),
-                                     status=task_pb2.TASK_STATUS_FAILED)
-        result.error.CopyFrom(common_pb2.Error(code="POISON_MESSAGE", message=reason, node_id=task.node_id))
+        result = _failed(self._result(task), "POISON_MESSAGE", reason)
         try:
             await self._publish_result(task, msg, result, traceparent)
         except Exception as e:  # noqa: BLE001 - not settled: delivered again
@@ -507,15 +516,16 @@ class Worker:
             self._latency_ms += 0.1 * (elapsed_ms - self._latency_ms)
         self._seen += 1
 
+    def _result(self, task: task_pb2.TaskMessage) -> task_pb2.TaskResult:
+        """A result of `task` by this worker, started now, its outcome still to set."""
+        return task_pb2.TaskResult(goal_id=task.goal_id, node_id=task.node_id, task_id=task.task_id,
+                                   attempt=task.attempt, agent_id=self.agent_id, started_unix_ms=_now_ms())
+
     async def _run(self, task: task_pb2.TaskMessage, msg) -> task_pb2.TaskResult:
-        result = task_pb2.TaskResult(goal_id=task.goal_id, node_id=task.node_id, task_id=task.task_id,
-                                     attempt=task.attempt, agent_id=self.agent_id, started_unix_ms=_now_ms())
+        result = self._result(task)
 
         def fail(code: str, message: str, retryable: bool | None = None) -> task_pb2.TaskResult:
-            result.status = task_pb2.TASK_STATUS_FAILED
-            result.error.CopyFrom(common_pb2.Error(code=code, message=message, node_id=task.node_id,
-                                                   retryable=_retryable(code) if retryable is None else retryable))
-            return result
+            return _failed(result, code, message, retryable)
 
         spec = self.tasks.get(task.task_type)
         if spec is None:
@@ -526,15 +536,16 @@ class Worker:
             inputs = json.loads(task.inputs_json) if task.inputs_json.strip() else {}
         except ValueError as e:
             return fail("INVALID_ARGUMENT", f"inputs are not valid JSON: {e}")
-        if not isinstance(inputs, dict):
-            return fail("INVALID_ARGUMENT", "inputs must be a JSON object")
-        # Inputs that reference artifacts (large outputs of other nodes) get their content here.
-        # Only the goal's own artifacts resolve, and the total is bounded before anything loads.
-        try:
-            inputs = await self._artifacts.resolve(inputs, task.goal_id)
-        except Exception as e:  # noqa: BLE001 - every failure fails the task, typed
-            code = e.code if isinstance(e, (errors.InvalidArgument, errors.NotFound, errors.Denied)) else "UNAVAILABLE"
-            return fail(code, f"cannot resolve the inputs' artifacts: {getattr(e, 'message', e)}")
+        # Inputs that reference artifacts (large outputs of other nodes, or the whole inputs, which
+        # the dispatcher offloads when they are large) get their content here. Only the goal's own
+        # artifacts resolve, and the total is bounded before anything loads.
+        if isinstance(inputs, dict):
+            try:
+                inputs = await self._artifacts.resolve(inputs, task.goal_id)
+            except Exception as e:  # noqa: BLE001 - every failure fails the task, typed
+                typed = isinstance(e, (errors.InvalidArgument, errors.NotFound, errors.Denied))
+                return fail(e.code if typed else "UNAVAILABLE",
+                            f"cannot resolve the inputs' artifacts: {getattr(e, 'message', e)}")
         if not isinstance(inputs, dict):
             return fail("INVALID_ARGUMENT", "inputs must be a JSON object")
         ctx = TaskContext(goal_id=task.goal_id, node_id=task.node_id, task_id=task.task_id, attempt=task.attempt,
