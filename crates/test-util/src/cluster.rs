@@ -27,8 +27,27 @@ pub struct NatsCluster {
 impl NatsCluster {
     /// Starts `size` servers (`n0`, `n1`, ...) routed to each other, and waits until each
     /// listens and the JetStream meta group has a leader that every server knows.
+    ///
+    /// A server can die right after it starts listening for clients, when its route port was
+    /// taken between [`free_port`] and its bind; the others then elect a leader without it. Such
+    /// a start is thrown away, with the dead server's log on stderr, and tried again on fresh
+    /// ports and store dirs, three times at most.
     pub fn start(size: usize) -> NatsCluster {
         let binary = nats_server_binary().unwrap_or_else(|e| panic!("{e}"));
+        let mut failures = Vec::new();
+        for attempt in 1..=3 {
+            match NatsCluster::try_start(&binary, size) {
+                Ok(cluster) => return cluster,
+                Err(failure) => {
+                    eprintln!("a {size}-server cluster did not start (attempt {attempt} of 3): {failure}");
+                    failures.push(failure);
+                }
+            }
+        }
+        panic!("a {size}-server nats cluster did not start in 3 attempts:\n{}", failures.join("\n"));
+    }
+
+    fn try_start(binary: &Path, size: usize) -> Result<NatsCluster, String> {
         let nodes = (0..size)
             .map(|i| Node {
                 name: format!("n{i}"),
@@ -39,15 +58,15 @@ impl NatsCluster {
                 store: tempfile::tempdir().expect("temp store dir"),
             })
             .collect();
-        let mut cluster = NatsCluster { binary, nodes };
+        let mut cluster = NatsCluster { binary: binary.to_owned(), nodes };
         for i in 0..size {
             cluster.spawn(i);
         }
         for i in 0..size {
-            cluster.wait_listening(i);
+            cluster.try_wait_listening(i)?;
         }
-        cluster.wait_meta_leader(Duration::from_secs(30));
-        cluster
+        cluster.try_wait_meta_leader(Duration::from_secs(30))?;
+        Ok(cluster)
     }
 
     /// Every server's client URL, comma-separated: what Hermes's `nats.url` takes.
@@ -107,9 +126,17 @@ impl NatsCluster {
     }
 
     /// Waits until every running server names the same meta leader.
-    pub fn wait_meta_leader(&self, timeout: Duration) -> String {
+    pub fn wait_meta_leader(&mut self, timeout: Duration) -> String {
+        self.try_wait_meta_leader(timeout).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`NatsCluster::wait_meta_leader`], failing early, with its log, when a server has exited.
+    fn try_wait_meta_leader(&mut self, timeout: Duration) -> Result<String, String> {
         let deadline = Instant::now() + timeout;
         loop {
+            for i in 0..self.nodes.len() {
+                self.check_alive(i)?;
+            }
             let leaders: Vec<Option<String>> = (0..self.nodes.len())
                 .filter(|&i| self.nodes[i].child.is_some())
                 .map(|i| self.meta_leader_seen_by(i))
@@ -117,13 +144,31 @@ impl NatsCluster {
             if let Some(Some(first)) = leaders.first()
                 && leaders.iter().all(|l| l.as_ref() == Some(first))
             {
-                return first.clone();
+                return Ok(first.clone());
             }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster elected no meta leader within {timeout:?}: {leaders:?}"
-            );
+            if Instant::now() >= deadline {
+                let unaware: Vec<String> = (0..self.nodes.len())
+                    .filter(|&i| self.nodes[i].child.is_some() && self.meta_leader_seen_by(i).is_none())
+                    .map(|i| format!("log of {}:\n{}", self.nodes[i].name, self.log_tail(i)))
+                    .collect();
+                return Err(format!(
+                    "the cluster elected no meta leader within {timeout:?}: {leaders:?}\n{}",
+                    unaware.join("\n")
+                ));
+            }
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// An error naming server `i` and its log when it was started and has exited since.
+    fn check_alive(&mut self, i: usize) -> Result<(), String> {
+        match self.nodes[i].child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(Some(status))) => Err(format!(
+                "nats-server {} exited: {status}; log:\n{}",
+                self.nodes[i].name,
+                self.log_tail(i)
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -169,19 +214,27 @@ impl NatsCluster {
     }
 
     fn wait_listening(&mut self, i: usize) {
+        self.try_wait_listening(i).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn try_wait_listening(&mut self, i: usize) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(15);
         let port = self.nodes[i].port;
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(Ok(Some(status))) = self.nodes[i].child.as_mut().map(|c| c.try_wait()) {
-                panic!("nats-server {} exited: {status}; log:\n{}", self.nodes[i].name, self.log(i));
+            self.check_alive(i)?;
+            if Instant::now() >= deadline {
+                return Err(format!("nats-server {} did not listen within 15 s", self.nodes[i].name));
             }
-            assert!(
-                Instant::now() < deadline,
-                "nats-server {} did not listen within 15 s",
-                self.nodes[i].name
-            );
             std::thread::sleep(Duration::from_millis(20));
         }
+        Ok(())
+    }
+
+    /// The last 40 lines of server `i`'s log.
+    fn log_tail(&self, i: usize) -> String {
+        let log = self.log(i);
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
     /// Server `i`'s log.

@@ -170,8 +170,36 @@ fn spawn(
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()))
 }
 
-/// A port that was free a moment ago.
+/// A port on 127.0.0.1 that was free a moment ago, for a server a test starts next.
+///
+/// It is drawn at random below the kernel's ephemeral range (`ip_local_port_range`), not from
+/// it: the local end of any outgoing connection, made by any process between this call and the
+/// server's bind, comes from that range and would otherwise be able to take it. Where the range
+/// leaves too little room below it, the kernel picks.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const FLOOR: u64 = 10_000;
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low >= FLOOR + 4_096 {
+        let span = ephemeral_low - FLOOR;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::from(d.subsec_nanos()));
+        let seed = u64::from(std::process::id()).wrapping_mul(2_654_435_761) ^ nanos;
+        for _ in 0..64 {
+            let draw = DRAWS.fetch_add(1, Ordering::Relaxed);
+            let port = FLOOR + seed.wrapping_add(draw.wrapping_mul(7_919)) % span;
+            if let Ok(port) = u16::try_from(port)
+                && TcpListener::bind(("127.0.0.1", port)).is_ok()
+            {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
@@ -220,6 +248,23 @@ pub fn api_token(name: &str, token: &str, tenant: &str, roles: &[&str]) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_bindable_and_outside_the_ephemeral_range() {
+        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|range| range.split_whitespace().next()?.parse().ok())
+            .unwrap_or(32_768);
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        for &port in &ports {
+            TcpListener::bind(("127.0.0.1", port)).expect("a free port binds");
+            if low >= 14_096 {
+                assert!((10_000..low).contains(&port), "{port} is in the ephemeral range from {low}");
+            }
+        }
+        let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
+        assert!(distinct.len() > 40, "50 draws gave only {} ports", distinct.len());
+    }
 
     #[test]
     fn servers_pick_their_own_ports_and_restart_on_them() {
