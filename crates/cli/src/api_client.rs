@@ -1,7 +1,9 @@
-//! The dispatcher client of the `hermes` commands: a gRPC channel that sends the API token
-//! (`--token`, `HERMES_TOKEN`) as `authorization: Bearer <token>` on every call, when one is given.
+//! The gRPC clients of the `hermes` commands: the dispatcher's API and the Memory API, over a
+//! channel that sends the API token (`--token`, `HERMES_TOKEN`) as `authorization: Bearer <token>`
+//! on every call, when one is given.
 
 use hermes_proto::dispatcher_client::DispatcherClient;
+use hermes_proto::memory_client::MemoryClient;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -41,6 +43,26 @@ impl Interceptor for Credentials {
 /// A dispatcher client over `channel` with `credentials`.
 pub fn client(channel: Channel, credentials: Credentials) -> Client {
     DispatcherClient::with_interceptor(channel, credentials)
+}
+
+/// The Memory API's client (served on the dispatcher's port by `hermes up`).
+pub type MemoryApi = MemoryClient<InterceptedService<Channel, Credentials>>;
+
+/// A Memory API client over `channel` with `credentials`.
+pub fn memory(channel: Channel, credentials: Credentials) -> MemoryApi {
+    MemoryClient::with_interceptor(channel, credentials).max_decoding_message_size(8 * 1024 * 1024)
+}
+
+/// An artifact's whole content, read through the Memory API.
+pub async fn read_artifact(memory: &mut MemoryApi, reference: &str) -> Result<Vec<u8>, tonic::Status> {
+    use futures::StreamExt as _;
+    let request = hermes_proto::ArtifactRequest { r#ref: reference.to_owned(), ..Default::default() };
+    let mut chunks = memory.get_artifact(request).await?.into_inner();
+    let mut content = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        content.extend_from_slice(&chunk?.data);
+    }
+    Ok(content)
 }
 
 /// The goal, or an error naming it.

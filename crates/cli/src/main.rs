@@ -481,7 +481,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Memory { command, server } => {
-            hermes_cli::memory_cmd::run(channel(&server).await?, command).await
+            hermes_cli::memory_cmd::run(connect_memory(&server).await?, command).await
         }
         Command::Approve { goal_id, call_id, note, server } => {
             decide(&server, goal_id, call_id, true, note).await
@@ -544,9 +544,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             against,
             server,
         } => {
-            let mut client = connect(&server).await?;
+            let mut original = remote(&server).await?;
             let mut against = match against {
-                Some(address) => Some(connect(&ServerArg { server: address, ..server.clone() }).await?),
+                Some(address) => Some(remote(&ServerArg { server: address, ..server.clone() }).await?),
                 None => None,
             };
             let live_model = match model {
@@ -563,7 +563,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 }
             };
             let options = hermes_cli::replay_cmd::Options { workspace, tools, live_model };
-            hermes_cli::replay_cmd::run(&mut client, &goal_id, &options, against.as_mut()).await
+            hermes_cli::replay_cmd::run(&mut original, &goal_id, &options, against.as_mut()).await
         }
         Command::Trace { goal_id, server } => {
             let mut client = connect(&server).await?;
@@ -659,6 +659,22 @@ async fn channel(args: &ServerArg) -> anyhow::Result<Channel> {
 async fn connect(server: &ServerArg) -> anyhow::Result<hermes_cli::api_client::Client> {
     let credentials = hermes_cli::api_client::Credentials::bearer(server.token.as_deref())?;
     Ok(hermes_cli::api_client::client(channel(server).await?, credentials))
+}
+
+/// The Memory API at `server` (the dispatcher's port under `hermes up`), with its token.
+async fn connect_memory(server: &ServerArg) -> anyhow::Result<hermes_cli::api_client::MemoryApi> {
+    let credentials = hermes_cli::api_client::Credentials::bearer(server.token.as_deref())?;
+    Ok(hermes_cli::api_client::memory(channel(server).await?, credentials))
+}
+
+/// The dispatcher's and the Memory API at `server`, over one channel: what replay reads from.
+async fn remote(server: &ServerArg) -> anyhow::Result<hermes_cli::replay_cmd::Remote> {
+    let credentials = hermes_cli::api_client::Credentials::bearer(server.token.as_deref())?;
+    let channel = channel(server).await?;
+    Ok(hermes_cli::replay_cmd::Remote {
+        api: hermes_cli::api_client::client(channel.clone(), credentials.clone()),
+        memory: hermes_cli::api_client::memory(channel, credentials),
+    })
 }
 
 fn status_error(status: tonic::Status) -> anyhow::Error {

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use futures::StreamExt;
-use hermes_proto::memory_client::MemoryClient;
 use hermes_proto::{
     ArtifactRequest, ListArtifactsRequest, ListCollectionsRequest, ListSessionsRequest, SearchRequest,
     SessionRequest,
 };
-use tonic::transport::Channel;
+
+use crate::api_client::MemoryApi;
 
 /// What to show.
 #[derive(clap::Subcommand, Debug)]
@@ -47,8 +47,7 @@ fn status_error(status: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{}", status.message())
 }
 
-pub async fn run(channel: Channel, command: MemoryCommand) -> anyhow::Result<i32> {
-    let mut client = MemoryClient::new(channel).max_decoding_message_size(8 * 1024 * 1024);
+pub async fn run(mut client: MemoryApi, command: MemoryCommand) -> anyhow::Result<i32> {
     match command {
         MemoryCommand::Sessions => {
             let sessions = client

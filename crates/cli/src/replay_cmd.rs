@@ -5,7 +5,9 @@
 //! output and status. A model request with no matching record (a prompt changed) is the first
 //! divergence, named by the message that differs, never answered. With `--tools recorded`, the
 //! calls of tools with side effects or that reach the network are answered from the record too
-//! (`RecordedTools`), so nothing they did happens again. Exit 0: the same; 1: a divergence
+//! (`RecordedTools`), so nothing they did happens again. Outputs kept as artifacts are read (the
+//! original run's through the Memory API of `--server`) and compared, and served, by content:
+//! artifact references are new in each run. Exit 0: the same; 1: a divergence
 //! (docs/evaluation.md).
 
 use std::collections::{HashMap, VecDeque};
@@ -20,7 +22,7 @@ use hermes_proto::{Goal, GoalSpec, ListModelExchangesRequest, SubmitGoalRequest,
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::api_client::Client;
+use crate::api_client::{Client, MemoryApi};
 use crate::stack::{Stack, StackConfig};
 
 /// Where a replay's tool calls are answered from.
@@ -42,16 +44,23 @@ pub struct Options {
     pub live_model: Option<Arc<dyn hermes_llm::ChatModel>>,
 }
 
+/// A running stack's APIs that a replay reads from, or runs in.
+pub struct Remote {
+    pub api: Client,
+    /// Where the stack's artifacts are read (served on the dispatcher's port by `hermes up`).
+    pub memory: MemoryApi,
+}
+
 /// Replays `goal_id` of the stack `original` talks to, in a fresh stack, or with `against` in
 /// that running stack (whose own model and tools answer); prints the comparison and returns the
 /// exit code.
 pub async fn run(
-    original: &mut Client,
+    original: &mut Remote,
     goal_id: &str,
     options: &Options,
-    against: Option<&mut Client>,
+    against: Option<&mut Remote>,
 ) -> anyhow::Result<i32> {
-    let old = crate::api_client::get_goal(original, goal_id).await?;
+    let mut old = crate::api_client::get_goal(&mut original.api, goal_id).await?;
     if !hermes_dispatcher::engine::is_terminal(old.status) {
         bail!(
             "goal {goal_id} has not finished ({}): replay a finished goal",
@@ -63,16 +72,25 @@ pub async fn run(
     }
     if let Some(stack) = against {
         println!("replaying {goal_id} in the named stack, with its own model and tools");
-        let new = replay_on(stack, &old).await?;
+        warn_unread(
+            inline_artifacts(&mut old, &mut [], &mut ArtifactReader::Remote(&mut original.memory)).await,
+        );
+        let mut new = replay_on(&mut stack.api, &old).await?;
+        warn_unread(
+            inline_artifacts(&mut new, &mut [], &mut ArtifactReader::Remote(&mut stack.memory)).await,
+        );
         return Ok(report(Vec::new(), &old, &new, "the named stack's model and tools answered".into()));
     }
     let records = original
+        .api
         .list_model_exchanges(ListModelExchangesRequest { goal_id: goal_id.to_owned() })
         .await
         .map_err(|s| anyhow::anyhow!("cannot read the records of {goal_id}: {}", s.message()))?
         .into_inner();
     let exchanges = records.exchanges;
-    let recorded_tools = records.tool_exchanges;
+    let mut recorded_tools = records.tool_exchanges;
+    let mut reader = ArtifactReader::Remote(&mut original.memory);
+    warn_unread(inline_artifacts(&mut old, &mut recorded_tools, &mut reader).await);
     let recorded = options.tools == Tools::Recorded;
     println!(
         "replaying {goal_id} ({}, {} recorded model exchanges, {} recorded agent tool calls) in a fresh stack; {}{}",
@@ -230,10 +248,14 @@ async fn replay_once(
     };
     let shutdown = CancellationToken::new();
     let stack = Stack::start(config, shutdown.clone()).await.context("cannot start the replay's stack")?;
-    let outcome = match tonic::transport::Endpoint::from_shared(stack.grpc_url())?.connect().await {
+    let mut outcome = match tonic::transport::Endpoint::from_shared(stack.grpc_url())?.connect().await {
         Ok(channel) => replay_on(&mut crate::api_client::client(channel, Default::default()), old).await,
         Err(e) => Err(anyhow::anyhow!("cannot reach the replay's stack: {e}")),
     };
+    if let Ok(new) = &mut outcome {
+        let mut reader = ArtifactReader::Local(stack.bus().artifacts());
+        warn_unread(inline_artifacts(new, &mut [], &mut reader).await);
+    }
     stack.stop().await;
     drop(nats);
     let mut divergences = answerer.divergences();
@@ -264,7 +286,7 @@ pub struct RecordedTools {
 enum Recorded {
     Output(Value),
     Failed(ToolError),
-    /// Too large to keep inline: the record holds the artifact's reference only.
+    /// Kept as an artifact that could not be read (see [`inline_artifacts`]).
     Artifact(String),
 }
 
@@ -351,7 +373,7 @@ impl ToolPlayback for RecordedTools {
             }
             Some(Recorded::Artifact(reference)) => {
                 return Err(self.diverged(format!(
-                    "the recorded output of `{tool}` in node `{node_id}` is the artifact {reference}, which replay cannot serve"
+                    "the recorded output of `{tool}` in node `{node_id}` is the artifact {reference}, which could not be read"
                 )));
             }
             Some(Recorded::Output(output)) => Ok(output),
@@ -363,6 +385,98 @@ impl ToolPlayback for RecordedTools {
 
     fn task_types(&self) -> Vec<String> {
         self.task_types.clone()
+    }
+}
+
+/// Where a run's artifacts are read from: a running stack's Memory API, or the replay's own
+/// store.
+enum ArtifactReader<'a> {
+    Remote(&'a mut MemoryApi),
+    Local(&'a hermes_core::artifacts::Artifacts),
+}
+
+impl ArtifactReader<'_> {
+    async fn read(&mut self, reference: &str) -> Result<Vec<u8>, String> {
+        match self {
+            ArtifactReader::Remote(memory) => crate::api_client::read_artifact(memory, reference)
+                .await
+                .map_err(|s| format!("the Memory API of the stack answered {:?}: {}", s.code(), s.message())),
+            ArtifactReader::Local(store) => store.get(reference).await.map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Puts the content of the artifacts that `goal`'s outputs and the recorded tool `calls` name in
+/// place of their stubs and references. An artifact's reference is new in each run, so only
+/// by content do two runs compare, and does the record answer the calls a replay makes (whose
+/// arguments hold content: agents resolve stubs before a tool runs). An output whose artifact
+/// cannot be read keeps its stub; those artifacts are returned, each with the reason.
+async fn inline_artifacts(
+    goal: &mut Goal,
+    calls: &mut [ToolExchange],
+    reader: &mut ArtifactReader<'_>,
+) -> Vec<String> {
+    use hermes_core::artifacts::{content_value, stub_references};
+    let mut references: Vec<String> = goal
+        .nodes
+        .iter()
+        .map(|n| n.output_json.as_str())
+        .chain([goal.output_json.as_str()])
+        .filter(|text| !text.is_empty())
+        .flat_map(|text| stub_references(&json(text)))
+        .chain(calls.iter().filter(|c| !c.output_ref.is_empty()).map(|c| c.output_ref.clone()))
+        .collect();
+    references.sort();
+    references.dedup();
+    let mut loaded = HashMap::new();
+    let mut unread = Vec::new();
+    for reference in references {
+        match reader.read(&reference).await {
+            Ok(bytes) => {
+                loaded.insert(reference, content_value(&bytes));
+            }
+            Err(why) => unread.push(format!("{reference} ({why})")),
+        }
+    }
+    for node in &mut goal.nodes {
+        if let Some(text) = inlined(&node.output_json, &loaded) {
+            node.output_json = text;
+            node.memory_ref.clear();
+        }
+    }
+    if let Some(text) = inlined(&goal.output_json, &loaded) {
+        goal.output_json = text;
+    }
+    for call in calls {
+        if let Some(content) = loaded.get(&call.output_ref) {
+            call.output_json = content.to_string();
+            call.output_ref.clear();
+        }
+    }
+    unread
+}
+
+/// `text` with its stubs replaced by the `loaded` content, when it has stubs and each loaded.
+fn inlined(text: &str, loaded: &HashMap<String, Value>) -> Option<String> {
+    if text.is_empty() {
+        return None;
+    }
+    let value = json(text);
+    let references = hermes_core::artifacts::stub_references(&value);
+    if references.is_empty() || !references.iter().all(|r| loaded.contains_key(r)) {
+        return None;
+    }
+    hermes_core::artifacts::substitute_stubs(value, loaded).ok().map(|v| v.to_string())
+}
+
+/// Says which artifacts could not be read: what they hold compares, and answers, by reference.
+fn warn_unread(unread: Vec<String>) {
+    if !unread.is_empty() {
+        println!(
+            "cannot read {} artifact(s), so the outputs they hold compare by reference: {}",
+            unread.len(),
+            unread.join("; ")
+        );
     }
 }
 

@@ -253,11 +253,9 @@ impl Artifacts {
                 continue;
             }
             let bytes = self.get(&reference).await?;
-            let content = serde_json::from_slice(&bytes)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-            loaded.insert(reference, content);
+            loaded.insert(reference, content_value(&bytes));
         }
-        substitute(value, &loaded)
+        substitute_stubs(value, &loaded)
     }
 }
 
@@ -302,6 +300,20 @@ pub fn stub_pointers(value: &Value) -> Vec<String> {
     out
 }
 
+/// The artifacts the stubs anywhere in `value` name, in order, repeats included.
+pub fn stub_references(value: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    collect_stubs(value, &mut out);
+    out
+}
+
+/// What an artifact's content stands for in JSON: the stored JSON, or its text when it is not
+/// JSON.
+pub fn content_value(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
 fn collect_stubs(value: &Value, out: &mut Vec<String>) {
     if let Some(reference) = stub_reference(value) {
         out.push(reference.to_owned());
@@ -314,7 +326,9 @@ fn collect_stubs(value: &Value, out: &mut Vec<String>) {
     }
 }
 
-fn substitute(value: Value, loaded: &HashMap<String, Value>) -> Result<Value> {
+/// `value` with every stub replaced by the content it stands for in `loaded` (by reference),
+/// following the stub's `path`; a stub whose artifact is not in `loaded` is `NOT_FOUND`.
+pub fn substitute_stubs(value: Value, loaded: &HashMap<String, Value>) -> Result<Value> {
     if let Some(reference) = stub_reference(&value) {
         let content = loaded
             .get(reference)
@@ -331,10 +345,10 @@ fn substitute(value: Value, loaded: &HashMap<String, Value>) -> Result<Value> {
     }
     Ok(match value {
         Value::Object(map) => Value::Object(
-            map.into_iter().map(|(k, v)| Ok((k, substitute(v, loaded)?))).collect::<Result<_>>()?,
+            map.into_iter().map(|(k, v)| Ok((k, substitute_stubs(v, loaded)?))).collect::<Result<_>>()?,
         ),
         Value::Array(items) => {
-            Value::Array(items.into_iter().map(|v| substitute(v, loaded)).collect::<Result<_>>()?)
+            Value::Array(items.into_iter().map(|v| substitute_stubs(v, loaded)).collect::<Result<_>>()?)
         }
         other => other,
     })
@@ -384,9 +398,9 @@ mod tests {
             [("art-1".to_owned(), json!({"rows": [{"x": 1}], "n": 1}))].into();
         let value =
             json!({"a": stub_at("art-1", &["rows".into(), "0".into()]), "b": [stub_at("art-1", &[])]});
-        let out = substitute(value, &loaded).unwrap();
+        let out = substitute_stubs(value, &loaded).unwrap();
         assert_eq!(out, json!({"a": {"x": 1}, "b": [{"rows": [{"x": 1}], "n": 1}]}));
-        assert!(substitute(stub_at("art-1", &["nope".into()]), &loaded).is_err());
-        assert!(substitute(stub_at("art-2", &[]), &loaded).is_err());
+        assert!(substitute_stubs(stub_at("art-1", &["nope".into()]), &loaded).is_err());
+        assert!(substitute_stubs(stub_at("art-2", &[]), &loaded).is_err());
     }
 }

@@ -177,20 +177,24 @@ class Stack(unittest.TestCase):
         (parent,) = wait_for(hermes_parent, what="the Python span's parent, a Hermes span of the same trace")
         self.assertTrue(parent.name)
 
-    def test_large_outputs_travel_as_artifacts_between_rust_and_python_nodes(self):
-        # The Rust node's 90 KB text is offloaded as an artifact; the Python node receives the
-        # text itself, and its own 180 KB output is offloaded in turn, read back by a Rust node
-        # both whole and at a path.
-        line = "row-{{ i }}-abcdefghijklmnopqrstuvwxyz0123456789\n"
-        plan = hermes.Plan(nodes=[
-            hermes.Node("big", "text.template", {"template": "{% for i in range(2000) %}" + line + "{% endfor %}"}),
+    LINE = "row-{{ i }}-abcdefghijklmnopqrstuvwxyz0123456789\n"
+
+    def large_outputs_plan(self):
+        # A Rust node's 90 KB text, measured by a Python node into 180 KB, read by a Rust node.
+        return hermes.Plan(nodes=[
+            hermes.Node("big", "text.template", {"template": "{% for i in range(2000) %}" + self.LINE + "{% endfor %}"}),
             hermes.Node("py", "py.measure", {"text": {"$ref": "big.text"}}),
             hermes.Node("c", "text.template", {"template": "{{ lines }} {{ twice | length }} {{ twice[:6] }}",
                                                "values": {"lines": {"$ref": "py.lines"}, "twice": {"$ref": "py.twice"}}}),
         ], output_node="c")
-        goal = self.client.wait(self.client.submit(plan), timeout_s=60)
+
+    def test_large_outputs_travel_as_artifacts_between_rust_and_python_nodes(self):
+        # The Rust node's 90 KB text is offloaded as an artifact; the Python node receives the
+        # text itself, and its own 180 KB output is offloaded in turn, read back by a Rust node
+        # both whole and at a path.
+        goal = self.client.wait(self.client.submit(self.large_outputs_plan()), timeout_s=60)
         self.assertEqual(goal.status, "completed", goal.error)
-        text_len = len("".join(line.replace("{{ i }}", str(i)) for i in range(2000)))
+        text_len = len("".join(self.LINE.replace("{{ i }}", str(i)) for i in range(2000)))
         self.assertGreater(text_len, 64 * 1024)
         self.assertEqual(goal.output["text"], f"2000 {2 * text_len} row-0-")
         for node in ("big", "py"):
@@ -211,18 +215,29 @@ class Stack(unittest.TestCase):
         goal = self.client.wait(self.client.submit(plan), timeout_s=60)
         self.assertEqual(goal.status, "completed", goal.error)
 
-        def replay(tools):
-            return subprocess.run([str(BIN), "replay", goal.goal_id, "--server", self.grpc, "--tools", tools,
+        def replay(goal_id, tools):
+            return subprocess.run([str(BIN), "replay", goal_id, "--server", self.grpc, "--tools", tools,
                                    "--workspace", self.dir.name], capture_output=True, text=True, timeout=180,
                                   env=dict(os.environ, HERMES_LLM_PROVIDER="none"))
 
-        recorded = replay("recorded")
+        recorded = replay(goal.goal_id, "recorded")
         self.assertEqual(recorded.returncode, 0, recorded.stdout + recorded.stderr)
         # Run live, the fresh stack has no agent serving the Python task type, and says so.
-        live = replay("live")
+        live = replay(goal.goal_id, "live")
         self.assertNotEqual(live.returncode, 0, live.stdout)
         self.assertIn("unknown task type `py.double`", live.stderr)
         self.assertIn("--tools recorded", live.stderr)
+
+        # Outputs kept as artifacts: the Python node's 180 KB is served from the record by
+        # content (read through the Memory API), the Rust node after it reads the served output,
+        # and both runs' outputs compare by content, though every artifact reference is new.
+        large = self.client.wait(self.client.submit(self.large_outputs_plan()), timeout_s=60)
+        self.assertEqual(large.status, "completed", large.error)
+        self.assertTrue(large.node("py").raw.memory_ref)
+        recorded = replay(large.goal_id, "recorded")
+        self.assertEqual(recorded.returncode, 0, recorded.stdout + recorded.stderr)
+        self.assertIn("no divergence", recorded.stdout)
+        self.assertIn("1 tool calls served from the record", recorded.stdout)
 
     def test_exceptions_become_typed_results(self):
         plan = {"nodes": [{"id": "f", "task_type": "py.fail", "inputs": {"kind": "permanent"}}]}

@@ -199,3 +199,74 @@ async fn an_agent_goal_replays_with_recorded_tools_and_its_side_effect_does_not_
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "shipped\nshipped\n");
     t.stop().await;
 }
+
+/// Outputs over the inline limit are kept as artifacts, whose references are new in each run:
+/// `hermes replay` reads the original run's through the Memory API and its own from its store,
+/// and compares them by content, so the same large outputs are no divergence and a changed one
+/// is named with what it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_outputs_kept_as_artifacts_are_compared_by_content() {
+    let workspace = tempfile::tempdir().unwrap();
+    let text: String = (0..3000).map(|i| format!("line {i} of the report\n")).collect();
+    assert!(text.len() > hermes_core::artifacts::DEFAULT_INLINE_LIMIT);
+    std::fs::write(workspace.path().join("report.txt"), &text).unwrap();
+    let mut t = Sandbox::builder()
+        .workspace(workspace.path())
+        .memory(hermes_memory::MemoryConfig::default())
+        .start()
+        .await;
+    let plan = hermes_proto::TaskPlan {
+        nodes: vec![
+            hermes_tests::node("read", "fs.read", json!({"path": "report.txt"}), &[]),
+            hermes_tests::node(
+                "quote",
+                "text.template",
+                json!({"template": "{{ t }}(end)", "values": {"t": {"$ref": "read.text"}}}),
+                &["read"],
+            ),
+        ],
+        output_node: "quote".into(),
+        ..Default::default()
+    };
+    let goal_id = t.submit(plan).await.unwrap();
+    let events = t.events(&goal_id).await;
+    assert_eq!(kind_name(events.last().unwrap()), "completed");
+    let goal = t
+        .client
+        .get_goal(hermes_proto::GetGoalRequest { goal_id: goal_id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    for node in &goal.nodes {
+        assert!(
+            node.memory_ref.starts_with("art-"),
+            "{} is not an artifact: {}",
+            node.node_id,
+            node.output_json
+        );
+    }
+
+    let grpc = t.stack.as_ref().unwrap().grpc_url();
+    let replay = |dir: &std::path::Path| {
+        Command::new(hermes_bin())
+            .args(["replay", &goal_id, "--server", &grpc, "--workspace", dir.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let same = replay(workspace.path());
+    let stdout = String::from_utf8_lossy(&same.stdout);
+    assert!(same.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&same.stderr));
+    assert!(stdout.contains("no divergence"), "{stdout}");
+    assert!(!stdout.contains("cannot read"), "{stdout}");
+
+    // One line of the file differs: named by content, though every reference differed anyway.
+    let changed = tempfile::tempdir().unwrap();
+    std::fs::write(changed.path().join("report.txt"), text.replace("line 0 of", "line zero of")).unwrap();
+    let diverged = replay(changed.path());
+    let stdout = String::from_utf8_lossy(&diverged.stdout);
+    assert_eq!(diverged.status.code(), Some(1), "{stdout}\n{}", String::from_utf8_lossy(&diverged.stderr));
+    assert!(stdout.contains("the first: node `read` output was"), "{stdout}");
+    assert!(stdout.contains("line zero of the report"), "{stdout}");
+    assert!(!stdout.contains("$artifact"), "{stdout}");
+    t.stop().await;
+}

@@ -517,6 +517,12 @@ fn client_commands_carry_the_api_token() {
         .unwrap();
     assert!(by_env.status.success(), "{}", text(&by_env));
 
+    // The Memory API on the same port needs the token too, and `hermes memory` sends it.
+    let memory = hermes(&["memory", "artifacts", "--server", &grpc]);
+    assert!(text(&memory).contains("UNAUTHENTICATED"), "{}", text(&memory));
+    let memory = hermes(&["memory", "artifacts", "--server", &grpc, "--token", "cli-secret"]);
+    assert!(memory.status.success(), "{}", text(&memory));
+
     let cancelled = hermes(&["cancel", "g-nothing-here", "--server", &grpc, "--token", "cli-secret"]);
     assert!(!cancelled.status.success(), "{}", text(&cancelled));
     let audit = hermes(&["audit", "--server", &grpc, "--token", "cli-secret"]);
