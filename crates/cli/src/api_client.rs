@@ -53,11 +53,16 @@ pub fn memory(channel: Channel, credentials: Credentials) -> MemoryApi {
     MemoryClient::with_interceptor(channel, credentials).max_decoding_message_size(8 * 1024 * 1024)
 }
 
-/// An artifact's whole content, read through the Memory API.
-pub async fn read_artifact(memory: &mut MemoryApi, reference: &str) -> Result<Vec<u8>, tonic::Status> {
+/// The whole content of an artifact `goal_id` produced (`GetGoalArtifact`).
+pub async fn read_goal_artifact(
+    client: &mut Client,
+    goal_id: &str,
+    reference: &str,
+) -> Result<Vec<u8>, tonic::Status> {
     use futures::StreamExt as _;
-    let request = hermes_proto::ArtifactRequest { r#ref: reference.to_owned(), ..Default::default() };
-    let mut chunks = memory.get_artifact(request).await?.into_inner();
+    let request =
+        hermes_proto::GoalArtifactRequest { goal_id: goal_id.to_owned(), r#ref: reference.to_owned() };
+    let mut chunks = client.get_goal_artifact(request).await?.into_inner();
     let mut content = Vec::new();
     while let Some(chunk) = chunks.next().await {
         content.extend_from_slice(&chunk?.data);

@@ -544,9 +544,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             against,
             server,
         } => {
-            let mut original = remote(&server).await?;
+            let mut original = connect(&server).await?;
             let mut against = match against {
-                Some(address) => Some(remote(&ServerArg { server: address, ..server.clone() }).await?),
+                Some(address) => Some(connect(&ServerArg { server: address, ..server.clone() }).await?),
                 None => None,
             };
             let live_model = match model {
@@ -665,16 +665,6 @@ async fn connect(server: &ServerArg) -> anyhow::Result<hermes_cli::api_client::C
 async fn connect_memory(server: &ServerArg) -> anyhow::Result<hermes_cli::api_client::MemoryApi> {
     let credentials = hermes_cli::api_client::Credentials::bearer(server.token.as_deref())?;
     Ok(hermes_cli::api_client::memory(channel(server).await?, credentials))
-}
-
-/// The dispatcher's and the Memory API at `server`, over one channel: what replay reads from.
-async fn remote(server: &ServerArg) -> anyhow::Result<hermes_cli::replay_cmd::Remote> {
-    let credentials = hermes_cli::api_client::Credentials::bearer(server.token.as_deref())?;
-    let channel = channel(server).await?;
-    Ok(hermes_cli::replay_cmd::Remote {
-        api: hermes_cli::api_client::client(channel.clone(), credentials.clone()),
-        memory: hermes_cli::api_client::memory(channel, credentials),
-    })
 }
 
 fn status_error(status: tonic::Status) -> anyhow::Error {

@@ -5,9 +5,9 @@
 //! output and status. A model request with no matching record (a prompt changed) is the first
 //! divergence, named by the message that differs, never answered. With `--tools recorded`, the
 //! calls of tools with side effects or that reach the network are answered from the record too
-//! (`RecordedTools`), so nothing they did happens again. Outputs kept as artifacts are read (the
-//! original run's through the Memory API of `--server`) and compared, and served, by content:
-//! artifact references are new in each run. Exit 0: the same; 1: a divergence
+//! (`RecordedTools`), so nothing they did happens again. Outputs kept as artifacts are read
+//! (`GetGoalArtifact`) and compared, and served, by content: artifact references are new in each
+//! run. Exit 0: the same; 1: a divergence
 //! (docs/evaluation.md).
 
 use std::collections::{HashMap, VecDeque};
@@ -22,7 +22,7 @@ use hermes_proto::{Goal, GoalSpec, ListModelExchangesRequest, SubmitGoalRequest,
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::api_client::{Client, MemoryApi};
+use crate::api_client::Client;
 use crate::stack::{Stack, StackConfig};
 
 /// Where a replay's tool calls are answered from.
@@ -44,23 +44,16 @@ pub struct Options {
     pub live_model: Option<Arc<dyn hermes_llm::ChatModel>>,
 }
 
-/// A running stack's APIs that a replay reads from, or runs in.
-pub struct Remote {
-    pub api: Client,
-    /// Where the stack's artifacts are read (served on the dispatcher's port by `hermes up`).
-    pub memory: MemoryApi,
-}
-
 /// Replays `goal_id` of the stack `original` talks to, in a fresh stack, or with `against` in
 /// that running stack (whose own model and tools answer); prints the comparison and returns the
 /// exit code.
 pub async fn run(
-    original: &mut Remote,
+    original: &mut Client,
     goal_id: &str,
     options: &Options,
-    against: Option<&mut Remote>,
+    against: Option<&mut Client>,
 ) -> anyhow::Result<i32> {
-    let mut old = crate::api_client::get_goal(&mut original.api, goal_id).await?;
+    let mut old = crate::api_client::get_goal(original, goal_id).await?;
     if !hermes_dispatcher::engine::is_terminal(old.status) {
         bail!(
             "goal {goal_id} has not finished ({}): replay a finished goal",
@@ -72,25 +65,19 @@ pub async fn run(
     }
     if let Some(stack) = against {
         println!("replaying {goal_id} in the named stack, with its own model and tools");
-        warn_unread(
-            inline_artifacts(&mut old, &mut [], &mut ArtifactReader::Remote(&mut original.memory)).await,
-        );
-        let mut new = replay_on(&mut stack.api, &old).await?;
-        warn_unread(
-            inline_artifacts(&mut new, &mut [], &mut ArtifactReader::Remote(&mut stack.memory)).await,
-        );
+        warn_unread(inline_artifacts(&mut old, &mut [], original).await);
+        let mut new = replay_on(stack, &old).await?;
+        warn_unread(inline_artifacts(&mut new, &mut [], stack).await);
         return Ok(report(Vec::new(), &old, &new, "the named stack's model and tools answered".into()));
     }
     let records = original
-        .api
         .list_model_exchanges(ListModelExchangesRequest { goal_id: goal_id.to_owned() })
         .await
         .map_err(|s| anyhow::anyhow!("cannot read the records of {goal_id}: {}", s.message()))?
         .into_inner();
     let exchanges = records.exchanges;
     let mut recorded_tools = records.tool_exchanges;
-    let mut reader = ArtifactReader::Remote(&mut original.memory);
-    warn_unread(inline_artifacts(&mut old, &mut recorded_tools, &mut reader).await);
+    warn_unread(inline_artifacts(&mut old, &mut recorded_tools, original).await);
     let recorded = options.tools == Tools::Recorded;
     println!(
         "replaying {goal_id} ({}, {} recorded model exchanges, {} recorded agent tool calls) in a fresh stack; {}{}",
@@ -248,14 +235,17 @@ async fn replay_once(
     };
     let shutdown = CancellationToken::new();
     let stack = Stack::start(config, shutdown.clone()).await.context("cannot start the replay's stack")?;
-    let mut outcome = match tonic::transport::Endpoint::from_shared(stack.grpc_url())?.connect().await {
-        Ok(channel) => replay_on(&mut crate::api_client::client(channel, Default::default()), old).await,
-        Err(e) => Err(anyhow::anyhow!("cannot reach the replay's stack: {e}")),
-    };
-    if let Ok(new) = &mut outcome {
-        let mut reader = ArtifactReader::Local(stack.bus().artifacts());
-        warn_unread(inline_artifacts(new, &mut [], &mut reader).await);
+    let outcome = async {
+        let channel = tonic::transport::Endpoint::from_shared(stack.grpc_url())?
+            .connect()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach the replay's stack: {e}"))?;
+        let mut client = crate::api_client::client(channel, Default::default());
+        let mut new = replay_on(&mut client, old).await?;
+        warn_unread(inline_artifacts(&mut new, &mut [], &mut client).await);
+        Ok::<_, anyhow::Error>(new)
     }
+    .await;
     stack.stop().await;
     drop(nats);
     let mut divergences = answerer.divergences();
@@ -388,34 +378,12 @@ impl ToolPlayback for RecordedTools {
     }
 }
 
-/// Where a run's artifacts are read from: a running stack's Memory API, or the replay's own
-/// store.
-enum ArtifactReader<'a> {
-    Remote(&'a mut MemoryApi),
-    Local(&'a hermes_core::artifacts::Artifacts),
-}
-
-impl ArtifactReader<'_> {
-    async fn read(&mut self, reference: &str) -> Result<Vec<u8>, String> {
-        match self {
-            ArtifactReader::Remote(memory) => crate::api_client::read_artifact(memory, reference)
-                .await
-                .map_err(|s| format!("the Memory API of the stack answered {:?}: {}", s.code(), s.message())),
-            ArtifactReader::Local(store) => store.get(reference).await.map_err(|e| e.to_string()),
-        }
-    }
-}
-
 /// Puts the content of the artifacts that `goal`'s outputs and the recorded tool `calls` name in
-/// place of their stubs and references. An artifact's reference is new in each run, so only
+/// place of their stubs and references, read from the `stack` that ran it. An artifact's reference is new in each run, so only
 /// by content do two runs compare, and does the record answer the calls a replay makes (whose
 /// arguments hold content: agents resolve stubs before a tool runs). An output whose artifact
 /// cannot be read keeps its stub; those artifacts are returned, each with the reason.
-async fn inline_artifacts(
-    goal: &mut Goal,
-    calls: &mut [ToolExchange],
-    reader: &mut ArtifactReader<'_>,
-) -> Vec<String> {
+async fn inline_artifacts(goal: &mut Goal, calls: &mut [ToolExchange], stack: &mut Client) -> Vec<String> {
     use hermes_core::artifacts::{content_value, stub_references};
     let mut references: Vec<String> = goal
         .nodes
@@ -431,11 +399,11 @@ async fn inline_artifacts(
     let mut loaded = HashMap::new();
     let mut unread = Vec::new();
     for reference in references {
-        match reader.read(&reference).await {
+        match crate::api_client::read_goal_artifact(stack, &goal.goal_id, &reference).await {
             Ok(bytes) => {
                 loaded.insert(reference, content_value(&bytes));
             }
-            Err(why) => unread.push(format!("{reference} ({why})")),
+            Err(s) => unread.push(format!("{reference} ({:?}: {})", s.code(), s.message())),
         }
     }
     for node in &mut goal.nodes {

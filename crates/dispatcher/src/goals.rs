@@ -881,6 +881,29 @@ impl GoalService {
         ))
     }
 
+    /// An artifact `goal_id` produced, its metadata and its content, if `who` may read the goal.
+    /// Another goal's artifact is `NOT_FOUND`, as a missing one, and so is one stored under this
+    /// goal's id by another tenant: an artifact is owned by the goal's tenant (an agent's) or by
+    /// the tenant that stored it through the Memory API, naming any goal it liked.
+    pub(crate) async fn goal_artifact_as(
+        &self,
+        who: &Principal,
+        goal_id: &str,
+        reference: &str,
+    ) -> Result<(hermes_core::artifacts::ArtifactInfo, Vec<u8>)> {
+        let goal = self.readable_by(who, goal_id).await?;
+        let artifacts = self.bus.artifacts();
+        let not_found = || Error::NotFound { what: "artifact", id: format!("{goal_id}/{reference}") };
+        let info = artifacts.info(reference).await.map_err(|_| not_found())?;
+        let goal_tenant = tenant_of(&goal).unwrap_or_default();
+        let foreign = !info.tenant.is_empty() && info.tenant != goal_tenant;
+        if info.goal_id != goal_id || foreign {
+            return Err(not_found());
+        }
+        let bytes = artifacts.get(reference).await?;
+        Ok((info, bytes))
+    }
+
     /// The summarizer's exchange, recorded against the goal.
     pub(crate) async fn record_summary(&self, goal_id: &str, exchange: hermes_proto::ModelExchange) {
         if let Err(e) = self.records.record(goal_id, &format!("{goal_id}:summary"), &[exchange]).await {

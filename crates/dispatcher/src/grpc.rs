@@ -67,6 +67,7 @@ pub fn to_goal(state: GoalState) -> Goal {
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
+type ChunkStream = Pin<Box<dyn Stream<Item = Result<hermes_proto::ArtifactChunk, Status>> + Send>>;
 
 impl Api {
     /// The caller, from the request's `authorization` metadata (`Bearer <token>`).
@@ -210,5 +211,23 @@ impl DispatcherApi for Api {
         let goal_id = request.into_inner().goal_id;
         let (exchanges, tool_exchanges) = self.service.model_exchanges_as(&who, &goal_id).await?;
         Ok(Response::new(hermes_proto::ListModelExchangesResponse { exchanges, tool_exchanges }))
+    }
+
+    type GetGoalArtifactStream = ChunkStream;
+
+    async fn get_goal_artifact(
+        &self,
+        request: Request<hermes_proto::GoalArtifactRequest>,
+    ) -> Result<Response<ChunkStream>, Status> {
+        self.service.nats_up()?;
+        let who = self.who(&request)?;
+        let req = request.into_inner();
+        let (_, bytes) = self.service.goal_artifact_as(&who, goal_id_arg(&req.goal_id)?, &req.r#ref).await?;
+        // 1 MiB a message, well under any client's decoding limit.
+        let chunks: Vec<Result<hermes_proto::ArtifactChunk, Status>> = bytes
+            .chunks(hermes_core::artifacts::CHUNK_SIZE * 32)
+            .map(|c| Ok(hermes_proto::ArtifactChunk { data: c.to_vec() }))
+            .collect();
+        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 }

@@ -880,22 +880,8 @@ async fn goal_artifact(
     Path((id, reference)): Path<(String, String)>,
 ) -> Answer {
     api.service.nats_up()?;
-    let goal_id = goal_id_arg(&id)?;
     let caller = who(&api, &headers)?;
-    let goal = api.service.readable_by(&caller, goal_id).await?;
-    let artifacts = api.service.bus().artifacts();
-    let not_found =
-        || Problem::from(Error::NotFound { what: "artifact", id: format!("{goal_id}/{reference}") });
-    let info = artifacts.info(&reference).await.map_err(|_| not_found())?;
-    // An artifact is owned by the goal's tenant (an agent's) or by the tenant that stored it
-    // through the Memory API, naming any goal it liked: it is the goal's only when its owner is
-    // the goal's tenant.
-    let goal_tenant = crate::access::tenant_of(&goal).unwrap_or_default();
-    let foreign = !info.tenant.is_empty() && info.tenant != goal_tenant;
-    if info.goal_id != goal_id || foreign {
-        return Err(not_found());
-    }
-    let bytes = artifacts.get(&reference).await?;
+    let (info, bytes) = api.service.goal_artifact_as(&caller, goal_id_arg(&id)?, &reference).await?;
     let content_type = HeaderValue::from_str(&info.content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     Ok(([(header::CONTENT_TYPE, content_type)], bytes).into_response())

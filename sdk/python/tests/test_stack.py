@@ -6,6 +6,7 @@ Run by `make test` through scripts/check-python.sh (the binaries are built by th
 """
 
 import asyncio
+import json
 import os
 import pathlib
 import signal
@@ -203,6 +204,24 @@ class Stack(unittest.TestCase):
             self.assertTrue(goal.node(node).raw.memory_ref, node)
         self.assertEqual(goal.node("py").agent_id, "py-1")
         self.assertEqual(goal.node("py").output["size_bytes"] > 2 * text_len, True)
+        # The client reads them back through the goal: raw, and put in place of their stubs.
+        reference = goal.node("py").output["$artifact"]
+        measured = json.loads(self.client.artifact(goal.goal_id, reference))
+        self.assertEqual((measured["lines"], len(measured["twice"])), (2000, 2 * text_len))
+        self.assertEqual(self.client.resolve(goal.goal_id, {"m": goal.node("py").output}), {"m": measured})
+        self.assertEqual(self.client.resolve(goal.goal_id, goal.node("big").output)["text"][:6], "row-0-")
+        self.assertEqual(self.client.resolve(goal.goal_id, goal.output), goal.output)
+
+        async def read_async():
+            async with hermes.AsyncClient(self.grpc) as client:
+                return await client.resolve(goal.goal_id, goal.node("py").output)
+
+        self.assertEqual(asyncio.run(read_async()), measured)
+        # Only through the goal that made it: another goal's artifact is not found.
+        other = self.client.wait(self.client.submit({"nodes": [{"id": "n", "task_type": "math.evaluate",
+                                                                "inputs": {"expression": "1"}}]}), timeout_s=60)
+        with self.assertRaises(hermes.errors.NotFound):
+            self.client.artifact(other.goal_id, reference)
 
     def test_a_goal_with_python_nodes_replays_from_its_record(self):
         # `hermes replay` runs the goal again in a fresh stack of its own, whose one agent serves

@@ -53,10 +53,13 @@ class Units(unittest.TestCase):
         loaded = {"art-1": {"rows": [{"x": 1}], "n": 1}}
         value = {"a": {"$artifact": "art-1", "path": ["rows", "0"]}, "b": [{"$artifact": "art-1", "path": []}],
                  "c": {"$artifact": "art-1", "junk": True}}
-        self.assertEqual(artifacts._substitute(value, loaded),
+        self.assertEqual(artifacts.stub_references(value), ["art-1"])
+        self.assertEqual(artifacts.content_value(b'{"n": 1}'), {"n": 1})
+        self.assertEqual(artifacts.content_value(b"plain text"), "plain text")
+        self.assertEqual(artifacts.substitute(value, loaded),
                          {"a": {"x": 1}, "b": [{"rows": [{"x": 1}], "n": 1}], "c": {"$artifact": "art-1", "junk": True}})
         with self.assertRaises(errors.InvalidArgument) as missing:
-            artifacts._substitute({"$artifact": "art-1", "path": ["nope"]}, loaded)
+            artifacts.substitute({"$artifact": "art-1", "path": ["nope"]}, loaded)
         self.assertIn("path nope not found in artifact `art-1`", str(missing.exception))
 
     def test_a_schema_is_derived_from_the_signature(self):

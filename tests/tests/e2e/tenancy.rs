@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use hermes_proto::event::Kind;
 use hermes_proto::memory_client::MemoryClient;
 use hermes_proto::{
-    ArtifactRequest, DeadLetterRequest, GoalSpec, ListArtifactsRequest, ListDeadLettersRequest,
-    PutArtifactChunk, PutArtifactHeader, SearchRequest, SubmitGoalRequest, put_artifact_chunk::Part,
+    ArtifactRequest, DeadLetterRequest, GoalArtifactRequest, GoalSpec, ListArtifactsRequest,
+    ListDeadLettersRequest, PutArtifactChunk, PutArtifactHeader, SearchRequest, SubmitGoalRequest,
+    put_artifact_chunk::Part,
 };
 use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
 use hermes_tests::{Sandbox, local_memory, with_token};
@@ -158,7 +159,7 @@ async fn sessions_memories_artifacts_and_dead_letters_are_each_tenants_own() {
     // tenant it names.
     let channel =
         tonic::transport::Channel::from_shared(t.stack().grpc_url()).unwrap().connect().await.unwrap();
-    let mut grpc = MemoryClient::new(channel);
+    let mut grpc = MemoryClient::new(channel.clone());
     let search = SearchRequest {
         query: "April revenue per category".into(),
         top_k: 10,
@@ -300,7 +301,8 @@ async fn sessions_memories_artifacts_and_dead_letters_are_each_tenants_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_goals_large_output_is_its_tenants_artifact() {
     let workspace = tempfile::tempdir().unwrap();
-    let text = "a line of a large file\n".repeat(10_000);
+    // Over a MiB: the gRPC reads below come in more than one chunk.
+    let text = "a line of a large file\n".repeat(60_000);
     std::fs::write(workspace.path().join("big.txt"), &text).unwrap();
     let mut t = Sandbox::builder()
         .api_tokens(&tokens())
@@ -325,7 +327,7 @@ async fn a_goals_large_output_is_its_tenants_artifact() {
 
     let channel =
         tonic::transport::Channel::from_shared(t.stack().grpc_url()).unwrap().connect().await.unwrap();
-    let mut grpc = MemoryClient::new(channel);
+    let mut grpc = MemoryClient::new(channel.clone());
     let request = ArtifactRequest { r#ref: reference.clone(), ..Default::default() };
     let stat = grpc
         .stat_artifact(with_token(request.clone(), OPERATOR_A))
@@ -363,7 +365,26 @@ async fn a_goals_large_output_is_its_tenants_artifact() {
             http.get(format!("{base}/v1/goals/{id}/artifacts/{reference}")).bearer_auth(SUBMITTER_A);
         async move { request.send().await.unwrap().status() }
     };
-    assert_eq!(get(planted.r#ref).await, reqwest::StatusCode::NOT_FOUND);
-    assert_eq!(get(reference).await, reqwest::StatusCode::OK);
+    assert_eq!(get(planted.r#ref.clone()).await, reqwest::StatusCode::NOT_FOUND);
+    assert_eq!(get(reference.clone()).await, reqwest::StatusCode::OK);
+
+    // Over gRPC (`GetGoalArtifact`) the same, to any role that may read the goal: a submitter,
+    // where the Memory API needs an operator.
+    let mut dispatcher = hermes_proto::dispatcher_client::DispatcherClient::new(channel);
+    let request = |reference: &str, token: &str| {
+        with_token(GoalArtifactRequest { goal_id: id.clone(), r#ref: reference.to_owned() }, token)
+    };
+    let mut chunks =
+        dispatcher.get_goal_artifact(request(&reference, SUBMITTER_A)).await.unwrap().into_inner();
+    let (mut through_goal, mut count) = (Vec::new(), 0);
+    while let Some(chunk) = chunks.message().await.unwrap() {
+        through_goal.extend(chunk.data);
+        count += 1;
+    }
+    assert!(through_goal == bytes && count > 1, "{count} chunks, {} bytes", through_goal.len());
+    for (reference, token) in [(&planted.r#ref, SUBMITTER_A), (&reference, SUBMITTER_B)] {
+        let refused = dispatcher.get_goal_artifact(request(reference, token)).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::NotFound, "{refused:?}");
+    }
     t.stop().await;
 }

@@ -66,6 +66,21 @@ def _collect(value: Any, out: list[str]) -> None:
             _collect(item, out)
 
 
+def stub_references(value: Any) -> list[str]:
+    """The artifacts the stubs anywhere in `value` name, each once, in order."""
+    references: list[str] = []
+    _collect(value, references)
+    return list(dict.fromkeys(references))
+
+
+def content_value(data: bytes) -> Any:
+    """What an artifact's content stands for: the stored JSON, or its text when it is not JSON."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode(errors="replace")
+
+
 def _lookup(value: Any, path: list[str]) -> tuple[bool, Any]:
     for segment in path:
         if isinstance(value, dict) and segment in value:
@@ -77,7 +92,9 @@ def _lookup(value: Any, path: list[str]) -> tuple[bool, Any]:
     return True, value
 
 
-def _substitute(value: Any, loaded: dict[str, Any]) -> Any:
+def substitute(value: Any, loaded: dict[str, Any]) -> Any:
+    """`value` with every stub replaced by the content `loaded` holds for its artifact, at the
+    stub's `path` (`errors.InvalidArgument` when the path is not there)."""
     reference = stub_reference(value)
     if reference is not None:
         path = [str(p) for p in value.get("path") or []]
@@ -86,9 +103,9 @@ def _substitute(value: Any, loaded: dict[str, Any]) -> Any:
             raise errors.InvalidArgument(f"path {'.'.join(path)} not found in artifact `{reference}`")
         return content
     if isinstance(value, dict):
-        return {k: _substitute(v, loaded) for k, v in value.items()}
+        return {k: substitute(v, loaded) for k, v in value.items()}
     if isinstance(value, list):
-        return [_substitute(v, loaded) for v in value]
+        return [substitute(v, loaded) for v in value]
     return value
 
 
@@ -206,11 +223,5 @@ class Artifacts:
                     f"the inputs would take over {max_bytes} bytes once their {len(references)} artifact "
                     "reference(s) are resolved (each counts with its artifact's full size); pass fewer or "
                     "smaller references")
-        loaded: dict[str, Any] = {}
-        for reference in sizes:
-            data = await self.get(reference)
-            try:
-                loaded[reference] = json.loads(data)
-            except ValueError:
-                loaded[reference] = data.decode(errors="replace")
-        return _substitute(value, loaded)
+        loaded = {reference: content_value(await self.get(reference)) for reference in sizes}
+        return substitute(value, loaded)

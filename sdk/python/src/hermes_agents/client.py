@@ -1,16 +1,16 @@
-"""The client: submit goals, follow them, cancel them and decide approvals, over the
-dispatcher's gRPC API. `Client` is synchronous, `AsyncClient` the same for asyncio. Errors come
+"""The client: submit goals, follow them, cancel them, decide approvals and read the artifacts
+goals produced, over the dispatcher's gRPC API. `Client` is synchronous, `AsyncClient` the same for asyncio. Errors come
 as typed exceptions (`hermes_agents.errors`)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import grpc
 
-from hermes_agents import errors
+from hermes_agents import artifacts, errors
 from hermes_agents._proto.hermes.v1 import dispatcher_pb2, dispatcher_pb2_grpc, goal_pb2
 from hermes_agents.types import EventView, GoalView, Plan
 
@@ -97,6 +97,23 @@ class Client:
     def _decide(self, goal_id: str, call_id: str, approve: bool, note: str):
         request = dispatcher_pb2.ApproveToolCallRequest(goal_id=goal_id, call_id=call_id, approve=approve, note=note)
         return self._call(self._stub.ApproveToolCall, request)
+
+    def artifact(self, goal_id: str, reference: str, timeout_s: float = 120.0) -> bytes:
+        """The whole content of an artifact the goal produced. An output over 64 KiB stands in
+        the goal as a stub, `{"$artifact": "art-...", "size_bytes": N, ...}`, naming it. Another
+        goal's artifact is `errors.NotFound`, as a missing one."""
+        request = dispatcher_pb2.GoalArtifactRequest(goal_id=goal_id, ref=reference)
+        try:
+            chunks = self._stub.GetGoalArtifact(request, metadata=self._metadata, timeout=timeout_s)
+            return b"".join(chunk.data for chunk in chunks)
+        except grpc.RpcError as e:
+            raise errors.from_grpc(e) from None
+
+    def resolve(self, goal_id: str, value: Any) -> Any:
+        """`value` (the goal's output, or a node's) with each artifact stub in it replaced by what
+        it stands for: the artifact's JSON, or its text, at the stub's `path`."""
+        loaded = {r: artifacts.content_value(self.artifact(goal_id, r)) for r in artifacts.stub_references(value)}
+        return artifacts.substitute(value, loaded) if loaded else value
 
     def watch(self, goal_id: str, after_seq: int = 0, reconnects: int = 10) -> Iterator[EventView]:
         """The goal's events, oldest first, until its terminal event. A dropped connection is
@@ -186,6 +203,21 @@ class AsyncClient:
     async def deny(self, goal_id: str, call_id: str, note: str = ""):
         request = dispatcher_pb2.ApproveToolCallRequest(goal_id=goal_id, call_id=call_id, approve=False, note=note)
         return await self._call(self._stub.ApproveToolCall, request)
+
+    async def artifact(self, goal_id: str, reference: str, timeout_s: float = 120.0) -> bytes:
+        """As `Client.artifact`."""
+        request = dispatcher_pb2.GoalArtifactRequest(goal_id=goal_id, ref=reference)
+        try:
+            call = self._stub.GetGoalArtifact(request, metadata=self._metadata, timeout=timeout_s)
+            return b"".join([chunk.data async for chunk in call])
+        except grpc.RpcError as e:
+            raise errors.from_grpc(e) from None
+
+    async def resolve(self, goal_id: str, value: Any) -> Any:
+        """As `Client.resolve`."""
+        loaded = {r: artifacts.content_value(await self.artifact(goal_id, r))
+                  for r in artifacts.stub_references(value)}
+        return artifacts.substitute(value, loaded) if loaded else value
 
     async def watch(self, goal_id: str, after_seq: int = 0, reconnects: int = 10) -> AsyncIterator[EventView]:
         failures = 0
