@@ -2,7 +2,7 @@
 standard library and reports its status. It reaches the network, so a transient failure is
 declared retryable: the dispatcher tries the node again under its retry policy.
 
-    HERMES_NATS_URL=... python examples/python/http_tool.py
+    HERMES_NATS_URL=$(hermes nats-url) python examples/python/http_tool.py
 """
 
 import urllib.error

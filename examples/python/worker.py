@@ -1,9 +1,10 @@
 """A Python worker wrapping a plain function: `text.word-count` joins the pool like any Rust tool.
 
     pip install ./sdk/python
-    HERMES_NATS_URL=nats://hermes:<password>@127.0.0.1:4222 python examples/python/worker.py
+    HERMES_NATS_URL=$(hermes nats-url) python examples/python/worker.py
 
-(`hermes up` prints where its password is; see docs/python.md.)
+(`hermes nats-url` prints the URL, with its password, of the nats-server that the `hermes up`
+running on `.hermes` started; see docs/python.md.)
 """
 
 import collections

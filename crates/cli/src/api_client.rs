@@ -1,4 +1,4 @@
-//! The gRPC clients of the `hermes` commands: the dispatcher's API and the Memory API, over a
+//! The gRPC clients of the `hermes` commands: the dispatcher's, the registry's and the Memory API, over a
 //! channel that sends the API token (`--token`, `HERMES_TOKEN`) as `authorization: Bearer <token>`
 //! on every call, when one is given.
 
@@ -43,6 +43,15 @@ impl Interceptor for Credentials {
 /// A dispatcher client over `channel` with `credentials`.
 pub fn client(channel: Channel, credentials: Credentials) -> Client {
     DispatcherClient::with_interceptor(channel, credentials)
+}
+
+/// The registry's client (served on the dispatcher's port by `hermes up`).
+pub type RegistryApi =
+    hermes_proto::registry_client::RegistryClient<InterceptedService<Channel, Credentials>>;
+
+/// A registry client over `channel` with `credentials`.
+pub fn registry(channel: Channel, credentials: Credentials) -> RegistryApi {
+    hermes_proto::registry_client::RegistryClient::with_interceptor(channel, credentials)
 }
 
 /// The Memory API's client (served on the dispatcher's port by `hermes up`).

@@ -93,6 +93,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+    /// Print the NATS URL, with its password, of the nats-server a running `hermes up` started,
+    /// for processes that join its bus (a Python worker: `HERMES_NATS_URL=$(hermes nats-url)`).
+    NatsUrl {
+        /// The running `hermes up`'s data dir.
+        #[arg(long, env = "HERMES_DATA_DIR", default_value = ".hermes")]
+        data_dir: std::path::PathBuf,
+    },
     /// List live agents with their load.
     Agents {
         #[command(flatten)]
@@ -377,9 +384,13 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Up { .. } | Command::Planner { .. } | Command::Agent { .. } => {
             bail!("service commands are run by main, not here")
         }
+        Command::NatsUrl { data_dir } => {
+            println!("{}", hermes_cli::nats::local_url(&data_dir.join("nats"))?);
+            Ok(0)
+        }
         Command::Agents { server } => {
-            let channel = channel(&server).await?;
-            let mut client = hermes_proto::registry_client::RegistryClient::new(channel);
+            let credentials = hermes_cli::api_client::Credentials::bearer(server.token.as_deref())?;
+            let mut client = hermes_cli::api_client::registry(channel(&server).await?, credentials);
             let agents = client
                 .list_agents(hermes_proto::ListAgentsRequest {})
                 .await

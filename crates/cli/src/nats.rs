@@ -45,17 +45,11 @@ fn local_password(data_dir: &Path) -> anyhow::Result<(String, PathBuf)> {
     use std::io::Write;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let path = data_dir.join(AUTH_FILE);
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let password = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("password:").map(|p| p.trim().trim_matches('"').to_owned()));
-        if let Some(password) = password.filter(|p| p.len() >= 32 && p.chars().all(|c| c.is_ascii_hexdigit()))
-        {
-            // Whatever happened to its mode since, it is the server's secret.
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-                .with_context(|| format!("cannot restrict {}", path.display()))?;
-            return Ok((password, path));
-        }
+    if let Some(password) = read_password(&path) {
+        // Whatever happened to its mode since, it is the server's secret.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("cannot restrict {}", path.display()))?;
+        return Ok((password, path));
     }
     let password: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
     let _ = std::fs::remove_file(&path);
@@ -73,6 +67,49 @@ fn local_password(data_dir: &Path) -> anyhow::Result<(String, PathBuf)> {
     )
     .with_context(|| format!("cannot write {}", path.display()))?;
     Ok((password, path))
+}
+
+/// The password a local server's config at `path` holds, when it is one `hermes up` made.
+fn read_password(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let password = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("password:").map(|p| p.trim().trim_matches('"').to_owned()))?;
+    (password.len() >= 32 && password.chars().all(|c| c.is_ascii_hexdigit())).then_some(password)
+}
+
+/// The client URL, with its credentials, of the local nats-server that a running `hermes up`
+/// started on the store dir `data_dir` (`<--data-dir>/nats`): what a process joins that stack's
+/// bus with, a Python worker say (`hermes nats-url`). An error says why there is none.
+pub fn local_url(data_dir: &Path) -> anyhow::Result<String> {
+    use std::io::Read;
+    let path = data_dir.join(LOCK_FILE);
+    let not_running = || {
+        format!(
+            "no `hermes up` is running on {}: start one (a `hermes up` given a reachable HERMES_NATS_URL uses that server; use that URL)",
+            data_dir.display()
+        )
+    };
+    let mut file = std::fs::File::open(&path).with_context(not_running)?;
+    match file.try_lock_shared() {
+        // Nobody holds it: no `hermes up` runs there.
+        Ok(()) => bail!(not_running()),
+        Err(std::fs::TryLockError::WouldBlock) => {}
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+        }
+    }
+    let mut recorded = String::new();
+    file.read_to_string(&mut recorded).with_context(|| format!("cannot read {}", path.display()))?;
+    let port = recorded
+        .lines()
+        .find_map(|l| l.strip_prefix("port ").and_then(|p| p.trim().parse::<u16>().ok()))
+        .with_context(|| {
+            format!("{} names no port yet: the nats-server is still starting", path.display())
+        })?;
+    let auth = data_dir.join(AUTH_FILE);
+    let password = read_password(&auth).with_context(|| format!("{} holds no password", auth.display()))?;
+    Ok(format!("nats://{LOCAL_USER}:{password}@127.0.0.1:{port}"))
 }
 
 /// `url` without a user or password in it, for printing.
@@ -129,10 +166,10 @@ fn lock_store(data_dir: &Path) -> anyhow::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Records the server's pid in the lock file.
-fn record_server(lock: &mut std::fs::File, pid: u32) -> std::io::Result<()> {
+/// Records the server's pid and client port in the lock file.
+fn record_server(lock: &mut std::fs::File, pid: u32, port: u16) -> std::io::Result<()> {
     use std::io::Write;
-    writeln!(lock, "nats {pid}")?;
+    writeln!(lock, "nats {pid}\nport {port}")?;
     lock.flush()
 }
 
@@ -238,7 +275,7 @@ pub async fn start_local(data_dir: &Path, store_secret: Option<&str>) -> anyhow:
         .spawn()
         .with_context(|| format!("cannot start {}", binary.display()))?;
     if let Some(pid) = child.id() {
-        record_server(&mut lock, pid)?;
+        record_server(&mut lock, pid, port)?;
     }
     let url = format!("nats://{LOCAL_USER}:{password}@127.0.0.1:{port}");
     for _ in 0..200 {

@@ -26,7 +26,7 @@ import time
 import unittest
 
 import hermes_agents as hermes
-from test_stack import BIN, HERE, wait_for
+from test_stack import BIN, HERE, nats_url, wait_for
 
 AGENTS = """
 [defaults]
@@ -68,9 +68,7 @@ class Conformance:
             cls.up.kill()
             raise RuntimeError("hermes up did not become ready")
         cls.grpc = ready[3]
-        auth = (root / "data" / "nats" / "auth.conf").read_text()
-        password = auth.split('password: "', 1)[1].split('"', 1)[0]
-        cls.nats = ready[5].replace("nats://", f"nats://hermes:{password}@", 1)
+        cls.nats = nats_url(root / "data")
         cls.client = hermes.Client(cls.grpc)
         cls.agents_started = []
 

@@ -64,6 +64,15 @@ class Spans:
         return [(service, span) for service, span in list(self.spans) if span.trace_id.hex() == trace_id_hex]
 
 
+def nats_url(data_dir):
+    """The URL, with its password, of the nats-server the `hermes up` on `data_dir` started."""
+    out = subprocess.run([str(BIN), "nats-url", "--data-dir", str(data_dir)], capture_output=True, text=True,
+                         timeout=30)
+    if out.returncode != 0:
+        raise RuntimeError(f"hermes nats-url: {out.stderr}")
+    return out.stdout.strip()
+
+
 def wait_for(check, timeout=30.0, what="the condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -100,10 +109,10 @@ class Stack(unittest.TestCase):
             cls.up.kill()
             raise RuntimeError("hermes up did not become ready")
         cls.grpc = ready[3]
-        # The local nats-server refuses anonymous clients: its one user's password is in auth.conf.
-        auth = (root / "data" / "nats" / "auth.conf").read_text()
-        password = auth.split('password: "', 1)[1].split('"', 1)[0]
-        cls.nats = ready[5].replace("nats://", f"nats://hermes:{password}@", 1)
+        # The local nats-server refuses anonymous clients: `hermes nats-url` gives its URL with
+        # the password, as docs/python.md says.
+        cls.nats = nats_url(root / "data")
+        assert cls.nats.endswith("@" + ready[5].removeprefix("nats://")), (cls.nats, ready)
         cls.workers = {}
         cls.start_worker("py-1", TASKS="py.double,py.fail,py.nap,py.stamp,py.shape,py.measure")
         cls.client = hermes.Client(cls.grpc)

@@ -484,7 +484,28 @@ fn the_local_nats_server_refuses_anonymous_clients_and_takes_its_generated_passw
         let js = async_nats::jetstream::new(client);
         js.get_key_value("hermes_goals").await.expect("and reaches the goals bucket");
     });
+
+    // `hermes nats-url` prints that URL with the password, for another process to join with;
+    // once `hermes up` has stopped, it says none runs there.
+    let nats_url = || {
+        Command::new(env!("CARGO_BIN_EXE_hermes"))
+            .arg("nats-url")
+            .arg("--data-dir")
+            .arg(data.path())
+            .output()
+            .unwrap()
+    };
+    let printed = nats_url();
+    assert!(printed.status.success(), "{}", text(&printed));
+    let host_port = url.trim_start_matches("nats://");
+    assert_eq!(
+        String::from_utf8_lossy(&printed.stdout).trim(),
+        format!("nats://hermes:{password}@{host_port}")
+    );
     drop(up);
+    let after = nats_url();
+    assert!(!after.status.success(), "{}", text(&after));
+    assert!(text(&after).contains("no `hermes up` is running on"), "{}", text(&after));
 }
 
 /// With an API tokens file, `hermes` client commands are refused without a token and work with
@@ -522,6 +543,12 @@ fn client_commands_carry_the_api_token() {
     assert!(text(&memory).contains("UNAUTHENTICATED"), "{}", text(&memory));
     let memory = hermes(&["memory", "artifacts", "--server", &grpc, "--token", "cli-secret"]);
     assert!(memory.status.success(), "{}", text(&memory));
+
+    // So does the registry's, and `hermes agents` sends it.
+    let agents = hermes(&["agents", "--server", &grpc]);
+    assert!(text(&agents).contains("UNAUTHENTICATED"), "{}", text(&agents));
+    let agents = hermes(&["agents", "--server", &grpc, "--token", "cli-secret"]);
+    assert!(agents.status.success(), "{}", text(&agents));
 
     let cancelled = hermes(&["cancel", "g-nothing-here", "--server", &grpc, "--token", "cli-secret"]);
     assert!(!cancelled.status.success(), "{}", text(&cancelled));
