@@ -665,6 +665,26 @@ fn consumer_config(spec: &ConsumerSpec) -> consumer::pull::Config {
     }
 }
 
+/// The settings of an existing consumer that differ from `spec`'s, each as `name: in effect
+/// (wanted)`. [`Bus::durable_consumer`] binds to a consumer as it is: one that serves a whole pool
+/// keeps the settings of whoever created it first.
+pub fn config_differences(config: &consumer::Config, spec: &ConsumerSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    if config.ack_wait != spec.ack_wait {
+        out.push(format!("ack_wait: {:?} (wanted {:?})", config.ack_wait, spec.ack_wait));
+    }
+    if config.max_deliver != spec.max_deliver {
+        out.push(format!("max_deliver: {} (wanted {})", config.max_deliver, spec.max_deliver));
+    }
+    if config.max_ack_pending != spec.max_ack_pending {
+        out.push(format!("max_ack_pending: {} (wanted {})", config.max_ack_pending, spec.max_ack_pending));
+    }
+    if config.filter_subject != spec.filter_subject {
+        out.push(format!("filter_subject: {} (wanted {})", config.filter_subject, spec.filter_subject));
+    }
+    out
+}
+
 /// A durable pull consumer to create or bind.
 #[derive(Debug, Clone)]
 pub struct ConsumerSpec {

@@ -143,3 +143,32 @@ async fn a_shutdown_hands_back_unstarted_messages_once() {
     assert_eq!(state.num_pending + state.num_ack_pending as u64, 4, "{state:?}");
     assert_eq!(dead_letters(&bus).await, 0);
 }
+
+/// A consumer created fresh has no differences to report; one bound with other settings keeps
+/// the settings it was created with (what the warning says).
+#[tokio::test]
+async fn a_bound_consumer_keeps_the_settings_it_was_created_with() {
+    let nats = NatsServer::start();
+    let (bus, first) = setup(&nats).await;
+    assert_eq!(first.cached_info().config.ack_wait, Duration::from_secs(30));
+    let topology = bus.topology().clone();
+    let spec = ConsumerSpec {
+        stream: topology.plans_stream(),
+        name: "consume_test".into(),
+        filter_subject: topology.plan_request(),
+        ack_wait: Duration::from_secs(5),
+        max_deliver: 7,
+        max_ack_pending: 100,
+    };
+    let bound = bus.durable_consumer(spec.clone()).await.unwrap();
+    let config = &bound.cached_info().config;
+    assert_eq!((config.ack_wait, config.max_deliver), (Duration::from_secs(30), 5));
+    let differs = hermes_core::bus::config_differences(config, &spec);
+    assert_eq!(differs, ["ack_wait: 30s (wanted 5s)", "max_deliver: 5 (wanted 7)"]);
+    // Deleted and made again with these settings, it has them (a work queue has one consumer
+    // per subject).
+    let stream = bus.jetstream().get_stream(topology.plans_stream()).await.unwrap();
+    stream.delete_consumer("consume_test").await.unwrap();
+    let fresh = bus.durable_consumer(spec.clone()).await.unwrap();
+    assert!(hermes_core::bus::config_differences(&fresh.cached_info().config, &spec).is_empty());
+}

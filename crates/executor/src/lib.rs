@@ -170,8 +170,28 @@ impl Agent {
             max_ack_pending: 20_000,
         });
         // Bind them now, so a problem shows at start rather than in the pull loop.
-        futures::future::try_join_all(consumers.iter().map(|spec| bus.durable_consumer(spec.clone())))
-            .await?;
+        let bound =
+            futures::future::try_join_all(consumers.iter().map(|spec| bus.durable_consumer(spec.clone())))
+                .await?;
+        // A pool's consumers keep the settings of the agent that created them first: say when
+        // this agent's differ, once.
+        let differing: Vec<String> = bound
+            .iter()
+            .zip(&consumers)
+            .filter_map(|(consumer, spec)| {
+                let differs = hermes_core::bus::config_differences(&consumer.cached_info().config, spec);
+                (!differs.is_empty()).then(|| format!("{}: {}", spec.name, differs.join(", ")))
+            })
+            .collect();
+        if let Some(first) = differing.first() {
+            warn!(
+                agent = %config.agent_id,
+                consumers = differing.len(),
+                first = %first,
+                "consumers this agent pulls from exist with other settings than its own, and keep them: \
+                 change them on the server (`nats consumer edit`), or delete them while nothing is pending"
+            );
+        }
         Ok(Agent { bus, config, registry, consumers, started_unix_ms: now_unix_ms() })
     }
 

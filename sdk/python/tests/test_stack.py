@@ -133,12 +133,12 @@ class Stack(unittest.TestCase):
         cls.dir.cleanup()
 
     @classmethod
-    def start_worker(cls, agent_id, **env):
+    def start_worker(cls, agent_id, stderr=subprocess.DEVNULL, **env):
         log = pathlib.Path(cls.dir.name) / "ship.log"
         environment = dict(os.environ, WORKER_ID=agent_id, NATS_URL=cls.nats, SHIP_LOG=str(log), **cls.otel,
                            **{k: str(v) for k, v in env.items()})
         cls.workers[agent_id] = subprocess.Popen([sys.executable, str(HERE / "worker_app.py")], env=environment,
-                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                                 stdout=subprocess.DEVNULL, stderr=stderr)
         return cls.workers[agent_id]
 
     @classmethod
@@ -146,6 +146,22 @@ class Stack(unittest.TestCase):
         """`hermes agents`, as a person would run it."""
         out = subprocess.run([str(BIN), "agents", "--server", cls.grpc], capture_output=True, text=True, timeout=30)
         return out.stdout
+
+    def test_a_worker_joining_a_pool_with_other_consumer_settings_says_so(self):
+        # py-1 created the pool's consumers with a 30 s ack wait; a worker that wants 7 s binds
+        # to them as they are, and warns once, naming what is in effect.
+        log = pathlib.Path(self.dir.name) / "py-ack.err"
+        with open(log, "w") as err:
+            worker = self.start_worker("py-ack", stderr=err, TASKS="py.double", ACK_WAIT_S="7")
+        try:
+            wait_for(lambda: "py-ack" in self.agents(), what="py-ack registered")
+            warnings = [line for line in log.read_text().splitlines() if "exist with other settings" in line]
+            self.assertEqual(len(warnings), 1, log.read_text())
+            self.assertIn("ack_wait: 30.0 (wanted 7.0)", warnings[0])
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+            del self.workers["py-ack"]
 
     def test_a_python_worker_is_listed_like_any_agent(self):
         listing = self.agents()

@@ -233,6 +233,20 @@ class Worker:
             sys.exit(supervise.supervise(f"hermes worker {self.agent_id}"))
         asyncio.run(self.serve())
 
+    async def _differences(self, durable: str, wanted) -> list[str]:
+        """The settings the existing consumer `durable` has other than `wanted`, each as
+        `name: in effect (wanted)`. One consumer serves a whole pool, so the first to create it set
+        them, and a worker started later binds to it as it is (as the Rust executor does)."""
+        try:
+            info = await self._js.consumer_info(self._stream("TASKS"), durable)
+        except Exception as e:  # noqa: BLE001 - only a warning is at stake
+            log.debug("cannot read consumer %s: %s", durable, e)
+            return []
+        settings = (("ack_wait", info.config.ack_wait, wanted.ack_wait),
+                    ("max_deliver", info.config.max_deliver, wanted.max_deliver),
+                    ("max_ack_pending", info.config.max_ack_pending, wanted.max_ack_pending))
+        return [f"{name}: {have} (wanted {want})" for name, have, want in settings if have != want]
+
     async def serve(self, stop: asyncio.Event | None = None) -> None:
         """Serves until `stop` is set (or SIGTERM/SIGINT when it is not given), then drains."""
         import nats
@@ -257,11 +271,19 @@ class Worker:
             log.warning("the previous worker process crashed with %d task(s) in flight; each counts one crash", counted)
         self._slots = asyncio.Semaphore(self.max_concurrency)
         subs = []
+        differing = []
         for durable, subject in self.consumers():
             config = ConsumerConfig(durable_name=durable, filter_subject=subject, ack_policy=AckPolicy.EXPLICIT,
                                     ack_wait=self.ack_wait_s, max_deliver=self.max_deliver, max_ack_pending=20_000)
             subs.append(await self._js.pull_subscribe(subject, durable=durable, stream=self._stream("TASKS"),
                                                       config=config))
+            differs = await self._differences(durable, config)
+            if differs:
+                differing.append(f"{durable}: {', '.join(differs)}")
+        if differing:
+            log.warning("%d consumer(s) this worker pulls from exist with other settings than its own, and keep them "
+                        "(first %s): change them on the server (`nats consumer edit`), or delete them while nothing "
+                        "is pending", len(differing), differing[0])
         cancels = await self._nc.subscribe(self._subject("cancel", "*"), cb=self._on_cancel)
         health = await self._serve_health() if self.health_listen else None
         await self._beat()
