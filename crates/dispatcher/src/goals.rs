@@ -566,13 +566,16 @@ impl GoalService {
 
     /// The newest goals first.
     pub async fn list(&self, limit: usize) -> Result<Vec<GoalState>> {
+        use futures::{StreamExt as _, TryStreamExt as _};
         let keys = self.store.keys().await?;
-        let mut goals = Vec::with_capacity(keys.len());
-        for key in keys {
-            if let Some((state, _)) = self.store.load(&key).await? {
-                goals.push(state);
-            }
-        }
+        // Every goal is read (a goal's id says nothing of its age when it came from an
+        // idempotency key), so the reads go out together rather than one round trip at a time.
+        let loaded: Vec<Option<(GoalState, u64)>> = futures::stream::iter(keys)
+            .map(|key| async move { self.store.load(&key).await })
+            .buffer_unordered(64)
+            .try_collect()
+            .await?;
+        let mut goals: Vec<GoalState> = loaded.into_iter().flatten().map(|(state, _)| state).collect();
         goals.sort_by_key(|g| std::cmp::Reverse(g.created_unix_ms));
         goals.truncate(limit);
         Ok(goals)
