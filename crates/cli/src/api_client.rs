@@ -79,6 +79,29 @@ pub async fn read_goal_artifact(
     Ok(content)
 }
 
+/// What each artifact among `references` that `goal_id` produced stands for in JSON (its JSON,
+/// or its text), read once each; and those that could not be read, each with why.
+pub async fn load_goal_artifacts(
+    client: &mut Client,
+    goal_id: &str,
+    references: impl IntoIterator<Item = String>,
+) -> (std::collections::HashMap<String, serde_json::Value>, Vec<String>) {
+    let mut loaded = std::collections::HashMap::new();
+    let mut unread = Vec::new();
+    for reference in references {
+        if loaded.contains_key(&reference) {
+            continue;
+        }
+        match read_goal_artifact(client, goal_id, &reference).await {
+            Ok(bytes) => {
+                loaded.insert(reference, hermes_core::artifacts::content_value(&bytes));
+            }
+            Err(s) => unread.push(format!("{reference} ({:?}: {})", s.code(), s.message())),
+        }
+    }
+    (loaded, unread)
+}
+
 /// The goal, or an error naming it.
 pub async fn get_goal(client: &mut Client, goal_id: &str) -> anyhow::Result<hermes_proto::Goal> {
     client

@@ -182,6 +182,19 @@ enum Command {
         #[command(flatten)]
         server: ServerArg,
     },
+    /// Print a goal's output (or a node's, with --node), with the artifacts that large outputs
+    /// stand for read in place of their stubs: text as it is, anything else as JSON.
+    Output {
+        goal_id: String,
+        /// A node's output instead of the goal's.
+        #[arg(long)]
+        node: Option<String>,
+        /// Write it to this file instead of stdout.
+        #[arg(short, long)]
+        output: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        server: ServerArg,
+    },
     /// Show a goal.
     Get {
         goal_id: String,
@@ -499,6 +512,45 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Deny { goal_id, call_id, note, server } => {
             decide(&server, goal_id, call_id, false, note).await
+        }
+        Command::Output { goal_id, node, output, server } => {
+            let mut client = connect(&server).await?;
+            let goal = client
+                .get_goal(GetGoalRequest { goal_id: goal_id.clone() })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            let text = match &node {
+                Some(id) => {
+                    let node = goal.nodes.iter().find(|n| &n.node_id == id);
+                    let node = node.with_context(|| format!("goal {goal_id} has no node `{id}`"))?;
+                    node.output_json.clone()
+                }
+                None => goal.output_json.clone(),
+            };
+            if text.is_empty() {
+                let whose = node.map(|n| format!("node `{n}` of ")).unwrap_or_default();
+                bail!("{whose}goal {goal_id} has no output ({})", status_name(goal.status).to_lowercase());
+            }
+            let value: serde_json::Value =
+                serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+            let references = hermes_core::artifacts::stub_references(&value);
+            let (loaded, unread) =
+                hermes_cli::api_client::load_goal_artifacts(&mut client, &goal_id, references).await;
+            if !unread.is_empty() {
+                bail!("cannot read the output's artifacts: {}", unread.join("; "));
+            }
+            let value = hermes_core::artifacts::substitute_stubs(value, &loaded)?;
+            let rendered = match value {
+                serde_json::Value::String(text) => text,
+                other => serde_json::to_string_pretty(&other)? + "\n",
+            };
+            match output {
+                Some(path) => std::fs::write(&path, rendered)
+                    .with_context(|| format!("cannot write {}", path.display()))?,
+                None => print!("{rendered}"),
+            }
+            Ok(0)
         }
         Command::Get { goal_id, server } => {
             let mut client = connect(&server).await?;

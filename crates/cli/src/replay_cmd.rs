@@ -379,12 +379,13 @@ impl ToolPlayback for RecordedTools {
 }
 
 /// Puts the content of the artifacts that `goal`'s outputs and the recorded tool `calls` name in
-/// place of their stubs and references, read from the `stack` that ran it. An artifact's reference is new in each run, so only
-/// by content do two runs compare, and does the record answer the calls a replay makes (whose
-/// arguments hold content: agents resolve stubs before a tool runs). An output whose artifact
-/// cannot be read keeps its stub; those artifacts are returned, each with the reason.
+/// place of their stubs and references, read from the `stack` that ran it. An artifact's
+/// reference is new in each run, so only by content do two runs compare, and does the record
+/// answer the calls a replay makes (whose arguments hold content: agents resolve stubs before a
+/// tool runs). An output whose artifact cannot be read keeps its stub; those artifacts are
+/// returned, each with the reason.
 async fn inline_artifacts(goal: &mut Goal, calls: &mut [ToolExchange], stack: &mut Client) -> Vec<String> {
-    use hermes_core::artifacts::{content_value, stub_references};
+    use hermes_core::artifacts::stub_references;
     let mut references: Vec<String> = goal
         .nodes
         .iter()
@@ -396,16 +397,8 @@ async fn inline_artifacts(goal: &mut Goal, calls: &mut [ToolExchange], stack: &m
         .collect();
     references.sort();
     references.dedup();
-    let mut loaded = HashMap::new();
-    let mut unread = Vec::new();
-    for reference in references {
-        match crate::api_client::read_goal_artifact(stack, &goal.goal_id, &reference).await {
-            Ok(bytes) => {
-                loaded.insert(reference, content_value(&bytes));
-            }
-            Err(s) => unread.push(format!("{reference} ({:?}: {})", s.code(), s.message())),
-        }
-    }
+    let goal_id = goal.goal_id.clone();
+    let (loaded, unread) = crate::api_client::load_goal_artifacts(stack, &goal_id, references).await;
     for node in &mut goal.nodes {
         if let Some(text) = inlined(&node.output_json, &loaded) {
             node.output_json = text;

@@ -201,11 +201,11 @@ async fn an_agent_goal_replays_with_recorded_tools_and_its_side_effect_does_not_
 }
 
 /// Outputs over the inline limit are kept as artifacts, whose references are new in each run:
-/// `hermes replay` reads the original run's through the Memory API and its own from its store,
-/// and compares them by content, so the same large outputs are no divergence and a changed one
-/// is named with what it holds.
+/// `hermes output` prints them read from their artifacts, and `hermes replay` reads each run's
+/// from the stack that ran it and compares them by content, so the same large outputs are no
+/// divergence and a changed one is named with what it holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn large_outputs_kept_as_artifacts_are_compared_by_content() {
+async fn large_outputs_kept_as_artifacts_print_and_replay_by_content() {
     let workspace = tempfile::tempdir().unwrap();
     let text: String = (0..3000).map(|i| format!("line {i} of the report\n")).collect();
     assert!(text.len() > hermes_core::artifacts::DEFAULT_INLINE_LIMIT);
@@ -247,6 +247,21 @@ async fn large_outputs_kept_as_artifacts_are_compared_by_content() {
     }
 
     let grpc = t.stack.as_ref().unwrap().grpc_url();
+    // `hermes output`: the goal's output and a node's, whole, though each is a stub in the goal.
+    let hermes =
+        |args: &[&str]| Command::new(hermes_bin()).args(args).args(["--server", &grpc]).output().unwrap();
+    let printed = hermes(&["output", &goal_id]);
+    assert!(printed.status.success(), "{}", String::from_utf8_lossy(&printed.stderr));
+    let output: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap();
+    assert_eq!(output, json!({"text": format!("{text}(end)")}));
+    let file = workspace.path().join("read.json");
+    let written = hermes(&["output", &goal_id, "--node", "read", "-o", file.to_str().unwrap()]);
+    assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
+    let read: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(read["text"], text.as_str());
+    let missing = hermes(&["output", &goal_id, "--node", "nope"]);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("has no node `nope`"));
+
     let replay = |dir: &std::path::Path| {
         Command::new(hermes_bin())
             .args(["replay", &goal_id, "--server", &grpc, "--workspace", dir.to_str().unwrap()])
