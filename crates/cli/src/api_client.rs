@@ -102,6 +102,26 @@ pub async fn load_goal_artifacts(
     (loaded, unread)
 }
 
+/// `text`, an output as a goal holds it (JSON, or text), with each artifact stub in it replaced
+/// by what the artifact stands for, read through the goal; an error names those that could not
+/// be read.
+pub async fn resolve_output(
+    client: &mut Client,
+    goal_id: &str,
+    text: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let value = serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()));
+    let references = hermes_core::artifacts::stub_references(&value);
+    if references.is_empty() {
+        return Ok(value);
+    }
+    let (loaded, unread) = load_goal_artifacts(client, goal_id, references).await;
+    if !unread.is_empty() {
+        anyhow::bail!("cannot read the output's artifacts: {}", unread.join("; "));
+    }
+    Ok(hermes_core::artifacts::substitute_stubs(value, &loaded)?)
+}
+
 /// The goal, or an error naming it.
 pub async fn get_goal(client: &mut Client, goal_id: &str) -> anyhow::Result<hermes_proto::Goal> {
     client

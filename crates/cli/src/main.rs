@@ -515,11 +515,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Output { goal_id, node, output, server } => {
             let mut client = connect(&server).await?;
-            let goal = client
-                .get_goal(GetGoalRequest { goal_id: goal_id.clone() })
-                .await
-                .map_err(status_error)?
-                .into_inner();
+            let goal = hermes_cli::api_client::get_goal(&mut client, &goal_id).await?;
             let text = match &node {
                 Some(id) => {
                     let node = goal.nodes.iter().find(|n| &n.node_id == id);
@@ -532,16 +528,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 let whose = node.map(|n| format!("node `{n}` of ")).unwrap_or_default();
                 bail!("{whose}goal {goal_id} has no output ({})", status_name(goal.status).to_lowercase());
             }
-            let value: serde_json::Value =
-                serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
-            let references = hermes_core::artifacts::stub_references(&value);
-            let (loaded, unread) =
-                hermes_cli::api_client::load_goal_artifacts(&mut client, &goal_id, references).await;
-            if !unread.is_empty() {
-                bail!("cannot read the output's artifacts: {}", unread.join("; "));
-            }
-            let value = hermes_core::artifacts::substitute_stubs(value, &loaded)?;
-            let rendered = match value {
+            let rendered = match hermes_cli::api_client::resolve_output(&mut client, &goal_id, &text).await? {
                 serde_json::Value::String(text) => text,
                 other => serde_json::to_string_pretty(&other)? + "\n",
             };

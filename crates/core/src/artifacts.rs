@@ -300,6 +300,17 @@ pub fn stub_pointers(value: &Value) -> Vec<String> {
     out
 }
 
+/// An artifact's content as the messages of a gRPC stream (`GetArtifact`, `GetGoalArtifact`):
+/// chunks of at most 1 MiB, well under any client's decoding limit, each copied out of `bytes`
+/// only when the stream asks for it.
+pub fn grpc_chunks(bytes: Vec<u8>) -> impl Iterator<Item = hermes_proto::ArtifactChunk> + Send + 'static {
+    const GRPC_CHUNK: usize = CHUNK_SIZE * 32;
+    let len = bytes.len();
+    (0..len).step_by(GRPC_CHUNK).map(move |start| hermes_proto::ArtifactChunk {
+        data: bytes[start..len.min(start + GRPC_CHUNK)].to_vec(),
+    })
+}
+
 /// The artifacts the stubs anywhere in `value` name, in order, repeats included.
 pub fn stub_references(value: &Value) -> Vec<String> {
     let mut out = Vec::new();
@@ -390,6 +401,19 @@ mod tests {
         let value = json!({"a": {"$artifact": "art-1"}, "b": [1, {"x": {"$artifact": "art-2", "junk": 1}}]});
         assert_eq!(stub_pointers(&value), vec!["/a".to_owned(), "/b/1/x".to_owned()]);
         assert!(stub_pointers(&json!({"$ref": "n.x", "s": "$artifact"})).is_empty());
+    }
+
+    #[test]
+    fn grpc_chunks_cover_the_content_in_order_at_most_a_mib_each() {
+        const MIB: usize = 1024 * 1024;
+        for len in [0, 1, MIB - 1, MIB, MIB + 1, 3 * MIB + 17] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let chunks: Vec<_> = grpc_chunks(bytes.clone()).collect();
+            assert_eq!(chunks.len(), len.div_ceil(MIB), "{len} bytes");
+            assert!(chunks.iter().all(|c| !c.data.is_empty() && c.data.len() <= MIB));
+            let joined: Vec<u8> = chunks.iter().flat_map(|c| c.data.iter().copied()).collect();
+            assert_eq!(joined, bytes, "{len} bytes");
+        }
     }
 
     #[test]

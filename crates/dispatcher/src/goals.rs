@@ -897,7 +897,11 @@ impl GoalService {
         let goal = self.readable_by(who, goal_id).await?;
         let artifacts = self.bus.artifacts();
         let not_found = || Error::NotFound { what: "artifact", id: format!("{goal_id}/{reference}") };
-        let info = artifacts.info(reference).await.map_err(|_| not_found())?;
+        // A malformed or missing reference is not found; the store failing is said as it is.
+        let info = artifacts.info(reference).await.map_err(|e| match e {
+            Error::NotFound { .. } | Error::InvalidArgument { .. } => not_found(),
+            other => other,
+        })?;
         let goal_tenant = tenant_of(&goal).unwrap_or_default();
         let foreign = !info.tenant.is_empty() && info.tenant != goal_tenant;
         if info.goal_id != goal_id || foreign {

@@ -223,11 +223,7 @@ impl DispatcherApi for Api {
         let who = self.who(&request)?;
         let req = request.into_inner();
         let (_, bytes) = self.service.goal_artifact_as(&who, goal_id_arg(&req.goal_id)?, &req.r#ref).await?;
-        // 1 MiB a message, well under any client's decoding limit.
-        let chunks: Vec<Result<hermes_proto::ArtifactChunk, Status>> = bytes
-            .chunks(hermes_core::artifacts::CHUNK_SIZE * 32)
-            .map(|c| Ok(hermes_proto::ArtifactChunk { data: c.to_vec() }))
-            .collect();
+        let chunks = hermes_core::artifacts::grpc_chunks(bytes).map(Ok);
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 }

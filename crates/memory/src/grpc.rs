@@ -4,7 +4,7 @@
 use std::pin::Pin;
 
 use futures::{Stream, StreamExt};
-use hermes_core::artifacts::{ArtifactInfo, CHUNK_SIZE};
+use hermes_core::artifacts::ArtifactInfo;
 use hermes_proto::memory_server::Memory as MemoryApi;
 pub use hermes_proto::memory_server::MemoryServer;
 use hermes_proto::put_artifact_chunk::Part;
@@ -155,8 +155,7 @@ impl MemoryApi for MemoryGrpc {
     async fn get_artifact(&self, request: Request<ArtifactRequest>) -> Result<Response<ChunkStream>, Status> {
         let reference = self.tenants_artifact(scoped(request)).await?.reference;
         let bytes = self.memory.bus().artifacts().get(&reference).await?;
-        let chunks: Vec<Result<ArtifactChunk, Status>> =
-            bytes.chunks(CHUNK_SIZE * 32).map(|c| Ok(ArtifactChunk { data: c.to_vec() })).collect();
+        let chunks = hermes_core::artifacts::grpc_chunks(bytes).map(Ok);
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 

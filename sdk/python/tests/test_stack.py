@@ -273,7 +273,7 @@ class Stack(unittest.TestCase):
         self.assertIn("--tools recorded", live.stderr)
 
         # Outputs kept as artifacts: the Python node's 180 KB is served from the record by
-        # content (read through the Memory API), the Rust node after it reads the served output,
+        # content (read through GetGoalArtifact), the Rust node after it reads the served output,
         # and both runs' outputs compare by content, though every artifact reference is new.
         large = self.client.wait(self.client.submit(self.large_outputs_plan()), timeout_s=60)
         self.assertEqual(large.status, "completed", large.error)

@@ -601,3 +601,37 @@ fn metrics_endpoints_count_what_the_goal_did() {
     let out = hermes(&["get", &run.goal_id, "--server", &run.server], &[]);
     assert!(text(&out).contains("tokens  "), "{}", text(&out));
 }
+
+/// An agent joining a pool whose consumers another agent created with another ack wait binds to
+/// them as they are, and says so once at start, naming what is in effect.
+#[test]
+fn an_agent_binding_a_pool_created_with_other_settings_warns_once() {
+    let nats = hermes_test_util::NatsServer::start();
+    let logs = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let agent = |id: &str, ack_wait: &str| {
+        let args = [
+            "agent",
+            "--nats-url",
+            &nats.url(),
+            "--agent-id",
+            id,
+            "--tools",
+            "math.evaluate",
+            "--workspace",
+            workspace.path().to_str().unwrap(),
+            "--agent-ack-wait-secs",
+            ack_wait,
+        ];
+        spawn(id, &args, &[], logs.path())
+    };
+    let first = agent("first", "30");
+    wait_for("the first agent to serve", Duration::from_secs(60), || first.logs().contains("agent serving"));
+    assert!(!first.logs().contains("exist with other settings"), "{}", first.logs());
+    let second = agent("second", "7");
+    let warned = |proc: &Proc| proc.logs().matches("exist with other settings than its own").count();
+    wait_for("the second agent's warning", Duration::from_secs(60), || warned(&second) > 0);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(warned(&second), 1, "{}", second.logs());
+    assert!(second.logs().contains("ack_wait: 30s (wanted 7s)"), "{}", second.logs());
+}

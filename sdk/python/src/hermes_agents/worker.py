@@ -244,7 +244,8 @@ class Worker:
             return []
         settings = (("ack_wait", info.config.ack_wait, wanted.ack_wait),
                     ("max_deliver", info.config.max_deliver, wanted.max_deliver),
-                    ("max_ack_pending", info.config.max_ack_pending, wanted.max_ack_pending))
+                    ("max_ack_pending", info.config.max_ack_pending, wanted.max_ack_pending),
+                    ("filter_subject", info.config.filter_subject, wanted.filter_subject))
         return [f"{name}: {have} (wanted {want})" for name, have, want in settings if have != want]
 
     async def serve(self, stop: asyncio.Event | None = None) -> None:
