@@ -503,7 +503,16 @@ fn the_local_nats_server_refuses_anonymous_clients_and_takes_its_generated_passw
         format!("nats://hermes:{password}@{host_port}")
     );
     drop(up);
-    let after = nats_url();
+    // The process that holds the data dir's lock is the supervised child of the one killed: it
+    // follows its parent (parent-death signal) a moment later.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let after = loop {
+        let after = nats_url();
+        if !after.status.success() || Instant::now() > deadline {
+            break after;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(!after.status.success(), "{}", text(&after));
     assert!(text(&after).contains("no `hermes up` is running on"), "{}", text(&after));
 }
