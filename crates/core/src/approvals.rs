@@ -96,10 +96,8 @@ impl ApprovalStore {
 
     /// Every approval nobody decided yet, across goals, the soonest to expire first.
     pub async fn pending(&self) -> Result<Vec<Approval>> {
-        use futures::StreamExt;
         let mut out = Vec::new();
-        let mut keys = self.kv.keys().await.map_err(|e| kv_error("list approvals", e))?;
-        while let Some(Ok(key)) = keys.next().await {
+        for key in crate::bus::kv_keys(&self.kv, "list approvals").await? {
             if let Some((approval, _)) = self.load(&key).await?
                 && approval.decision.is_none()
             {
@@ -112,11 +110,9 @@ impl ApprovalStore {
 
     /// Nodes of `goal_id` with an approval nobody decided yet.
     pub async fn pending_nodes(&self, goal_id: &str) -> Result<HashSet<String>> {
-        use futures::StreamExt;
         let mut out = HashSet::new();
-        let mut keys = self.kv.keys().await.map_err(|e| kv_error("list approvals", e))?;
         let prefix = format!("{goal_id}.");
-        while let Some(Ok(key)) = keys.next().await {
+        for key in crate::bus::kv_keys(&self.kv, "list approvals").await? {
             if !key.starts_with(&prefix) {
                 continue;
             }

@@ -123,15 +123,7 @@ impl GoalStore {
     }
 
     pub async fn keys(&self) -> Result<Vec<String>> {
-        use futures::TryStreamExt;
-        let keys = self
-            .kv
-            .keys()
-            .await
-            .map_err(|e| Error::JetStream { operation: "list goals", reason: e.to_string() })?;
-        keys.try_collect()
-            .await
-            .map_err(|e| Error::JetStream { operation: "list goals", reason: e.to_string() })
+        hermes_core::bus::kv_keys(&self.kv, "list goals").await
     }
 
     fn encode(&self, state: &GoalState) -> Result<Bytes> {

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
-use futures::StreamExt;
 use hermes_core::{Error, Result, now_unix_ms};
 use hermes_llm::{ChatModel, ChatRequest, Message};
 use hermes_proto::{SessionState, SessionSummary, SessionTurn};
@@ -135,10 +134,8 @@ impl Sessions {
 
     /// Every session, most recently updated first.
     pub async fn list(&self) -> Result<Vec<SessionState>> {
-        let mut keys = self.kv.keys().await.map_err(|e| kv_error("list sessions", e))?;
         let mut out = Vec::new();
-        while let Some(key) = keys.next().await {
-            let key = key.map_err(|e| kv_error("list sessions", e))?;
+        for key in hermes_core::bus::kv_keys(&self.kv, "list sessions").await? {
             if let Ok(Some(value)) = self.kv.get(&key).await
                 && let Ok(state) = SessionState::decode(value)
             {

@@ -320,11 +320,17 @@ impl Registry {
     /// was down): their entries are removed and they are returned, to be announced offline so a
     /// dispatcher takes over their directed work.
     pub async fn rebuild_from_kv(&self, bus: &Bus) -> (usize, Vec<AgentOffline>) {
-        let Ok(mut keys) = bus.agents().keys().await else { return (0, Vec::new()) };
+        let keys = match hermes_core::bus::kv_keys(bus.agents(), "list agents").await {
+            Ok(keys) => keys,
+            Err(e) => {
+                warn!(error = %e, "cannot read the mirrored heartbeats; agents are known from their next heartbeat");
+                return (0, Vec::new());
+            }
+        };
         let ttl_ms = self.inner.config.heartbeat_ttl.as_millis() as u64;
         let mut loaded = 0;
         let mut dead = Vec::new();
-        while let Some(Ok(key)) = keys.next().await {
+        for key in keys {
             let Ok(Some(bytes)) = bus.agents().get(&key).await else { continue };
             let Ok(hb) = AgentHeartbeat::decode(bytes) else { continue };
             if now_unix_ms().saturating_sub(hb.sent_unix_ms) <= ttl_ms {
