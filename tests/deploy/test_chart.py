@@ -367,7 +367,7 @@ class SafeByDefault(unittest.TestCase):
     """The chart is safe by default: API auth whenever the dispatcher listens beyond loopback
     (always, in a pod), every Deployment on NATS as its own user, and NetworkPolicies on."""
 
-    def test_api_tokens_are_mounted_from_their_secret_for_the_dispatcher_only(self):
+    def test_api_tokens_are_mounted_from_their_secret_for_the_services_with_an_api(self):
         docs, _ = render(load_values("minimal-values.yaml"))
         dispatcher = deployment(docs, "hermes-dispatcher")
         settings = settings_of(docs, dispatcher)
@@ -375,16 +375,25 @@ class SafeByDefault(unittest.TestCase):
         # Auth is on: nothing may also tell it to serve without.
         self.assertNotIn("HERMES_DISPATCHER_ALLOW_UNAUTHENTICATED", settings)
         self.assertNotIn("HERMES_ALLOW_UNAUTHENTICATED", settings)
-        spec = dispatcher["spec"]["template"]["spec"]
-        volumes = {v["name"]: v for v in spec["volumes"]}
-        self.assertEqual(
-            volumes["api-tokens"]["secret"],
-            {"secretName": "hermes-api-tokens", "items": [{"key": "tokens.toml", "path": "tokens.toml"}]},
-        )
-        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
-        self.assertEqual(mounts["api-tokens"], {"name": "api-tokens", "mountPath": "/etc/hermes/auth", "readOnly": True})
+        # The registry and memory check the same tokens on their own gRPC ports.
+        for name in ("hermes-registry", "hermes-memory"):
+            with self.subTest(deployment=name):
+                self.assertEqual(
+                    settings_of(docs, deployment(docs, name))["HERMES_API_TOKENS_FILE"], "/etc/hermes/auth/tokens.toml"
+                )
+        guarded = {"hermes-dispatcher", "hermes-registry", "hermes-memory"}
+        for name in guarded:
+            spec = deployment(docs, name)["spec"]["template"]["spec"]
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            with self.subTest(deployment=name):
+                self.assertEqual(
+                    volumes["api-tokens"]["secret"],
+                    {"secretName": "hermes-api-tokens", "items": [{"key": "tokens.toml", "path": "tokens.toml"}]},
+                )
+                mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+                self.assertEqual(mounts["api-tokens"], {"name": "api-tokens", "mountPath": "/etc/hermes/auth", "readOnly": True})
         for dep in by_kind(docs, "Deployment"):
-            if dep["metadata"]["name"] != "hermes-dispatcher":
+            if dep["metadata"]["name"] not in guarded:
                 with self.subTest(deployment=dep["metadata"]["name"]):
                     self.assertNotIn("hermes-api-tokens", {name for name, _ in secret_refs(dep)})
         # The key the Secret keeps the file under is the operator's; the path is fixed.
@@ -404,7 +413,11 @@ class SafeByDefault(unittest.TestCase):
         settings = settings_of(docs, dispatcher)
         self.assertEqual(settings["HERMES_DISPATCHER_ALLOW_UNAUTHENTICATED"], "true")
         self.assertNotIn("HERMES_DISPATCHER_API_TOKENS_FILE", settings)
-        self.assertNotIn("api-tokens", {v["name"] for v in dispatcher["spec"]["template"]["spec"]["volumes"]})
+        for name in ("hermes-dispatcher", "hermes-registry", "hermes-memory"):
+            dep = deployment(docs, name)
+            with self.subTest(deployment=name):
+                self.assertNotIn("HERMES_API_TOKENS_FILE", settings_of(docs, dep))
+                self.assertNotIn("api-tokens", {v["name"] for v in dep["spec"]["template"]["spec"]["volumes"]})
 
     def test_the_default_values_do_not_render_an_open_api(self):
         chart = helm.Chart.load(str(CHART))

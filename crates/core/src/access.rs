@@ -1,6 +1,7 @@
 //! Who may do what through the API doors (gRPC, HTTP, A2A): API tokens, each bound to a tenant
-//! and a set of roles, checked by [`GoalService`](crate::GoalService)'s `*_as` calls, so both
-//! doors apply one rule.
+//! and a set of roles, checked by the dispatcher's `GoalService` `*_as` calls, so both doors
+//! apply one rule, and by [`guard`] in front of the Registry and Memory gRPC services (on the
+//! dispatcher's port, or on their own with `api_tokens_file`).
 //!
 //! Tokens live in a TOML file (`dispatcher.api_tokens_file`, `HERMES_API_TOKENS_FILE`), hashed:
 //!
@@ -21,8 +22,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use crate::Error;
 use anyhow::Context as _;
-use hermes_core::Error;
 use hermes_proto::GoalState;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -123,12 +124,24 @@ impl Principal {
     }
 
     /// `state` as this principal may read it: whole with the secrets role (and with auth off),
-    /// else with its secrets redacted (`hermes_core::redact::goal_state`).
+    /// else with its secrets redacted (`crate::redact::goal_state`).
     pub fn view(&self, state: GoalState) -> GoalState {
         match self.require(Need::Secrets) {
             Ok(()) => state,
-            Err(_) => hermes_core::redact::goal_state(&state),
+            Err(_) => crate::redact::goal_state(&state),
         }
+    }
+
+    /// An artifact of `goal` as this principal may read it: whole with the secrets role (and
+    /// with auth off), else redacted as [`Principal::view`] redacts the outputs it stands in for
+    /// (`crate::redact::artifact`, with the goal's `secret_inputs`).
+    pub fn view_artifact(&self, goal: &GoalState, bytes: Vec<u8>) -> Vec<u8> {
+        if self.require(Need::Secrets).is_ok() {
+            return bytes;
+        }
+        let nodes = goal.plan.iter().flat_map(|p| p.nodes.iter());
+        let marked: Vec<String> = nodes.flat_map(|n| n.secret_inputs.iter().cloned()).collect();
+        crate::redact::artifact(bytes, &marked)
     }
 
     /// Whether the goal belongs to this principal's tenant (every goal, with auth off).
@@ -140,12 +153,47 @@ impl Principal {
     }
 }
 
+/// One tenant's quotas (a `[[tenant]]` entry, enforced by the dispatcher); an absent field is
+/// no limit.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantQuota {
+    pub name: String,
+    pub max_running_goals: Option<usize>,
+    pub submits_per_second: Option<f64>,
+    pub submit_burst: Option<u32>,
+    pub daily_tokens: Option<u64>,
+    pub daily_cost_usd: Option<f64>,
+}
+
+impl TenantQuota {
+    /// Checks the values, naming the tenant.
+    pub fn check(&self) -> anyhow::Result<()> {
+        crate::ids::check_id("tenant", &self.name, 64, crate::ids::IdShape::Word)?;
+        let positive = |what: &str, ok: bool| {
+            anyhow::ensure!(ok, "tenant `{}`: {what} must be a positive number", self.name);
+            Ok(())
+        };
+        positive("max_running_goals", self.max_running_goals.is_none_or(|n| n > 0))?;
+        positive("submits_per_second", self.submits_per_second.is_none_or(|r| r.is_finite() && r > 0.0))?;
+        positive("submit_burst", self.submit_burst.is_none_or(|b| b > 0))?;
+        positive("daily_tokens", self.daily_tokens.is_none_or(|t| t > 0))?;
+        positive("daily_cost_usd", self.daily_cost_usd.is_none_or(|c| c.is_finite() && c > 0.0))?;
+        anyhow::ensure!(
+            self.submit_burst.is_none() || self.submits_per_second.is_some(),
+            "tenant `{}`: submit_burst needs submits_per_second",
+            self.name
+        );
+        Ok(())
+    }
+}
+
 /// The tokens, or none (auth off), and the tenants' quotas.
 #[derive(Debug, Default)]
 pub struct Access {
     tokens: Option<HashMap<[u8; 32], Principal>>,
-    /// The `[[tenant]]` entries (`crate::quota`).
-    pub quotas: Vec<crate::quota::TenantQuota>,
+    /// The `[[tenant]]` entries (the dispatcher's quotas).
+    pub quotas: Vec<TenantQuota>,
 }
 
 #[derive(Deserialize)]
@@ -154,7 +202,7 @@ struct TokensFile {
     #[serde(default)]
     token: Vec<TokenEntry>,
     #[serde(default)]
-    tenant: Vec<crate::quota::TenantQuota>,
+    tenant: Vec<TenantQuota>,
 }
 
 #[derive(Deserialize)]
@@ -187,7 +235,7 @@ impl Access {
         for entry in file.token {
             let digest = decode_sha256(&entry.sha256)
                 .with_context(|| format!("token `{}`: sha256 must be 64 hex digits", entry.name))?;
-            hermes_core::ids::check_id("tenant", &entry.tenant, 64, hermes_core::ids::IdShape::Word)
+            crate::ids::check_id("tenant", &entry.tenant, 64, crate::ids::IdShape::Word)
                 .with_context(|| format!("token `{}`", entry.name))?;
             anyhow::ensure!(!entry.roles.is_empty(), "token `{}` has no roles", entry.name);
             let principal = Principal {
@@ -244,16 +292,16 @@ impl Access {
     }
 }
 
-/// The check of the services composed on the dispatcher's gRPC server that check no credentials
-/// themselves: `hermes.v1.Registry` needs any role (it reads agents), `hermes.v1.Memory` the
-/// operator role. The guard stamps the caller's tenant as [`TENANT_HEADER`], removing any the
+/// The check of the services that check no credentials themselves, composed on the dispatcher's
+/// gRPC server or on their own (`hermes-registry`, `hermes-memory` with `api_tokens_file`):
+/// `hermes.v1.Registry` needs any role (it reads agents), `hermes.v1.Memory` the operator role. The guard stamps the caller's tenant as [`TENANT_HEADER`], removing any the
 /// caller sent, and the Memory service keeps each tenant's sessions, collections and artifacts
 /// apart by it. The Dispatcher service checks its own calls; health and reflection stay open
 /// (they say nothing about goals).
 ///
-/// [`TENANT_HEADER`]: hermes_core::grpc::TENANT_HEADER
-pub fn guard(access: std::sync::Arc<Access>) -> hermes_core::grpc::Guard {
-    use hermes_core::grpc::TENANT_HEADER;
+/// [`TENANT_HEADER`]: crate::grpc::TENANT_HEADER
+pub fn guard(access: std::sync::Arc<Access>) -> crate::grpc::Guard {
+    use crate::grpc::TENANT_HEADER;
     std::sync::Arc::new(move |path: &str, headers: &mut axum::http::HeaderMap| {
         headers.remove(TENANT_HEADER);
         let need = if path.starts_with("/hermes.v1.Registry/") {
@@ -307,11 +355,11 @@ mod tests {
         assert_eq!(who.tenant.as_deref(), Some("team-a"));
         assert!(who.require(Need::Read).is_ok());
         let denied = who.require(Need::Submit).unwrap_err();
-        assert_eq!(denied.code(), hermes_core::ErrorCode::Denied);
+        assert_eq!(denied.code(), crate::ErrorCode::Denied);
         assert!(denied.to_string().contains("submitter"), "{denied}");
         for bad in [None, Some("Bearer nope"), Some("s3cret"), Some("Bearer ")] {
             let refused = access.authenticate(bad).unwrap_err();
-            assert_eq!(refused.code(), hermes_core::ErrorCode::Unauthenticated, "{bad:?}");
+            assert_eq!(refused.code(), crate::ErrorCode::Unauthenticated, "{bad:?}");
         }
     }
 

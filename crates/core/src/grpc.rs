@@ -104,8 +104,9 @@ pub type Guard =
     std::sync::Arc<dyn Fn(&str, &mut http::HeaderMap) -> Result<(), tonic::Status> + Send + Sync>;
 
 /// The metadata a [`Guard`] stamps with the authenticated caller's tenant, after removing any the
-/// caller sent. Services behind a guard (the Memory API on the dispatcher's port) scope their
-/// data to it; a service on its own port has no guard and trusts the request's `tenant` field.
+/// caller sent. Services behind a guard (the Memory API on the dispatcher's port, or on its own
+/// with API tokens) scope their data to it; one without a guard trusts the request's `tenant`
+/// field.
 pub const TENANT_HEADER: &str = "x-hermes-tenant";
 
 /// Applies a [`Guard`], when there is one, before any service sees the request.

@@ -1,6 +1,7 @@
 //! Foundations shared by every Hermes service: the JetStream bus and its topology, identifiers,
 //! the error model, plan validation, trace-context propagation, telemetry set-up and shutdown.
 
+pub mod access;
 pub mod approvals;
 pub mod artifacts;
 pub mod bus;

@@ -3,8 +3,9 @@
 //! `authorization`, ...), bearer credentials and `sk-` keys, and `key=value` / `key: value`
 //! pairs inside free text whose key names a secret.
 //!
-//! The goal's own data (node outputs in the goal state, artifacts) is not redacted: it is what
-//! the user asked for. Redaction applies where data is copied out for observation.
+//! The goal's own data is kept whole where it is stored (the goal state, artifacts): it is what
+//! the user asked for. It is redacted where it is copied out for observation, and where a
+//! principal without the `secrets` role reads it ([`goal_state`], [`artifact`]).
 
 use std::borrow::Cow;
 
@@ -196,18 +197,22 @@ pub fn redact_json_text(text: &str) -> String {
 /// `marked` (the node's `secret_inputs`), and everything [`redact`] finds.
 pub fn redact_inputs(text: &str, marked: &[String]) -> String {
     match serde_json::from_str::<Value>(text) {
-        Ok(mut value) => {
-            if let Value::Object(map) = &mut value {
-                for key in marked {
-                    if let Some(v) = map.get_mut(key) {
-                        *v = Value::String(REDACTED.to_owned());
-                    }
-                }
-            }
-            redact(&value).to_string()
-        }
+        Ok(value) => redact_marked(&value, marked).to_string(),
         Err(_) => redact_text(text).into_owned(),
     }
+}
+
+/// [`redact`], and the values of `value`'s top-level keys in `marked` replaced too.
+fn redact_marked(value: &Value, marked: &[String]) -> Value {
+    let mut redacted = redact(value);
+    if let Value::Object(map) = &mut redacted {
+        for key in marked {
+            if let Some(v) = map.get_mut(key) {
+                *v = Value::String(REDACTED.to_owned());
+            }
+        }
+    }
+    redacted
 }
 
 /// A goal's state as a principal without the right to see secrets may read it: plan inputs
@@ -228,6 +233,31 @@ pub fn goal_state(state: &hermes_proto::GoalState) -> hermes_proto::GoalState {
         spec.text = redact_text(&spec.text).into_owned();
     }
     state
+}
+
+/// A goal's artifact as a principal without the right to see secrets may read it, as
+/// [`goal_state`] shows the outputs it stands in for: JSON with its secrets redacted, and the
+/// values of its top-level keys in `marked` (the goal's `secret_inputs`: the dispatcher stores a
+/// node's large inputs whole as an artifact); other text redacted as free text. Bytes that are
+/// not UTF-8 are returned as they are, as are artifacts in which nothing is redacted.
+pub fn artifact(bytes: Vec<u8>, marked: &[String]) -> Vec<u8> {
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return bytes;
+    };
+    let redacted = match serde_json::from_str::<Value>(text) {
+        Ok(value) => {
+            let redacted = redact_marked(&value, marked);
+            if redacted == value {
+                return bytes;
+            }
+            redacted.to_string()
+        }
+        Err(_) => match redact_text(text) {
+            Cow::Borrowed(_) => return bytes,
+            Cow::Owned(redacted) => redacted,
+        },
+    };
+    redacted.into_bytes()
 }
 
 /// A task as a dead letter shows it: its inputs redacted (its `secret_inputs` too).
@@ -344,6 +374,22 @@ mod tests {
         assert_eq!(r["max_tokens"], 100);
         assert_eq!(r["input_tokens"], "12");
         assert!(!r.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn artifacts_are_redacted_as_json_or_text_and_left_whole_when_clean() {
+        let marked = vec!["body".to_owned()];
+        let json = br#"{"body": "plain words", "api_key": "k-1", "n": 3}"#.to_vec();
+        let redacted: Value = serde_json::from_slice(&artifact(json, &marked)).unwrap();
+        assert_eq!(redacted, json!({"body": REDACTED, "api_key": REDACTED, "n": 3}));
+        let text = b"line one\npassword: hunter2\n".to_vec();
+        let redacted = String::from_utf8(artifact(text, &[])).unwrap();
+        assert!(!redacted.contains("hunter2") && redacted.contains(REDACTED), "{redacted}");
+        // Nothing to redact: the very bytes, formatting kept.
+        let clean = b"{ \"text\" :  \"nothing here\" }".to_vec();
+        assert_eq!(artifact(clean.clone(), &[]), clean);
+        let binary = vec![0xff, 0xfe, b'p', b'a', b's', b's'];
+        assert_eq!(artifact(binary.clone(), &marked), binary);
     }
 
     #[test]

@@ -887,7 +887,8 @@ impl GoalService {
     /// An artifact `goal_id` produced, its metadata and its content, if `who` may read the goal.
     /// Another goal's artifact is `NOT_FOUND`, as a missing one, and so is one stored under this
     /// goal's id by another tenant: an artifact is owned by the goal's tenant (an agent's) or by
-    /// the tenant that stored it through the Memory API, naming any goal it liked.
+    /// the tenant that stored it through the Memory API, naming any goal it liked. Without the
+    /// secrets role, the content is redacted as the goal's outputs are (`Principal::view_artifact`).
     pub(crate) async fn goal_artifact_as(
         &self,
         who: &Principal,
@@ -908,7 +909,7 @@ impl GoalService {
             return Err(not_found());
         }
         let bytes = artifacts.get(reference).await?;
-        Ok((info, bytes))
+        Ok((info, who.view_artifact(&goal, bytes)))
     }
 
     /// The summarizer's exchange, recorded against the goal.

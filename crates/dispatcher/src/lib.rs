@@ -18,7 +18,7 @@
 //!
 //! [`service`] is the process: its settings and the runtime's `Service`.
 
-pub mod access;
+pub use hermes_core::access;
 pub mod audit;
 pub mod console;
 mod dead_letters;

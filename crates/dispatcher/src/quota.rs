@@ -22,6 +22,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::kv;
+use hermes_core::access::TenantQuota;
 use hermes_core::{Bus, Error, Result, now_unix_ms};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
@@ -33,40 +34,6 @@ const RUNNING_RETRY_AFTER_SECS: u64 = 5;
 const DAY_MS: u64 = 24 * 3600 * 1000;
 /// Places younger than this at a scan are not reconciled: their goals may not be stored yet.
 const RECONCILE_GRACE_MS: u64 = 60_000;
-
-/// One tenant's quotas; an absent field is no limit.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TenantQuota {
-    pub name: String,
-    pub max_running_goals: Option<usize>,
-    pub submits_per_second: Option<f64>,
-    pub submit_burst: Option<u32>,
-    pub daily_tokens: Option<u64>,
-    pub daily_cost_usd: Option<f64>,
-}
-
-impl TenantQuota {
-    /// Checks the values, naming the tenant.
-    pub fn check(&self) -> anyhow::Result<()> {
-        hermes_core::ids::check_id("tenant", &self.name, 64, hermes_core::ids::IdShape::Word)?;
-        let positive = |what: &str, ok: bool| {
-            anyhow::ensure!(ok, "tenant `{}`: {what} must be a positive number", self.name);
-            Ok(())
-        };
-        positive("max_running_goals", self.max_running_goals.is_none_or(|n| n > 0))?;
-        positive("submits_per_second", self.submits_per_second.is_none_or(|r| r.is_finite() && r > 0.0))?;
-        positive("submit_burst", self.submit_burst.is_none_or(|b| b > 0))?;
-        positive("daily_tokens", self.daily_tokens.is_none_or(|t| t > 0))?;
-        positive("daily_cost_usd", self.daily_cost_usd.is_none_or(|c| c.is_finite() && c > 0.0))?;
-        anyhow::ensure!(
-            self.submit_burst.is_none() || self.submits_per_second.is_some(),
-            "tenant `{}`: submit_burst needs submits_per_second",
-            self.name
-        );
-        Ok(())
-    }
-}
 
 /// A tenant's usage of one UTC day.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

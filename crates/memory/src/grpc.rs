@@ -77,14 +77,14 @@ scoped_requests!(
     ContextRequest,
 );
 
-/// The tenant the dispatcher's guard stamped on the request, if it passed one.
+/// The tenant the guard (`hermes_core::access::guard`) stamped on the request, if it passed one.
 fn stamped_tenant<T>(request: &Request<T>) -> Option<String> {
     let value = request.metadata().get(hermes_core::grpc::TENANT_HEADER)?;
     value.to_str().ok().map(str::to_owned)
 }
 
-/// The request in the tenant the guard stamped; without a guard (memory on its own port), in
-/// the tenant it names.
+/// The request in the tenant the guard stamped; without a guard (memory on its own port with no
+/// API tokens), in the tenant it names.
 fn scoped<T: Scoped>(request: Request<T>) -> T {
     let stamped = stamped_tenant(&request);
     let mut inner = request.into_inner();

@@ -15,6 +15,9 @@ pub struct MemoryServiceSettings {
     pub metrics_listen: Option<std::net::SocketAddr>,
     pub drain_timeout_secs: u64,
     pub grpc: GrpcSettings,
+    /// The API tokens file (docs/security.md): each call needs an operator's token and is kept
+    /// in its tenant; empty: no token is checked and a call names its tenant.
+    pub api_tokens_file: String,
     pub memory: MemorySettings,
     pub embedding: EmbeddingSettings,
     /// The model that folds old session turns (the summarizer model).
@@ -28,6 +31,7 @@ impl Default for MemoryServiceSettings {
             metrics_listen: None,
             drain_timeout_secs: hermes_runtime::DEFAULT_DRAIN_TIMEOUT_SECS,
             grpc: GrpcSettings::local(50053),
+            api_tokens_file: String::new(),
             memory: MemorySettings::default(),
             embedding: EmbeddingSettings::default(),
             llm: LlmSettings::default(),
@@ -45,6 +49,11 @@ impl hermes_runtime::Settings for MemoryServiceSettings {
     }
 
     fn describe(key: &str) -> Option<&'static str> {
+        if key == "api_tokens_file" {
+            return Some(
+                "API tokens (docs/security.md): calls need an operator's token, kept in its tenant; unset: none checked.",
+            );
+        }
         crate::describe(key)
             .or_else(|| hermes_llm::config::describe(key))
             .or_else(|| hermes_runtime::settings::describe(key))
@@ -89,6 +98,7 @@ impl hermes_runtime::Service for MemoryService {
         let grpc = &settings.grpc;
         cx.grpc_listen(grpc.listen, grpc.max_message_bytes, hermes_runtime::GRPC_LIMIT_SETTING).await?;
         cx.grpc_tls(grpc.tls.load("grpc.tls")?)?;
+        cx.grpc_api_tokens(&settings.api_tokens_file)?;
         let config = settings.memory.to_config(&settings.embedding, &settings.llm)?;
         Self::start_config(config, cx).await
     }

@@ -15,6 +15,8 @@ pub struct RegistrySettings {
     pub metrics_listen: Option<std::net::SocketAddr>,
     pub drain_timeout_secs: u64,
     pub grpc: GrpcSettings,
+    /// The API tokens file (docs/security.md): each call needs a token; empty: none checked.
+    pub api_tokens_file: String,
     /// Seconds without a heartbeat after which an agent is offline.
     pub heartbeat_ttl_secs: u64,
 }
@@ -26,6 +28,7 @@ impl Default for RegistrySettings {
             metrics_listen: None,
             drain_timeout_secs: hermes_runtime::DEFAULT_DRAIN_TIMEOUT_SECS,
             grpc: GrpcSettings::local(50052),
+            api_tokens_file: String::new(),
             heartbeat_ttl_secs: RegistryConfig::default().heartbeat_ttl.as_secs(),
         }
     }
@@ -45,6 +48,9 @@ impl hermes_runtime::Settings for RegistrySettings {
     fn describe(key: &str) -> Option<&'static str> {
         match key {
             "heartbeat_ttl_secs" => Some("Seconds without a heartbeat after which an agent is offline."),
+            "api_tokens_file" => {
+                Some("API tokens (docs/security.md): calls need a token; unset: none checked.")
+            }
             key => hermes_runtime::settings::describe(key),
         }
     }
@@ -66,6 +72,7 @@ impl hermes_runtime::Service for RegistryService {
         let limit = settings.grpc.max_message_bytes;
         cx.grpc_listen(settings.grpc.listen, limit, hermes_runtime::GRPC_LIMIT_SETTING).await?;
         cx.grpc_tls(settings.grpc.tls.load("grpc.tls")?)?;
+        cx.grpc_api_tokens(&settings.api_tokens_file)?;
         let grpc = RegistryGrpc::new(registry.clone(), cx.shutdown()).into_service();
         cx.grpc("hermes.v1.Registry")?.add_service(grpc.max_decoding_message_size(limit));
         cx.spawn("registry", move |token| crate::run(bus, registry, token));

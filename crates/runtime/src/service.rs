@@ -343,6 +343,25 @@ impl Context {
         Ok(())
     }
 
+    /// Guards the gRPC services that check no credentials themselves (the Registry and Memory
+    /// APIs, served on their own) with the API tokens of `file` (`hermes_core::access::guard`);
+    /// empty: none, with a warning when the server listens beyond loopback, since any caller
+    /// reaching it is then trusted with the tenant it names.
+    pub fn grpc_api_tokens(&mut self, file: &str) -> anyhow::Result<()> {
+        let file = file.trim();
+        if file.is_empty() {
+            if let Some(addr) = self.grpc_addr().filter(|a| !a.ip().is_loopback()) {
+                tracing::warn!(
+                    %addr,
+                    "serving gRPC beyond loopback with no API tokens (api_tokens_file, HERMES_API_TOKENS_FILE): any caller that reaches the port is trusted with the tenant it names; keep it internal (docs/security.md)"
+                );
+            }
+            return Ok(());
+        }
+        let access = hermes_core::access::Access::load(std::path::Path::new(file))?;
+        self.grpc_guard(hermes_core::access::guard(std::sync::Arc::new(access)))
+    }
+
     /// Serves gRPC over TLS with `tls` (mTLS when it names client CAs), unless an earlier call
     /// set TLS (services composed in one process share the first one's server). Call it after
     /// [`Context::grpc_listen`].

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::{
-    ApproveToolCallRequest, CancelGoalRequest, GetGoalRequest, GoalSpec, ListDeadLettersRequest,
-    ListGoalsRequest, SubmitGoalRequest, WatchGoalRequest,
+    ApproveToolCallRequest, CancelGoalRequest, GetGoalRequest, GoalArtifactRequest, GoalSpec,
+    ListDeadLettersRequest, ListGoalsRequest, SubmitGoalRequest, WatchGoalRequest,
 };
 use hermes_tests::{Sandbox, node, with_token};
 use reqwest::StatusCode;
@@ -428,5 +428,46 @@ async fn secret_inputs_are_shown_only_to_principals_with_the_secrets_role() {
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     assert!(refused.message().contains("secret_inputs names `nope`"), "{refused:?}");
+
+    // A large output is kept as an artifact; read through the goal, it is redacted as the
+    // goal's outputs are, over HTTP and gRPC, and whole for the secrets role.
+    let big = format!("password: hunter2-large\n{}", "a line of a large file\n".repeat(4_000));
+    std::fs::write(workspace.path().join("big.txt"), &big).unwrap();
+    let read = node("r", "fs.read", json!({"path": "big.txt"}), &[]);
+    let spec = GoalSpec {
+        plan: Some(hermes_proto::TaskPlan { nodes: vec![read], ..Default::default() }),
+        ..Default::default()
+    };
+    let goal_id = submit(&mut client, SUBMITTER_A, spec).await;
+    t.events_as(&goal_id, VIEWER_A).await;
+    let goal = client
+        .get_goal(with_token(GetGoalRequest { goal_id: goal_id.clone() }, VIEWER_A))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!goal.output_json.contains("hunter2"), "the stub's preview is redacted: {}", goal.output_json);
+    let stub: Value = serde_json::from_str(&goal.output_json).unwrap();
+    let reference = stub["$artifact"].as_str().expect("the output is a stub").to_owned();
+    let url = format!("{}/v1/goals/{goal_id}/artifacts/{reference}", t.http_url());
+    let body = http().get(&url).bearer_auth(VIEWER_A).send().await.unwrap().text().await.unwrap();
+    let output: Value = serde_json::from_str(&body).unwrap();
+    let text = output["text"].as_str().unwrap();
+    assert!(!text.contains("hunter2") && text.contains("[REDACTED]"), "{}", &text[..80]);
+    assert!(text.ends_with("a line of a large file\n"), "the rest is kept");
+    let read = |token: &'static str| {
+        let mut client = client.clone();
+        let request = GoalArtifactRequest { goal_id: goal_id.clone(), r#ref: reference.clone() };
+        async move {
+            let mut chunks = client.get_goal_artifact(with_token(request, token)).await.unwrap().into_inner();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = chunks.message().await.unwrap() {
+                bytes.extend(chunk.data);
+            }
+            String::from_utf8(bytes).unwrap()
+        }
+    };
+    assert!(!read(VIEWER_A).await.contains("hunter2"), "gRPC redacts it too");
+    let whole: Value = serde_json::from_str(&read(REVEALER).await).unwrap();
+    assert_eq!(whole["text"], big.as_str(), "the secrets role reads it whole");
     t.stop().await;
 }

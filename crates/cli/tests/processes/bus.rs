@@ -73,11 +73,13 @@ fn service(dir: &Path, binary: &str, args: &[&str]) -> (HermesProcess, PathBuf) 
 /// The API token of the test's one principal, with every role, in tenant `team-a` (which has
 /// quotas, so the dispatcher's quota bucket is used under its NATS user too).
 const TOKEN: &str = "bus-test-token";
+const VIEWER_TOKEN: &str = "bus-test-viewer-token";
 
 fn tokens_file(dir: &Path) -> PathBuf {
     let path = dir.join("tokens.toml");
     let roles = ["submitter", "viewer", "approver", "operator"];
     let text = hermes_test_util::api_token("ops", TOKEN, "team-a", &roles)
+        + &hermes_test_util::api_token("dash", VIEWER_TOKEN, "team-a", &["viewer"])
         + "[[tenant]]\nname = \"team-a\"\nmax_running_goals = 10\ndaily_tokens = 1000000\n";
     std::fs::write(&path, text).unwrap();
     path
@@ -224,16 +226,33 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
         ],
     );
     let mut client = connect(&grpc).await;
-    let registry_grpc = free_addr();
+    // The registry and memory check the same API tokens on their own ports, as in the chart.
+    let tokens = tokens_file(dir.path());
+    let tokens = tokens.to_str().unwrap();
+    let (registry_grpc, memory_grpc) = (free_addr(), free_addr());
     let (_registry, _) = service(
         dir.path(),
         "hermes-registry",
-        &["--nats-url", &accounts.url(&nats, "registry"), "--grpc-listen", &registry_grpc],
+        &[
+            "--nats-url",
+            &accounts.url(&nats, "registry"),
+            "--grpc-listen",
+            &registry_grpc,
+            "--api-tokens-file",
+            tokens,
+        ],
     );
     let (_memory, _) = service(
         dir.path(),
         "hermes-memory",
-        &["--nats-url", &accounts.url(&nats, "memory"), "--grpc-listen", &free_addr()],
+        &[
+            "--nats-url",
+            &accounts.url(&nats, "memory"),
+            "--grpc-listen",
+            &memory_grpc,
+            "--api-tokens-file",
+            tokens,
+        ],
     );
     let (_planner, _) = service(
         dir.path(),
@@ -272,14 +291,15 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
         ],
     );
     // The agent is live once the registry lists it.
-    let mut registry = loop {
-        if let Ok(r) =
-            hermes_proto::registry_client::RegistryClient::connect(format!("http://{registry_grpc}")).await
+    let registry_channel = loop {
+        if let Ok(channel) = Channel::from_shared(format!("http://{registry_grpc}")).unwrap().connect().await
         {
-            break r;
+            break channel;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    let mut registry =
+        hermes_proto::registry_client::RegistryClient::with_interceptor(registry_channel.clone(), authorize);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let listed = registry.list_agents(hermes_proto::ListAgentsRequest {}).await;
@@ -293,6 +313,38 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    let mut anonymous = hermes_proto::registry_client::RegistryClient::new(registry_channel);
+    let refused = anonymous.list_agents(hermes_proto::ListAgentsRequest {}).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    // Memory needs an operator: no token and a viewer's are refused.
+    let memory = Channel::from_shared(format!("http://{memory_grpc}")).unwrap().connect().await.unwrap();
+    let mut memory = hermes_proto::memory_client::MemoryClient::new(memory);
+    let sessions = |token: Option<&str>| {
+        let mut request = tonic::Request::new(hermes_proto::ListSessionsRequest::default());
+        if let Some(token) = token {
+            request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+        }
+        request
+    };
+    let refused = memory.list_sessions(sessions(None)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    let refused = memory.list_sessions(sessions(Some(VIEWER_TOKEN))).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    // The token's tenant, not the one a call names: a turn sent for team-b lands in team-a.
+    let turn = hermes_proto::SessionTurn {
+        session_id: "chat".into(),
+        role: "user".into(),
+        content: "hello".into(),
+        ..Default::default()
+    };
+    let mut append =
+        tonic::Request::new(hermes_proto::AppendTurnRequest { turn: Some(turn), tenant: "team-b".into() });
+    append.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    memory.append_turn(append).await.expect("an operator writes memory");
+    let listed = memory.list_sessions(sessions(Some(TOKEN))).await.expect("an operator reads memory");
+    let ids: Vec<String> = listed.into_inner().sessions.into_iter().map(|s| s.session_id).collect();
+    assert_eq!(ids, ["chat"], "the turn is team-a's");
 
     // A text goal, end to end: planned, an agent loop, an approval (asked and answered through
     // a dispatcher, since agents may not write approvals), a file written.
