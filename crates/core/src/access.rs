@@ -294,16 +294,20 @@ impl Access {
 
 /// The check of the services that check no credentials themselves, composed on the dispatcher's
 /// gRPC server or on their own (`hermes-registry`, `hermes-memory` with `api_tokens_file`):
-/// `hermes.v1.Registry` needs any role (it reads agents), `hermes.v1.Memory` the operator role. The guard stamps the caller's tenant as [`TENANT_HEADER`], removing any the
-/// caller sent, and the Memory service keeps each tenant's sessions, collections and artifacts
-/// apart by it. The Dispatcher service checks its own calls; health and reflection stay open
-/// (they say nothing about goals).
+/// `hermes.v1.Registry` needs any role (it reads agents), `hermes.v1.Memory` the operator role.
+/// The guard stamps the caller's tenant as [`TENANT_HEADER`], and [`REDACT_HEADER`] when it lacks
+/// the secrets role, removing any the caller sent; the Memory service keeps each tenant's
+/// sessions, collections and artifacts apart by the first and redacts goals' artifacts by the
+/// second. The Dispatcher service checks its own calls; health and reflection stay open (they
+/// say nothing about goals).
 ///
 /// [`TENANT_HEADER`]: crate::grpc::TENANT_HEADER
+/// [`REDACT_HEADER`]: crate::grpc::REDACT_HEADER
 pub fn guard(access: std::sync::Arc<Access>) -> crate::grpc::Guard {
-    use crate::grpc::TENANT_HEADER;
+    use crate::grpc::{REDACT_HEADER, TENANT_HEADER};
     std::sync::Arc::new(move |path: &str, headers: &mut axum::http::HeaderMap| {
         headers.remove(TENANT_HEADER);
+        headers.remove(REDACT_HEADER);
         let need = if path.starts_with("/hermes.v1.Registry/") {
             Need::Read
         } else if path.starts_with("/hermes.v1.Memory/") {
@@ -314,6 +318,9 @@ pub fn guard(access: std::sync::Arc<Access>) -> crate::grpc::Guard {
         let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
         let who = access.authenticate(authorization)?;
         who.require(need)?;
+        if who.require(Need::Secrets).is_err() {
+            headers.insert(REDACT_HEADER, axum::http::HeaderValue::from_static("1"));
+        }
         if let Some(tenant) = &who.tenant {
             // A tenant is a checked word (`check_id`), always a valid header value.
             if let Ok(value) = axum::http::HeaderValue::from_str(tenant) {

@@ -109,6 +109,11 @@ pub type Guard =
 /// field.
 pub const TENANT_HEADER: &str = "x-hermes-tenant";
 
+/// The metadata a [`Guard`] stamps (`1`) when the authenticated caller lacks the `secrets` role,
+/// after removing any the caller sent: the Memory API then redacts goals' artifacts for it, as
+/// the goal's own doors do.
+pub const REDACT_HEADER: &str = "x-hermes-redact";
+
 /// Applies a [`Guard`], when there is one, before any service sees the request.
 #[derive(Clone)]
 pub struct GuardLayer {

@@ -539,14 +539,17 @@ async fn crash_marker(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Cras
 /// its markers show. Called at start by an agent whose supervisor reports a crash.
 pub async fn count_crashes(bus: &Bus, agent_id: &str, crashed: &str) -> Result<usize, Error> {
     let store = bus.ledger();
-    let mut markers = store.watch_with_history("inflight.>").await.map_err(|e| {
-        Error::Core(hermes_core::Error::JetStream { operation: "watch crash markers", reason: e.to_string() })
-    })?;
+    let keys = hermes_core::bus::kv_keys_matching(store, "inflight.>", "list crash markers").await?;
     let mut counted = 0;
-    // The watch replays the current markers, then follows live ones: stop once caught up.
-    loop {
-        let next = tokio::time::timeout(Duration::from_millis(500), markers.next()).await;
-        let Ok(Some(Ok(entry))) = next else { break };
+    for key in keys {
+        let entry = match store.entry(&key).await {
+            Ok(Some(entry)) => entry,
+            Ok(None) => continue,
+            Err(e) => {
+                warn!(key = %key, error = %e, "cannot read a crash marker");
+                continue;
+            }
+        };
         if entry.operation == async_nats::jetstream::kv::Operation::Put {
             let mut marker: serde_json::Value = serde_json::from_slice(&entry.value).unwrap_or_default();
             let ours = marker.get("process").and_then(serde_json::Value::as_str) == Some(crashed)
@@ -563,9 +566,6 @@ pub async fn count_crashes(bus: &Bus, agent_id: &str, crashed: &str) -> Result<u
                     Err(e) => warn!(key = %entry.key, error = %e, "cannot count a crash"),
                 }
             }
-        }
-        if entry.delta == 0 {
-            break;
         }
     }
     Ok(counted)

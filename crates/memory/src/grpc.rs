@@ -94,12 +94,23 @@ fn scoped<T: Scoped>(request: Request<T>) -> T {
     inner
 }
 
-fn to_ref(info: ArtifactInfo) -> MemoryRef {
+/// Whether the guard marked the caller as one without the `secrets` role: goals' artifacts (and
+/// their previews) are then redacted for it, as `GetGoalArtifact` redacts them.
+fn redacts<T>(request: &Request<T>) -> bool {
+    request.metadata().contains_key(hermes_core::grpc::REDACT_HEADER)
+}
+
+/// The reference of `info`; a goal's artifact's preview redacted when `redacted`.
+fn to_ref(info: ArtifactInfo, redacted: bool) -> MemoryRef {
+    let preview = match redacted && !info.goal_id.is_empty() {
+        true => hermes_core::redact::redact_text(&info.preview).into_owned(),
+        false => info.preview,
+    };
     MemoryRef {
         r#ref: info.reference,
         content_type: info.content_type,
         size_bytes: info.size_bytes,
-        preview: info.preview,
+        preview,
         goal_id: info.goal_id,
         created_unix_ms: info.created_unix_ms,
         expires_unix_ms: info.expires_unix_ms,
@@ -147,26 +158,32 @@ impl MemoryApi for MemoryGrpc {
         };
         let artifacts = self.memory.bus().artifacts();
         let info = artifacts.put_owned(&data, content_type, &header.goal_id, &header.tenant, ttl).await?;
-        Ok(Response::new(to_ref(info)))
+        Ok(Response::new(to_ref(info, false)))
     }
 
     type GetArtifactStream = ChunkStream;
 
     async fn get_artifact(&self, request: Request<ArtifactRequest>) -> Result<Response<ChunkStream>, Status> {
-        let reference = self.tenants_artifact(scoped(request)).await?.reference;
-        let bytes = self.memory.bus().artifacts().get(&reference).await?;
+        let redacted = redacts(&request);
+        let info = self.tenants_artifact(scoped(request)).await?;
+        let mut bytes = self.memory.bus().artifacts().get(&info.reference).await?;
+        if redacted && !info.goal_id.is_empty() {
+            bytes = hermes_core::redact::artifact(bytes, &[]);
+        }
         let chunks = hermes_core::artifacts::grpc_chunks(bytes).map(Ok);
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 
     async fn stat_artifact(&self, request: Request<ArtifactRequest>) -> Result<Response<MemoryRef>, Status> {
-        Ok(Response::new(to_ref(self.tenants_artifact(scoped(request)).await?)))
+        let redacted = redacts(&request);
+        Ok(Response::new(to_ref(self.tenants_artifact(scoped(request)).await?, redacted)))
     }
 
     async fn list_artifacts(
         &self,
         request: Request<ListArtifactsRequest>,
     ) -> Result<Response<ListArtifactsReply>, Status> {
+        let redacted = redacts(&request);
         let ListArtifactsRequest { goal_id, tenant } = scoped(request);
         let artifacts = self
             .memory
@@ -178,7 +195,7 @@ impl MemoryApi for MemoryGrpc {
             .filter(|a| {
                 (goal_id.is_empty() || a.goal_id == goal_id) && (tenant.is_empty() || a.tenant == tenant)
             })
-            .map(to_ref)
+            .map(|a| to_ref(a, redacted))
             .collect();
         Ok(Response::new(ListArtifactsReply { artifacts }))
     }

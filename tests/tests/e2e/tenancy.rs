@@ -22,6 +22,7 @@ const SUBMITTER_A: &str = "tenancy-submitter-a";
 const OPERATOR_A: &str = "tenancy-operator-a";
 const SUBMITTER_B: &str = "tenancy-submitter-b";
 const OPERATOR_B: &str = "tenancy-operator-b";
+const AUDITOR_A: &str = "tenancy-auditor-a";
 
 fn tokens() -> String {
     use hermes_test_util::api_token as entry;
@@ -30,6 +31,7 @@ fn tokens() -> String {
         entry("ops-a", OPERATOR_A, "team-a", &["operator"]),
         entry("ci-b", SUBMITTER_B, "team-b", &["submitter"]),
         entry("ops-b", OPERATOR_B, "team-b", &["operator"]),
+        entry("audit-a", AUDITOR_A, "team-a", &["operator", "secrets"]),
     ]
     .concat()
 }
@@ -301,8 +303,9 @@ async fn sessions_memories_artifacts_and_dead_letters_are_each_tenants_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_goals_large_output_is_its_tenants_artifact() {
     let workspace = tempfile::tempdir().unwrap();
-    // Over a MiB: the gRPC reads below come in more than one chunk.
-    let text = "a line of a large file\n".repeat(60_000);
+    // Over a MiB: the gRPC reads below come in more than one chunk. Its first line holds a
+    // secret, which only the secrets role reads.
+    let text = format!("password: hunter2-in-a-file\n{}", "a line of a large file\n".repeat(60_000));
     std::fs::write(workspace.path().join("big.txt"), &text).unwrap();
     let mut t = Sandbox::builder()
         .api_tokens(&tokens())
@@ -335,13 +338,26 @@ async fn a_goals_large_output_is_its_tenants_artifact() {
         .expect("the goal's tenant reads its artifact")
         .into_inner();
     assert_eq!((stat.tenant.as_str(), stat.goal_id.as_str()), ("team-a", id.as_str()), "{stat:?}");
-    let mut chunks = grpc.get_artifact(with_token(request.clone(), OPERATOR_A)).await.unwrap().into_inner();
-    let mut bytes = Vec::new();
-    while let Some(chunk) = chunks.message().await.unwrap() {
-        bytes.extend(chunk.data);
-    }
+    assert!(!stat.preview.contains("hunter2"), "the preview is redacted: {}", stat.preview);
+    let read = |token: &'static str| {
+        let (mut grpc, request) = (grpc.clone(), request.clone());
+        async move {
+            let mut chunks = grpc.get_artifact(with_token(request, token)).await.unwrap().into_inner();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = chunks.message().await.unwrap() {
+                bytes.extend(chunk.data);
+            }
+            bytes
+        }
+    };
+    // An operator without the secrets role reads it redacted, as the goal's doors serve it.
+    let bytes = read(OPERATOR_A).await;
     let output: Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(output["text"], text.as_str());
+    let redacted = output["text"].as_str().unwrap();
+    assert!(redacted.starts_with("password: [REDACTED]\n"), "{}", &redacted[..60]);
+    assert_eq!(redacted.len(), text.len() - "hunter2-in-a-file".len() + "[REDACTED]".len());
+    let whole: Value = serde_json::from_slice(&read(AUDITOR_A).await).unwrap();
+    assert_eq!(whole["text"], text.as_str());
     assert!(listed(&grpc, OPERATOR_A).await.contains(&reference));
     assert!(!listed(&grpc, OPERATOR_B).await.contains(&reference));
     let missing = grpc.get_artifact(with_token(request, OPERATOR_B)).await.unwrap_err();

@@ -489,30 +489,34 @@ class Worker:
     async def _count_crashes(self, crashed: str) -> int:
         """Counts one crash on every task that process `crashed` was running for this agent, as
         its markers show."""
-        from nats.js.errors import KeyWrongLastSequenceError
+        from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 
-        watcher = await self._ledger.watch("inflight.>")
+        # The markers' keys come from the stream's subjects, as the Rust executor lists them
+        # (`bus::kv_keys_matching`): a KV watch's initial replay can end before it has given every
+        # key while other markers are being written.
+        bucket = self._bucket("ledger")
+        prefix = f"$KV.{bucket}."
+        info = await self._js.stream_info(f"KV_{bucket}", subjects_filter=f"{prefix}inflight.>")
         counted = 0
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                if entry.operation is not None or not entry.value:
-                    continue
-                marker = json.loads(entry.value)
-                if marker.get("process") != crashed or marker.get("agent") != self.agent_id:
-                    continue
-                marker["crashes"] = int(marker.get("crashes", 0)) + 1
-                marker["process"] = None
-                try:
-                    await self._ledger.update(entry.key, json.dumps(marker).encode(), last=entry.revision)
-                    counted += 1
-                    log.warning("a task was in flight when its process crashed: %s, %d crash(es)", entry.key,
-                                marker["crashes"])
-                except KeyWrongLastSequenceError as e:
-                    log.warning("cannot count a crash on %s: %s", entry.key, e)
-        finally:
-            await watcher.stop()
+        for subject in sorted((info.state.subjects or {}).keys()):
+            key = subject[len(prefix):]
+            try:
+                entry = await self._ledger.get(key)
+            except (KeyNotFoundError, KeyDeletedError):  # cleared meanwhile
+                continue
+            if entry.operation is not None or not entry.value:
+                continue
+            marker = json.loads(entry.value)
+            if marker.get("process") != crashed or marker.get("agent") != self.agent_id:
+                continue
+            marker["crashes"] = int(marker.get("crashes", 0)) + 1
+            marker["process"] = None
+            try:
+                await self._ledger.update(key, json.dumps(marker).encode(), last=entry.revision)
+                counted += 1
+                log.warning("a task was in flight when its process crashed: %s, %d crash(es)", key, marker["crashes"])
+            except KeyWrongLastSequenceError as e:
+                log.warning("cannot count a crash on %s: %s", key, e)
         return counted
 
     async def _quarantine(self, task: task_pb2.TaskMessage, msg, deaths: int, traceparent: str | None) -> None:
