@@ -15,6 +15,15 @@ use serde_json::json;
 
 use crate::planning::{PLANNER, SUMMARIZER, answer, submit_text};
 
+/// `hermes replay <goal_id> --server <server> --workspace <dir>`, and `extra`, run to its end.
+fn replay_in(goal_id: &str, server: &str, dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    Command::new(hermes_bin())
+        .args(["replay", goal_id, "--server", server, "--workspace", dir.to_str().unwrap()])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_recorded_text_goal_replays_without_a_model_and_a_changed_tool_output_diverges() {
     let workspace = tempfile::tempdir().unwrap();
@@ -97,12 +106,7 @@ async fn a_recorded_text_goal_replays_without_a_model_and_a_changed_tool_output_
 
     // No model from here on.
     drop(llm);
-    let replay = |dir: &std::path::Path| {
-        Command::new(hermes_bin())
-            .args(["replay", &goal_id, "--server", &grpc, "--workspace", dir.to_str().unwrap()])
-            .output()
-            .unwrap()
-    };
+    let replay = |dir: &std::path::Path| replay_in(&goal_id, &grpc, dir, &[]);
     let same = replay(workspace.path());
     let stdout = String::from_utf8_lossy(&same.stdout);
     assert!(same.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&same.stderr));
@@ -176,13 +180,7 @@ async fn an_agent_goal_replays_with_recorded_tools_and_its_side_effect_does_not_
 
     drop(llm);
     let grpc = t.stack.as_ref().unwrap().grpc_url();
-    let replay = |tools: &str| {
-        let dir = workspace.path().to_str().unwrap();
-        Command::new(hermes_bin())
-            .args(["replay", &goal_id, "--server", &grpc, "--workspace", dir, "--tools", tools])
-            .output()
-            .unwrap()
-    };
+    let replay = |tools: &str| replay_in(&goal_id, &grpc, workspace.path(), &["--tools", tools]);
     let recorded = replay("recorded");
     let stdout = String::from_utf8_lossy(&recorded.stdout);
     assert!(recorded.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&recorded.stderr));
@@ -262,12 +260,7 @@ async fn large_outputs_kept_as_artifacts_print_and_replay_by_content() {
     let missing = hermes(&["output", &goal_id, "--node", "nope"]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("has no node `nope`"));
 
-    let replay = |dir: &std::path::Path| {
-        Command::new(hermes_bin())
-            .args(["replay", &goal_id, "--server", &grpc, "--workspace", dir.to_str().unwrap()])
-            .output()
-            .unwrap()
-    };
+    let replay = |dir: &std::path::Path| replay_in(&goal_id, &grpc, dir, &[]);
     let same = replay(workspace.path());
     let stdout = String::from_utf8_lossy(&same.stdout);
     assert!(same.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&same.stderr));
