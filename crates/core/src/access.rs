@@ -148,7 +148,7 @@ impl Principal {
     pub fn sees(&self, goal: &GoalState) -> bool {
         match &self.tenant {
             None => true,
-            Some(tenant) => goal.spec.as_ref().and_then(|s| s.labels.get(TENANT_LABEL)) == Some(tenant),
+            Some(tenant) => tenant_of(goal) == Some(tenant.as_str()),
         }
     }
 }
@@ -218,6 +218,14 @@ impl Access {
     /// No tokens: auth off.
     pub fn open() -> Access {
         Access::default()
+    }
+
+    /// The tokens of the file a setting names (`api_tokens_file`); a blank setting is auth off.
+    pub fn from_setting(file: &str) -> anyhow::Result<Access> {
+        match file.trim() {
+            "" => Ok(Access::open()),
+            path => Access::load(Path::new(path)),
+        }
     }
 
     /// The tokens of `path`; any problem with the file is an error naming it, so a server never

@@ -213,10 +213,7 @@ impl DispatchSettings {
             planner: self.planner_service,
             http: self.http.config()?,
             max_watches_per_client: self.max_watches_per_client.max(1),
-            access: std::sync::Arc::new(match self.api_tokens_file.trim() {
-                "" => crate::access::Access::open(),
-                path => crate::access::Access::load(std::path::Path::new(path))?,
-            }),
+            access: std::sync::Arc::new(crate::access::Access::from_setting(&self.api_tokens_file)?),
             allow_unauthenticated: self.allow_unauthenticated,
             record_model_exchanges: self.record_model_exchanges,
             summarizer: llm.summarizer_model()?.map(crate::Summarizer),

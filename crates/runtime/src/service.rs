@@ -348,18 +348,17 @@ impl Context {
     /// empty: none, with a warning when the server listens beyond loopback, since any caller
     /// reaching it is then trusted with the tenant it names.
     pub fn grpc_api_tokens(&mut self, file: &str) -> anyhow::Result<()> {
-        let file = file.trim();
-        if file.is_empty() {
-            if let Some(addr) = self.grpc_addr().filter(|a| !a.ip().is_loopback()) {
-                tracing::warn!(
-                    %addr,
-                    "serving gRPC beyond loopback with no API tokens (api_tokens_file, HERMES_API_TOKENS_FILE): any caller that reaches the port is trusted with the tenant it names; keep it internal (docs/security.md)"
-                );
-            }
-            return Ok(());
+        let access = hermes_core::access::Access::from_setting(file)?;
+        if access.enabled() {
+            return self.grpc_guard(hermes_core::access::guard(std::sync::Arc::new(access)));
         }
-        let access = hermes_core::access::Access::load(std::path::Path::new(file))?;
-        self.grpc_guard(hermes_core::access::guard(std::sync::Arc::new(access)))
+        if let Some(addr) = self.grpc_addr().filter(|a| !a.ip().is_loopback()) {
+            tracing::warn!(
+                %addr,
+                "serving gRPC beyond loopback with no API tokens (api_tokens_file, HERMES_API_TOKENS_FILE): any caller that reaches the port is served, the Memory API in whatever tenant it names; keep it internal (docs/security.md)"
+            );
+        }
+        Ok(())
     }
 
     /// Serves gRPC over TLS with `tls` (mTLS when it names client CAs), unless an earlier call
