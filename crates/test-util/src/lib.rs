@@ -170,6 +170,15 @@ fn spawn(
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()))
 }
 
+/// The lowest port of the kernel's ephemeral range (`ip_local_port_range`; Linux's default
+/// where it cannot be read).
+fn ephemeral_low() -> u64 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
 /// A port on 127.0.0.1 that was free a moment ago, for a server a test starts next.
 ///
 /// It is drawn at random below the kernel's ephemeral range (`ip_local_port_range`), not from
@@ -180,10 +189,7 @@ pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU64, Ordering};
     const FLOOR: u64 = 10_000;
     static DRAWS: AtomicU64 = AtomicU64::new(0);
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap_or(32_768);
+    let ephemeral_low = ephemeral_low();
     if ephemeral_low >= FLOOR + 4_096 {
         let span = ephemeral_low - FLOOR;
         let nanos = std::time::SystemTime::now()
@@ -251,15 +257,15 @@ mod tests {
 
     #[test]
     fn free_ports_are_bindable_and_outside_the_ephemeral_range() {
-        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|range| range.split_whitespace().next()?.parse().ok())
-            .unwrap_or(32_768);
+        let low = ephemeral_low();
         let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
         for &port in &ports {
             TcpListener::bind(("127.0.0.1", port)).expect("a free port binds");
             if low >= 14_096 {
-                assert!((10_000..low).contains(&port), "{port} is in the ephemeral range from {low}");
+                assert!(
+                    (10_000..low).contains(&u64::from(port)),
+                    "{port} is in the ephemeral range from {low}"
+                );
             }
         }
         let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
