@@ -25,8 +25,12 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
-  command -v bwrap >/dev/null && bwrap --version
-  command -v chromedriver >/dev/null && chromedriver --version
+  # Each `if`, so a tool this run did not install never decides the exit status.
+  for tool in bwrap chromium chromedriver; do
+    if command -v "$tool" >/dev/null 2>&1; then
+      "$tool" --version 2>/dev/null | head -n 1 || true
+    fi
+  done
 else
   echo "note: ${missing[*]} not installed: install them as root (apt-get install ${missing[*]})," \
     "then rerun make tools; code.python needs bubblewrap, the console's browser tests need chromium" >&2

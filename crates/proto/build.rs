@@ -4,6 +4,10 @@
 
 use std::path::PathBuf;
 
+use prost::Message as _;
+
+mod strings;
+
 const PROTO_FILES: &[&str] = &[
     "hermes/v1/common.proto",
     "hermes/v1/plan.proto",
@@ -21,6 +25,7 @@ const PROTO_FILES: &[&str] = &[
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
     let paths: Vec<PathBuf> = PROTO_FILES.iter().map(|f| root.join(f)).collect();
+    println!("cargo:rerun-if-changed=strings.rs");
     for path in &paths {
         println!("cargo:rerun-if-changed={}", path.display());
     }
@@ -37,5 +42,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // serde impls in protobuf's canonical JSON mapping, for the HTTP API.
     let descriptors = std::fs::read(&descriptor_path)?;
     pbjson_build::Builder::new().register_descriptors(&descriptors)?.build(&[".hermes.v1"])?;
+    // A visitor of every string of every message, for redaction (src/strings.rs).
+    let set = prost_types::FileDescriptorSet::decode(descriptors.as_slice())?;
+    std::fs::write(out_dir.join("hermes.v1.strings.rs"), strings::generate(&set))?;
     Ok(())
 }

@@ -201,7 +201,7 @@ impl SandboxBuilder {
             dispatcher.no_agent_wait = wait;
         }
         let config = StackConfig {
-            nats_url: nats.url(),
+            nats_url: nats.url().into(),
             registry,
             agents,
             dispatcher,

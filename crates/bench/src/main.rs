@@ -517,7 +517,7 @@ async fn start_stack(
         })
         .collect();
     let config = StackConfig {
-        nats_url: nats_url.to_owned(),
+        nats_url: nats_url.into(),
         registry: Default::default(),
         agents,
         dispatcher,

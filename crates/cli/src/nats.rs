@@ -23,8 +23,8 @@ use tokio::process::{Child, Command};
 /// A nats-server child that is killed when dropped.
 pub struct LocalNats {
     child: Child,
-    /// Its URL with the credentials, for the services to connect with.
-    pub url: String,
+    /// Its URL with the credentials, for the services to connect with; prints without them.
+    pub url: hermes_core::secret::SecretUrl,
     /// The file holding its one user's password (mode 0600), in the store dir.
     pub credentials: PathBuf,
     /// The store dir's lock, held while the server runs.
@@ -111,9 +111,6 @@ pub fn local_url(data_dir: &Path) -> anyhow::Result<String> {
     let password = read_password(&auth).with_context(|| format!("{} holds no password", auth.display()))?;
     Ok(format!("nats://{LOCAL_USER}:{password}@127.0.0.1:{port}"))
 }
-
-/// `url` without a user or password in it, for printing.
-pub use hermes_core::bus::without_credentials;
 
 /// Whether the process `pid` is alive and is a nats-server serving `data_dir`.
 fn live_server(pid: u32, data_dir: &Path) -> bool {
@@ -280,7 +277,7 @@ pub async fn start_local(data_dir: &Path, store_secret: Option<&str>) -> anyhow:
     let url = format!("nats://{LOCAL_USER}:{password}@127.0.0.1:{port}");
     for _ in 0..200 {
         if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Ok(LocalNats { child, url, credentials, _lock: lock });
+            return Ok(LocalNats { child, url: url.into(), credentials, _lock: lock });
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -288,7 +285,8 @@ pub async fn start_local(data_dir: &Path, store_secret: Option<&str>) -> anyhow:
 }
 
 /// Whether a NATS server answers at `url`.
-pub async fn reachable(url: &str) -> bool {
+pub async fn reachable(url: &hermes_core::secret::SecretUrl) -> bool {
+    let url = url.expose();
     let connect = async_connect(url);
     matches!(tokio::time::timeout(Duration::from_secs(2), connect).await, Ok(true))
 }
@@ -296,7 +294,7 @@ pub async fn reachable(url: &str) -> bool {
 /// Whether any server of `url` (one URL or a comma-separated cluster) takes a TCP connection.
 async fn async_connect(url: &str) -> bool {
     for url in hermes_core::bus::server_urls(url) {
-        let url = hermes_core::bus::without_credentials(&url);
+        let url = hermes_core::secret::redact_url(&url);
         let hostport = url.trim_start_matches("nats://").trim_start_matches("tls://").to_owned();
         if tokio::net::TcpStream::connect(hostport).await.is_ok() {
             return true;
@@ -324,12 +322,5 @@ mod tests {
         std::fs::write(&path, "authorization { user: hermes }").unwrap();
         let (fresh, _) = local_password(dir.path()).unwrap();
         assert_ne!(fresh, first);
-    }
-
-    #[test]
-    fn printed_urls_hold_no_credentials() {
-        assert_eq!(without_credentials("nats://hermes:s3cret@127.0.0.1:4222"), "nats://127.0.0.1:4222");
-        assert_eq!(without_credentials("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
-        assert_eq!(without_credentials("tls://u:p@nats.example:4222"), "tls://nats.example:4222");
     }
 }

@@ -22,7 +22,8 @@ use tracing::{info, warn};
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct StackConfig {
-    pub nats_url: String,
+    /// Credentials and all; prints without them.
+    pub nats_url: hermes_core::secret::SecretUrl,
     pub registry: RegistryConfig,
     pub agents: Vec<AgentConfig>,
     pub dispatcher: DispatcherConfig,

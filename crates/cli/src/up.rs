@@ -69,7 +69,7 @@ pub struct UpSettings {
 impl Default for UpSettings {
     fn default() -> Self {
         UpSettings {
-            nats: NatsSettings { url: String::new(), ..Default::default() },
+            nats: NatsSettings { url: Default::default(), ..Default::default() },
             metrics_listen: None,
             drain_timeout_secs: hermes_runtime::DEFAULT_DRAIN_TIMEOUT_SECS,
             grpc: GrpcSettings::local(50051),
@@ -167,10 +167,7 @@ impl hermes_runtime::Service for UpService {
         let mut local_credentials = None;
         if nats.url.is_empty() || !crate::nats::reachable(&nats.url).await {
             if !nats.url.is_empty() {
-                eprintln!(
-                    "HERMES_NATS_URL {} is not reachable; starting a local nats-server",
-                    crate::nats::without_credentials(&nats.url)
-                );
+                eprintln!("HERMES_NATS_URL {} is not reachable; starting a local nats-server", nats.url);
             }
             let local =
                 crate::nats::start_local(&settings.data_dir.join("nats"), settings.store_secret.as_deref())
@@ -187,7 +184,7 @@ impl hermes_runtime::Service for UpService {
         if local_credentials.is_none() && settings.store_secret.is_some() {
             anyhow::bail!(
                 "store_secret encrypts the store of the nats-server hermes up starts; this one uses {}, whose encryption is its own configuration (docs/security.md)",
-                crate::nats::without_credentials(&nats.url)
+                nats.url
             );
         }
         cx.connect(&nats).await?;
@@ -243,7 +240,7 @@ impl hermes_runtime::Service for UpService {
             );
         }
         // The ready line comes last: whoever waits for it may stop reading there.
-        let nats_shown = crate::nats::without_credentials(&nats.url);
+        let nats_shown = nats.url;
         match parts.http_addr() {
             Some(http) => println!("hermes up: grpc {} nats {nats_shown} http {http}", parts.grpc_addr()),
             None => println!("hermes up: grpc {} nats {nats_shown}", parts.grpc_addr()),

@@ -31,7 +31,9 @@ pub const DLQ_ORIGIN: &str = "Hermes-Dlq-Origin";
 /// How to reach NATS and how to lay out JetStream.
 #[derive(Debug, Clone)]
 pub struct BusConfig {
-    pub url: String,
+    /// The server's URL (or a cluster's, comma-separated), credentials and all; it prints
+    /// without them.
+    pub url: crate::secret::SecretUrl,
     pub topology: Topology,
     /// Connection name shown in server monitoring.
     pub name: String,
@@ -58,7 +60,7 @@ pub struct BusConfig {
 impl BusConfig {
     /// The defaults for a server at `url`: one replica, no credentials. Services get theirs from
     /// their settings (`hermes_runtime::NatsSettings`); nothing here reads the environment.
-    pub fn new(url: impl Into<String>) -> Self {
+    pub fn new(url: impl Into<crate::secret::SecretUrl>) -> Self {
         Self {
             url: url.into(),
             topology: Topology::default(),
@@ -113,17 +115,6 @@ pub fn server_urls(url: &str) -> Vec<String> {
     url.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_owned).collect()
 }
 
-/// `url` (one URL, or a comma-separated list) with any `user:password@` taken out, for messages.
-pub fn without_credentials(url: &str) -> String {
-    if url.contains(',') {
-        return server_urls(url).iter().map(|u| without_credentials(u)).collect::<Vec<_>>().join(",");
-    }
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}{}", &url[..scheme + 3], &url[at + 1..]),
-        _ => url.to_owned(),
-    }
-}
-
 impl Bus {
     /// Connects, checks the server version and makes sure every stream and bucket exists.
     pub async fn connect(config: BusConfig) -> Result<Bus> {
@@ -137,7 +128,7 @@ impl Bus {
         let mut inbox_prefix = config.inbox_prefix.clone().unwrap_or_else(|| "_INBOX".to_owned());
         // A cluster is given as its servers' URLs, comma-separated; the client connects to one and
         // fails over to the others (and to those the servers announce) by itself.
-        let urls = server_urls(&config.url);
+        let urls = server_urls(config.url.expose());
         // async-nats reads no credentials from the URL itself: `user:password@` (or a lone
         // `token@`) is applied here, from the first URL that has them.
         if let Some(addr) = urls
@@ -187,7 +178,10 @@ impl Bus {
             .max_reconnects(None)
             .connect(urls)
             .await
-            .map_err(|source| Error::Connect { url: without_credentials(&config.url), source })?;
+            .map_err(|source| Error::Connect {
+                reason: config.url.scrub(&source.to_string()),
+                url: config.url.clone(),
+            })?;
         check_server_version(&client.server_info().version)?;
         let js = jetstream::new(client.clone());
         let max_payload = client.server_info().max_payload;

@@ -131,12 +131,10 @@ impl fmt::Display for ErrorCode {
 /// Errors of the shared layer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot connect to NATS at {url}: {source}")]
-    Connect {
-        url: String,
-        #[source]
-        source: async_nats::ConnectError,
-    },
+    /// `reason` is the client's error with every credential of the URL taken out (the client's
+    /// own text may quote the URL it was given), so the error prints safely.
+    #[error("cannot connect to NATS at {url}: {reason}")]
+    Connect { url: crate::secret::SecretUrl, reason: String },
     #[error("nats-server {found} is too old: Hermes needs {required} or later")]
     ServerTooOld { found: String, required: String },
     #[error("JetStream {operation} failed: {reason}")]

@@ -14,6 +14,7 @@ pub mod plan;
 pub mod plan_file;
 pub mod redact;
 pub mod schema;
+pub mod secret;
 pub mod shutdown;
 pub mod telemetry;
 pub mod text;

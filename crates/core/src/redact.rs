@@ -5,12 +5,12 @@
 //!
 //! The goal's own data is kept whole where it is stored (the goal state, artifacts): it is what
 //! the user asked for. It is redacted where it is copied out for observation, and where a
-//! principal without the `secrets` role reads it ([`goal_state`], [`artifact`]).
+//! principal without the `secrets` role reads it ([`goal_state`], [`artifact`]). A wire message
+//! is always redacted whole, every string it holds, by [`message`].
 
 use std::borrow::Cow;
 
 use hermes_proto::Event;
-use hermes_proto::event::Kind;
 use serde_json::Value;
 
 /// What a redacted value is replaced with.
@@ -215,24 +215,65 @@ fn redact_marked(value: &Value, marked: &[String]) -> Value {
     redacted
 }
 
-/// A goal's state as a principal without the right to see secrets may read it: plan inputs
-/// (marked `secret_inputs` and by the rules), node and goal outputs and error messages redacted.
-pub fn goal_state(state: &hermes_proto::GoalState) -> hermes_proto::GoalState {
-    let mut state = state.clone();
-    redact_plan(&mut state.plan);
-    state.output_json = redact_json_text(&state.output_json);
-    redact_error(&mut state.error);
-    for node in &mut state.nodes {
-        node.output_json = redact_json_text(&node.output_json);
-        redact_error(&mut node.error);
-        for error in &mut node.errors {
-            error.message = redact_text(&error.message).into_owned();
+/// The visitor that applies the rules to a message's strings: a string field whose name names a
+/// secret is replaced whole; a `*_json` field is redacted as JSON, its message's
+/// `secret_inputs` too; a map value is replaced whole when its key names a secret; every other
+/// string (ids, texts, labels, keys of maps) is redacted as free text.
+struct Rules;
+
+fn redact_in_place(value: &mut String) {
+    if let Cow::Owned(redacted) = redact_text(value) {
+        *value = redacted;
+    }
+}
+
+impl hermes_proto::StringVisitor for Rules {
+    fn field(&mut self, field: &str, value: &mut String) {
+        if value.is_empty() {
+            return;
+        }
+        if is_secret_key(field) {
+            *value = REDACTED.to_owned();
+        } else {
+            redact_in_place(value);
         }
     }
-    if let Some(spec) = &mut state.spec {
-        spec.text = redact_text(&spec.text).into_owned();
+
+    fn json(&mut self, _field: &str, value: &mut String, marked: &[String]) {
+        if !value.is_empty() {
+            *value = redact_inputs(value, marked);
+        }
     }
-    state
+
+    fn element(&mut self, _field: &str, value: &mut String) {
+        redact_in_place(value);
+    }
+
+    fn entry(&mut self, _field: &str, key: &mut String, value: &mut String) {
+        if is_secret_key(key) && !value.is_empty() {
+            *value = REDACTED.to_owned();
+        } else {
+            redact_in_place(value);
+        }
+        redact_in_place(key);
+    }
+}
+
+/// A copy of `message` with the secrets of every string it holds redacted: the one function
+/// behind every redacted copy of a wire message (events, goal views, dead letters). It walks
+/// the whole message through its generated [`hermes_proto::VisitStrings`], so a field a client
+/// can set (labels, session ids, idempotency keys, texts, metadata) cannot escape by being left
+/// off a list.
+pub fn message<M: hermes_proto::VisitStrings + Clone>(message: &M) -> M {
+    let mut copy = message.clone();
+    copy.visit_strings(&mut Rules);
+    copy
+}
+
+/// A goal's state as a principal without the right to see secrets may read it ([`message`]:
+/// plan inputs marked `secret_inputs` and by the rules, outputs, errors, text, labels).
+pub fn goal_state(state: &hermes_proto::GoalState) -> hermes_proto::GoalState {
+    message(state)
 }
 
 /// A goal's artifact as a principal without the right to see secrets may read it, as
@@ -260,95 +301,38 @@ pub fn artifact(bytes: Vec<u8>, marked: &[String]) -> Vec<u8> {
     redacted.into_bytes()
 }
 
-/// A task as a dead letter shows it: its inputs redacted (its `secret_inputs` too).
+/// A task as a dead letter shows it ([`message`]: its inputs, its `secret_inputs` too, and its
+/// result token).
 pub fn task(task: &hermes_proto::TaskMessage) -> hermes_proto::TaskMessage {
-    let mut task = task.clone();
-    task.inputs_json = redact_inputs(&task.inputs_json, &task.secret_inputs);
-    task.result_token = REDACTED.to_owned();
-    task
+    message(task)
 }
 
-fn redact_error(error: &mut Option<hermes_proto::Error>) {
-    if let Some(error) = error {
-        error.message = redact_text(&error.message).into_owned();
-    }
-}
-
-fn redact_plan(plan: &mut Option<hermes_proto::TaskPlan>) {
-    for node in plan.iter_mut().flat_map(|p| p.nodes.iter_mut()) {
-        node.inputs_json = redact_inputs(&node.inputs_json, &node.secret_inputs);
-    }
-}
-
-/// A copy of `event` fit to publish: node and goal outputs, tool arguments, plan inputs, error
-/// messages and notes have their secrets redacted. Events are for watching a goal; the goal's
-/// data itself stays whole in its state.
+/// A copy of `event` fit to publish ([`message`]: every string it holds). Events are for
+/// watching a goal, and are redacted for everyone; the goal's data itself stays whole in its
+/// state.
 pub fn event(event: &Event) -> Event {
-    let mut event = event.clone();
-    match &mut event.kind {
-        Some(Kind::TaskSucceeded(e)) => e.output_json = redact_json_text(&e.output_json),
-        Some(Kind::GoalCompleted(e)) => e.output_json = redact_json_text(&e.output_json),
-        Some(Kind::ToolCalled(e)) => e.arguments_json = redact_json_text(&e.arguments_json),
-        Some(Kind::ApprovalRequired(e)) => e.arguments_json = redact_json_text(&e.arguments_json),
-        Some(Kind::ApprovalDecided(e)) => e.note = redact_text(&e.note).into_owned(),
-        Some(Kind::TaskFailed(e)) => redact_error(&mut e.error),
-        Some(Kind::TaskRetrying(e)) => redact_error(&mut e.error),
-        Some(Kind::GoalFailed(e)) => redact_error(&mut e.error),
-        Some(Kind::PlanCreated(e)) => redact_plan(&mut e.plan),
-        Some(Kind::PlanPatched(e)) => redact_plan(&mut e.plan),
-        Some(Kind::GoalAccepted(e)) => e.text = redact_text(&e.text).into_owned(),
-        _ => {}
-    }
-    event
+    message(event)
 }
 
-/// A plan request as a dead letter shows it: the goal's text, and a replan's plan inputs,
-/// outputs and errors, redacted.
+/// A plan request as a dead letter shows it ([`message`]).
 pub fn plan_request(request: &hermes_proto::PlanRequest) -> hermes_proto::PlanRequest {
-    let mut request = request.clone();
-    request.goal_text = redact_text(&request.goal_text).into_owned();
-    if let Some(replan) = &mut request.replan {
-        redact_plan(&mut replan.current_plan);
-        redact_error(&mut replan.error);
-        for error in &mut replan.previous_errors {
-            error.message = redact_text(&error.message).into_owned();
-        }
-        for done in &mut replan.completed {
-            done.output_summary = redact_json_text(&done.output_summary);
-        }
-    }
-    request
+    message(request)
 }
 
-/// A task result as a dead letter shows it: its output and error redacted, its token left out.
+/// A task result as a dead letter shows it ([`message`]: its output, error and token).
 pub fn task_result(result: &hermes_proto::TaskResult) -> hermes_proto::TaskResult {
-    let mut result = result.clone();
-    result.output_json = redact_json_text(&result.output_json);
-    redact_error(&mut result.error);
-    result.result_token = REDACTED.to_owned();
-    result
+    message(result)
 }
 
-/// A plan result as a dead letter shows it: the plan's inputs (marked and by the rules) and
-/// any error redacted.
+/// A plan result as a dead letter shows it ([`message`]).
 pub fn plan_result(result: &hermes_proto::PlanResult) -> hermes_proto::PlanResult {
-    use hermes_proto::plan_result::Outcome;
-    let mut result = result.clone();
-    match &mut result.outcome {
-        Some(Outcome::Plan(plan)) => {
-            for node in &mut plan.nodes {
-                node.inputs_json = redact_inputs(&node.inputs_json, &node.secret_inputs);
-            }
-        }
-        Some(Outcome::Error(error)) => error.message = redact_text(&error.message).into_owned(),
-        _ => {}
-    }
-    result
+    message(result)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hermes_proto::event::Kind;
     use serde_json::json;
 
     #[test]
@@ -430,5 +414,53 @@ mod tests {
         };
         let text = format!("{:?}", super::event(&event));
         assert!(!text.contains("opensesame") && !text.contains("t-1"), "{text}");
+    }
+
+    #[test]
+    fn every_string_of_a_message_is_redacted_labels_and_ids_too() {
+        let key = "sk-live-0123456789abcdef";
+        let accepted = Event {
+            goal_id: "g".into(),
+            session_id: key.into(),
+            kind: Some(Kind::GoalAccepted(hermes_proto::GoalAccepted {
+                session_id: key.into(),
+                idempotency_key: format!("retry {key}"),
+                text: format!("use password={key}"),
+                labels: [
+                    ("api_key".to_owned(), "plain-looking".to_owned()),
+                    ("team".to_owned(), key.to_owned()),
+                    (key.to_owned(), "x".to_owned()),
+                ]
+                .into(),
+                plan_nodes: 1,
+            })),
+            ..Default::default()
+        };
+        let redacted = super::event(&accepted);
+        let text = format!("{redacted:?}");
+        assert!(!text.contains(key) && !text.contains("plain-looking"), "{text}");
+        let Some(Kind::GoalAccepted(a)) = &redacted.kind else { panic!("{text}") };
+        assert_eq!(a.labels.get("api_key").map(String::as_str), Some(REDACTED));
+        assert_eq!(a.labels.get("team").map(String::as_str), Some(REDACTED));
+        assert_eq!(redacted.goal_id, "g");
+        // Plan inputs: by the rules and by the node's `secret_inputs`.
+        let plan = hermes_proto::TaskPlan {
+            nodes: vec![hermes_proto::TaskNode {
+                id: "n".into(),
+                task_type: "http.fetch".into(),
+                inputs_json: r#"{"url": "https://x", "body": "plain"}"#.into(),
+                secret_inputs: vec!["body".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let state = hermes_proto::GoalState { plan: Some(plan), ..Default::default() };
+        let view = goal_state(&state);
+        let node = &view.plan.as_ref().unwrap().nodes[0];
+        assert!(!node.inputs_json.contains("plain") && node.inputs_json.contains("https://x"), "{node:?}");
+        assert_eq!(node.secret_inputs, vec!["body".to_owned()], "the names of the marked keys are kept");
+        // Nothing secret: the message is unchanged.
+        let clean = Event { goal_id: "g-1".into(), session_id: "s-1".into(), ..Default::default() };
+        assert_eq!(super::event(&clean), clean);
     }
 }

@@ -341,22 +341,13 @@ fn mask(value: &mut toml::Value, key: &str) {
                 .any(|word| key == *word || key.ends_with(&format!("_{word}")));
             if secret && !s.is_empty() {
                 *s = MASK.to_owned();
-            } else if let Some(masked) = mask_url_password(s) {
-                *s = masked;
+            } else if s.contains("://") {
+                // A URL anywhere prints without its credentials (hermes_core::secret).
+                *s = hermes_core::secret::redact_url(s);
             }
         }
         _ => {}
     }
-}
-
-/// `scheme://user:password@host...` with the password masked; `None` when there is none.
-pub fn mask_url_password(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let (userinfo, host) = authority.rsplit_once('@')?;
-    let (user, _password) = userinfo.split_once(':')?;
-    Some(format!("{scheme}://{user}:{MASK}@{host}{tail}"))
 }
 
 /// Two settings that cannot both be addressed, found by [`check_keys`].

@@ -258,7 +258,7 @@ impl Context {
         }
         let bus = Bus::connect(nats.bus_config(self.name))
             .await
-            .with_context(|| format!("failed to connect to NATS at {}", mask(&nats.url)))?;
+            .with_context(|| format!("failed to connect to NATS at {}", nats.url))?;
         self.bus = Some(bus.clone());
         Ok(bus)
     }
@@ -479,8 +479,4 @@ async fn futures_first(tasks: &mut [Task]) -> (usize, Result<anyhow::Result<()>,
         std::task::Poll::Pending
     })
     .await
-}
-
-fn mask(url: &str) -> String {
-    config::mask_url_password(url).unwrap_or_else(|| url.to_owned())
 }

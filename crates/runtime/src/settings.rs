@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 #[serde(default, deny_unknown_fields)]
 pub struct NatsSettings {
     /// The server URL; user and password may be given in it (`nats://user:password@host:4222`).
-    pub url: String,
+    pub url: hermes_core::secret::SecretUrl,
     /// Replicas of the streams and buckets Hermes creates: 1 for a single server, 3 on a
     /// three-node cluster.
     pub replicas: usize,
@@ -22,7 +22,7 @@ pub struct NatsSettings {
 
 impl Default for NatsSettings {
     fn default() -> Self {
-        NatsSettings { url: "nats://127.0.0.1:4222".to_owned(), replicas: 1, creds: None, inbox_prefix: None }
+        NatsSettings { url: "nats://127.0.0.1:4222".into(), replicas: 1, creds: None, inbox_prefix: None }
     }
 }
 
