@@ -152,6 +152,25 @@ class RenderLintValidate(unittest.TestCase):
                     except kubernetes_validate.ValidationError as e:
                         self.fail(f"{name}: {doc['kind']}/{doc['metadata']['name']}: {e.message} at {list(e.path)}")
 
+    def test_the_http_api_answers_to_its_service_names_the_ingress_host_and_allowed_hosts(self):
+        values = load_values("minimal-values.yaml")
+        values.setdefault("dispatcher", {})
+        values["dispatcher"]["ingress"] = {"enabled": True, "host": "hermes.example.internal"}
+        values["dispatcher"]["allowedHosts"] = [".corp.example"]
+        docs, _ = render(values)
+        settings = settings_of(docs, deployment(docs, "hermes-dispatcher"))
+        hosts = settings["HERMES_HTTP_ALLOWED_HOSTS"].split(",")
+        for host in [
+            "hermes-dispatcher",
+            "hermes-dispatcher.agents",
+            "hermes-dispatcher.agents.svc",
+            "hermes-dispatcher.agents.svc.cluster.local",
+            "hermes.example.internal",
+            ".corp.example",
+        ]:
+            self.assertIn(host, hosts)
+        self.assertNotIn("*", hosts, "the chart must not answer to any host by default")
+
     def test_notes_show_how_to_submit_a_first_goal(self):
         _, files = render(load_values("minimal-values.yaml"))
         notes = files["hermes/templates/NOTES.txt"]

@@ -1,8 +1,10 @@
 """deploy/ checked against the real binaries: every service of docker-compose.yml runs a binary
 the image contains, with variables that binary's settings really read (`--print-env` lists every
 name the config pipeline maps to a setting) and flags it really takes (its `--help`), each
-documented; the variables the Helm chart sets are held to the same rule; and the production
-NATS configuration parses with the pinned nats-server (`nats-server -t`).
+documented; every port it publishes is bound to 127.0.0.1 (NATS publishes none) and its API
+requires a tokens file and a token; the variables the Helm chart sets are held to the same
+rule; and the production NATS configuration parses with the pinned nats-server
+(`nats-server -t`).
 
 HERMES_BIN_DIR names the directory with the built binaries (scripts/check-deploy.sh sets it).
 Run by `make test` through scripts/check-deploy.sh.
@@ -58,7 +60,9 @@ def reads(binary, sub, var):
     """Whether `binary` reads `var`: a setting's variable of a service binary, or a flag's
     variable of a `hermes` client command."""
     if binary == "hermes" and sub and sub[0] not in ("up", "agent", "planner"):
-        return f"[env: {var}=" in help_text(binary, *sub)
+        # `[env: VAR=value]`, or `[env: VAR]` for a flag whose value is hidden (`--token`)
+        text = help_text(binary, *sub)
+        return f"[env: {var}=" in text or f"[env: {var}]" in text
     key = (binary, sub)
     if key not in _ENV:
         path = BIN_DIR / binary
@@ -117,6 +121,45 @@ class Compose(unittest.TestCase):
             for var in service.get("environment", {}):
                 with self.subTest(service=name, var=var):
                     self.assertTrue(f"`{var}`" in self.docs, f"{var} is not in README.md or docs/")
+
+    def published(self):
+        """(service, host address, host port, container port) of every published port, short
+        syntax (`[HOST_IP:]HOST:CONTAINER[/PROTO]`) or long (`host_ip`, `published`, `target`)."""
+        for name, service in self.compose["services"].items():
+            for port in service.get("ports", []):
+                if isinstance(port, dict):
+                    yield name, port.get("host_ip", ""), str(port.get("published", "")), str(port["target"])
+                    continue
+                parts = str(port).split("/")[0].rsplit(":", 2)
+                if len(parts) == 3:
+                    yield name, parts[0].strip("[]"), parts[1], parts[2]
+                else:
+                    yield name, "", parts[0] if len(parts) == 2 else "", parts[-1]
+
+    def test_every_published_port_is_bound_to_loopback_and_nats_is_not_published(self):
+        ports = list(self.published())
+        self.assertTrue(ports, "the dispatcher's API and the metrics are published")
+        for name, host, published, target in ports:
+            with self.subTest(service=name, port=f"{host}:{published}:{target}"):
+                self.assertEqual(host, "127.0.0.1", "a published port binds 127.0.0.1, not every interface")
+                self.assertTrue(published, "a fixed host port, not a random one on every interface")
+        self.assertNotIn("nats", {name for name, *_ in ports}, "NATS has no users: it stays on the project network")
+        self.assertNotIn("network_mode", self.compose["services"]["nats"])
+
+    def test_the_published_api_requires_tokens(self):
+        services = self.compose["services"]
+        dispatcher = services["dispatcher"]
+        env = dispatcher["environment"]
+        self.assertNotIn("HERMES_ALLOW_UNAUTHENTICATED", env)
+        self.assertNotIn("HERMES_DISPATCHER_ALLOW_UNAUTHENTICATED", env)
+        secrets = self.compose.get("secrets", {})
+        self.assertIn("api-tokens", secrets)
+        self.assertRegex(secrets["api-tokens"]["file"], r"^\$\{[A-Z_]+:\?[^}]+\}$", "the tokens file is required, not defaulted")
+        for name, var in [("dispatcher", "HERMES_DISPATCHER_API_TOKENS_FILE"), ("registry", "HERMES_API_TOKENS_FILE"), ("memory", "HERMES_API_TOKENS_FILE")]:
+            with self.subTest(service=name):
+                self.assertIn("api-tokens", services[name].get("secrets", []))
+                self.assertEqual(services[name]["environment"][var], "/run/secrets/api-tokens")
+        self.assertRegex(services["cli"]["environment"]["HERMES_TOKEN"], r"^\$\{HERMES_TOKEN:\?[^}]+\}$")
 
     def test_services_reach_nats_by_its_service_name_and_mount_what_exists(self):
         for name, service in self.hermes_services():

@@ -44,6 +44,7 @@ pub struct SandboxBuilder {
     no_agent_wait: Option<Duration>,
     max_watches_per_client: Option<usize>,
     api_tokens: Option<String>,
+    cors_allow_origins: Vec<String>,
 }
 
 impl Default for SandboxBuilder {
@@ -63,6 +64,7 @@ impl Default for SandboxBuilder {
             no_agent_wait: None,
             max_watches_per_client: None,
             api_tokens: None,
+            cors_allow_origins: Vec::new(),
         }
     }
 }
@@ -103,6 +105,12 @@ impl SandboxBuilder {
     /// The generic agents' workspace (default: the repository root, so the examples resolve).
     pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
         self.workspace = Some(dir.into());
+        self
+    }
+
+    /// Origins a browser may call the HTTP API from (`dispatcher.http.cors_allow_origins`).
+    pub fn cors_allow_origins(mut self, origins: &[&str]) -> Self {
+        self.cors_allow_origins = origins.iter().map(|o| o.to_string()).collect();
         self
     }
 
@@ -184,7 +192,8 @@ impl SandboxBuilder {
             http: Some(hermes_dispatcher::http::HttpConfig {
                 listen: "127.0.0.1:0".parse().unwrap(),
                 max_body_bytes: hermes_dispatcher::http::DEFAULT_MAX_BODY_BYTES,
-                cors_allow_origins: Vec::new(),
+                cors_allow_origins: self.cors_allow_origins.clone(),
+                allowed_hosts: Vec::new(),
                 tls: None,
                 console: Default::default(),
             }),

@@ -124,11 +124,13 @@ async fn main() -> anyhow::Result<()> {
             listen: "127.0.0.1:0".parse()?,
             max_body_bytes: hermes_dispatcher::http::DEFAULT_MAX_BODY_BYTES,
             cors_allow_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             tls: None,
             console: Default::default(),
         }),
         // The fan-out rows open every watcher from this one client.
         max_watches_per_client: 20_000,
+        max_watches: 40_000,
         ..Default::default()
     };
     let shutdown = CancellationToken::new();

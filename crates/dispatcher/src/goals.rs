@@ -73,7 +73,7 @@ impl GoalService {
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
         let limits = limits(&config);
         let effects = EffectsPublisher::new(bus.clone(), limits, config.no_agent_wait, followups);
-        let watchers = crate::watchers::WatchLimits::new(config.max_watches_per_client);
+        let watchers = crate::watchers::WatchLimits::new(config.max_watches_per_client, config.max_watches);
         let hub = crate::fanout::EventHub::new(bus.clone());
         Self {
             bus,

@@ -70,10 +70,11 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<hermes_proto::ArtifactChunk, Status>> + Send>>;
 
 impl Api {
-    /// The caller, from the request's `authorization` metadata (`Bearer <token>`).
+    /// The caller, from the request's `authorization` metadata (`Bearer <token>`); every method
+    /// calls this first: authentication, then the bus's state ([`crate::gate::admit`]).
     fn who<T>(&self, request: &Request<T>) -> Result<Principal, Error> {
         let authorization = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        Ok(self.service.authenticate(authorization)?.at("grpc", request.remote_addr()))
+        crate::gate::admit(&self.service, authorization, "grpc", request.remote_addr())
     }
 }
 
@@ -83,7 +84,6 @@ impl DispatcherApi for Api {
         &self,
         request: Request<SubmitGoalRequest>,
     ) -> Result<Response<SubmitGoalResponse>, Status> {
-        self.service.nats_up()?;
         // The goal's trace starts here, under the caller's span when it sent a `traceparent`.
         let span = tracing::info_span!(
             "submit_goal",
@@ -102,7 +102,6 @@ impl DispatcherApi for Api {
     }
 
     async fn get_goal(&self, request: Request<GetGoalRequest>) -> Result<Response<Goal>, Status> {
-        self.service.nats_up()?;
         let who = self.who(&request)?;
         let req = request.into_inner();
         let state = self.service.get_as(&who, goal_id_arg(&req.goal_id)?).await?;
@@ -112,7 +111,6 @@ impl DispatcherApi for Api {
     type WatchGoalStream = EventStream;
 
     async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
-        self.service.nats_up()?;
         let who = self.who(&request)?;
         let client = request.remote_addr().map(|a| a.ip().to_string()).unwrap_or_default();
         let req = request.into_inner();
@@ -122,7 +120,6 @@ impl DispatcherApi for Api {
     }
 
     async fn cancel_goal(&self, request: Request<CancelGoalRequest>) -> Result<Response<Goal>, Status> {
-        self.service.nats_up()?;
         let who = self.who(&request)?;
         let req = request.into_inner();
         let state = self.service.cancel_as(&who, goal_id_arg(&req.goal_id)?, &req.reason).await?;
@@ -133,7 +130,6 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ApproveToolCallRequest>,
     ) -> Result<Response<ApproveToolCallResponse>, Status> {
-        self.service.nats_up()?;
         let who = self.who(&request)?;
         let req = request.into_inner();
         let goal_id = goal_id_arg(&req.goal_id)?;
@@ -151,7 +147,6 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListGoalsRequest>,
     ) -> Result<Response<ListGoalsResponse>, Status> {
-        self.service.nats_up()?;
         let who = self.who(&request)?;
         let limit = GoalService::list_limit(request.into_inner().limit as usize);
         let goals = self.service.list_as(&who, limit).await?.into_iter().map(to_goal).collect();
@@ -162,7 +157,6 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListDeadLettersRequest>,
     ) -> Result<Response<ListDeadLettersResponse>, Status> {
-        self.service.nats_up()?;
         let who = self.who(&request)?;
         let limit = request.into_inner().limit as usize;
         let dead_letters = self.service.dead_letters_as(&who, &self.dead_letters, limit).await?;
@@ -173,7 +167,6 @@ impl DispatcherApi for Api {
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<DeadLetter>, Status> {
-        self.service.nats_up()?;
         let who = self.who(&request)?;
         let sequence = request.into_inner().sequence;
         Ok(Response::new(self.service.dead_letter_as(&who, &self.dead_letters, sequence).await?))
@@ -183,7 +176,6 @@ impl DispatcherApi for Api {
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<ReplayDeadLetterResponse>, Status> {
-        self.service.nats_up()?;
         let who = self.who(&request)?;
         let sequence = request.into_inner().sequence;
         let (subject, sequence) =
@@ -195,7 +187,6 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListAuditRequest>,
     ) -> Result<Response<ListAuditResponse>, Status> {
-        self.service.nats_up()?;
         let who = self.who(&request)?;
         let req = request.into_inner();
         let records = self.service.audit().list(&who, req.limit as usize, req.after_seq).await?;
@@ -206,7 +197,6 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::ListModelExchangesRequest>,
     ) -> Result<Response<hermes_proto::ListModelExchangesResponse>, Status> {
-        self.service.nats_up()?;
         let who = self.who(&request)?;
         let goal_id = request.into_inner().goal_id;
         let (exchanges, tool_exchanges) = self.service.model_exchanges_as(&who, &goal_id).await?;
@@ -219,7 +209,6 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::GoalArtifactRequest>,
     ) -> Result<Response<ChunkStream>, Status> {
-        self.service.nats_up()?;
         let who = self.who(&request)?;
         let req = request.into_inner();
         let (_, bytes) = self.service.goal_artifact_as(&who, goal_id_arg(&req.goal_id)?, &req.r#ref).await?;

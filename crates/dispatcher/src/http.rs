@@ -44,6 +44,9 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// Origins allowed to call the API from a browser (`*` for any); empty: no CORS headers.
     pub cors_allow_origins: Vec<String>,
+    /// Host names the server answers to besides its listen address (and `localhost` on
+    /// loopback); `.example.com` allows its subdomains, `*` any. Others are `421`.
+    pub allowed_hosts: Vec<String>,
     /// TLS (`[dispatcher.http.tls]`), or plaintext.
     pub tls: Option<hermes_core::tls::TlsFiles>,
     /// The web console at `/` (`[dispatcher.http.console]`).
@@ -101,7 +104,15 @@ pub(crate) fn router(
         // The handlers read bodies themselves, so an oversized one gets a problem, not plain text.
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(axum::middleware::from_fn(stamp_peer))
-        .with_state(api);
+        .with_state(api)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(crate::gate::Site::new(
+                config.listen,
+                &config.allowed_hosts,
+                &config.cors_allow_origins,
+            )),
+            same_site,
+        ));
     match cors(&config.cors_allow_origins) {
         Some(cors) => router.layer(cors),
         None => router,
@@ -123,6 +134,29 @@ async fn stamp_peer(mut request: axum::extract::Request, next: axum::middleware:
         }
     }
     next.run(request).await
+}
+
+/// Refuses what [`crate::gate::Site`] says is not this server's own request, before any route.
+async fn same_site(
+    State(site): State<Arc<crate::gate::Site>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = match request.headers().get(header::HOST) {
+        Some(host) => host.to_str().ok().map(str::to_owned).or(Some(String::new())),
+        None => request.uri().authority().map(|a| a.as_str().to_owned()),
+    };
+    match site.check(request.method(), host.as_deref(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => {
+            let code = match refusal.status {
+                StatusCode::FORBIDDEN => ErrorCode::Denied,
+                _ => ErrorCode::InvalidArgument,
+            };
+            tracing::info!(status = %refusal.status, reason = %refusal.reason, "HTTP request refused");
+            Problem::new(refusal.status, code, refusal.reason).into_response()
+        }
+    }
 }
 
 fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
@@ -521,9 +555,16 @@ fn parse_body<T: DeserializeOwned>(headers: &HeaderMap, bytes: &Bytes) -> std::r
                 Problem::invalid(format!("malformed YAML{}: {e}", at.unwrap_or_default()))
             })
         }
-        "" | "application/json" | "text/json" => serde_json::from_slice(bytes).map_err(|e| {
-            Problem::invalid(format!("malformed JSON at line {} column {}: {e}", e.line(), e.column()))
-        }),
+        "application/json" | "application/a2a+json" | "text/json" => {
+            serde_json::from_slice(bytes).map_err(|e| {
+                Problem::invalid(format!("malformed JSON at line {} column {}: {e}", e.line(), e.column()))
+            })
+        }
+        "" => Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::InvalidArgument,
+            "the request has a body but no Content-Type: send application/json or application/yaml",
+        )),
         other => Err(Problem::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::InvalidArgument,
@@ -545,10 +586,11 @@ fn no_such_action(usage: &str) -> Problem {
 }
 
 /// The caller, from the `Authorization` header (`Bearer <token>`), and where it called from.
+/// Every handler calls this first: authentication, then the bus's state ([`crate::gate::admit`]).
 fn who(api: &Api, headers: &HeaderMap) -> std::result::Result<Principal, Problem> {
     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let peer = headers.get(PEER_HEADER).and_then(|v| v.to_str().ok()).and_then(|p| p.parse().ok());
-    Ok(api.service.authenticate(authorization)?.at("http", peer))
+    Ok(crate::gate::admit(&api.service, authorization, "http", peer)?)
 }
 
 fn goal_id_arg(id: &str) -> std::result::Result<&str, Problem> {
@@ -584,7 +626,6 @@ async fn submit(
     headers: HeaderMap,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Answer {
-    api.service.nats_up()?;
     let caller = who(&api, &headers)?;
     let bytes = body_bytes(&api, body)?;
     let mut body: Value = parse_body(&headers, &bytes)?;
@@ -674,7 +715,6 @@ async fn list(
     headers: HeaderMap,
     query: std::result::Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Answer {
-    api.service.nats_up()?;
     let caller = who(&api, &headers)?;
     let query = query_arg(query)?;
     let limit = GoalService::list_limit(query.limit.unwrap_or(0));
@@ -718,8 +758,8 @@ async fn list(
 }
 
 async fn get_goal(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
-    api.service.nats_up()?;
-    let state = api.service.get_as(&who(&api, &headers)?, goal_id_arg(&id)?).await?;
+    let caller = who(&api, &headers)?;
+    let state = api.service.get_as(&caller, goal_id_arg(&id)?).await?;
     Ok(json_response(StatusCode::OK, message_json(&to_goal(state))))
 }
 
@@ -745,13 +785,13 @@ async fn goal_action(
     headers: HeaderMap,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Answer {
-    api.service.nats_up()?;
+    let caller = who(&api, &headers)?;
     let bytes = body_bytes(&api, body)?;
     let Some(id) = target.strip_suffix(":cancel") else {
         return Err(no_such_action("/v1/goals/{id}:cancel"));
     };
     let reason = optional_reason(&headers, &bytes)?;
-    let state = api.service.cancel_as(&who(&api, &headers)?, goal_id_arg(id)?, &reason).await?;
+    let state = api.service.cancel_as(&caller, goal_id_arg(id)?, &reason).await?;
     Ok(json_response(StatusCode::OK, message_json(&to_goal(state))))
 }
 
@@ -773,7 +813,7 @@ async fn events(
     headers: HeaderMap,
     query: std::result::Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> std::result::Result<Sse<impl Stream<Item = std::result::Result<SseEvent, Infallible>>>, Problem> {
-    api.service.nats_up()?;
+    let caller = who(&api, &headers)?;
     let query = query_arg(query)?;
     let last_event_id = match headers.get("last-event-id") {
         Some(v) => Some(
@@ -785,7 +825,6 @@ async fn events(
         None => None,
     };
     let after = last_event_id.or(query.after).unwrap_or(0);
-    let caller = who(&api, &headers)?;
     let events = api.service.watch_as(&caller, goal_id_arg(&id)?, after, &peer.ip().to_string()).await?;
     let stream = events
         .map(|event| {
@@ -818,9 +857,8 @@ async fn events_ws(
         axum::extract::ws::rejection::WebSocketUpgradeRejection,
     >,
 ) -> Answer {
-    api.service.nats_up()?;
-    let query = query_arg(query)?;
     let caller = who(&api, &headers)?;
+    let query = query_arg(query)?;
     let events = api
         .service
         .watch_as(&caller, goal_id_arg(&id)?, query.after.unwrap_or(0), &peer.ip().to_string())
@@ -879,7 +917,6 @@ async fn goal_artifact(
     headers: HeaderMap,
     Path((id, reference)): Path<(String, String)>,
 ) -> Answer {
-    api.service.nats_up()?;
     let caller = who(&api, &headers)?;
     let (info, bytes) = api.service.goal_artifact_as(&caller, goal_id_arg(&id)?, &reference).await?;
     let content_type = HeaderValue::from_str(&info.content_type)
@@ -889,8 +926,8 @@ async fn goal_artifact(
 
 /// `GET /v1/agents`: the registry's view of every agent (`Registry.ListAgents`), over NATS.
 async fn agents(State(api): State<Api>, headers: HeaderMap) -> Answer {
-    api.service.nats_up()?;
-    who(&api, &headers)?.require(Need::Read)?;
+    let caller = who(&api, &headers)?;
+    caller.require(Need::Read)?;
     let agents = hermes_clients::registry::list_agents(api.service.bus(), Duration::from_secs(3)).await?;
     let agents: Vec<Value> = agents.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"agents": agents})))
@@ -898,7 +935,6 @@ async fn agents(State(api): State<Api>, headers: HeaderMap) -> Answer {
 
 /// `GET /v1/sessions`: the caller's tenant's memory sessions, from the memory service.
 async fn sessions(State(api): State<Api>, headers: HeaderMap) -> Answer {
-    api.service.nats_up()?;
     let caller = who(&api, &headers)?;
     caller.require(Need::Read)?;
     let memory = hermes_clients::memory::MemoryClient::new(api.service.bus());
@@ -910,7 +946,6 @@ async fn sessions(State(api): State<Api>, headers: HeaderMap) -> Answer {
 /// `GET /v1/sessions/{id}`: one session of the caller's tenant (empty when it has no turns, as
 /// another tenant's session of that name is to this one).
 async fn session(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
-    api.service.nats_up()?;
     let caller = who(&api, &headers)?;
     caller.require(Need::Read)?;
     check_id("session_id", &id, 200, IdShape::Dotted)?;
@@ -922,8 +957,8 @@ async fn session(State(api): State<Api>, headers: HeaderMap, Path(id): Path<Stri
 /// `GET /v1/approvals`: every tool call waiting for a person, across goals, oldest first, with
 /// when it expires.
 async fn approvals(State(api): State<Api>, headers: HeaderMap) -> Answer {
-    api.service.nats_up()?;
-    let pending = api.service.pending_approvals_as(&who(&api, &headers)?).await?;
+    let caller = who(&api, &headers)?;
+    let pending = api.service.pending_approvals_as(&caller).await?;
     let approvals: Vec<Value> = pending.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"approvals": approvals})))
 }
@@ -935,7 +970,7 @@ async fn decide(
     headers: HeaderMap,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Answer {
-    api.service.nats_up()?;
+    let caller = who(&api, &headers)?;
     let bytes = body_bytes(&api, body)?;
     let (call, approve) = match (target.strip_suffix(":approve"), target.strip_suffix(":deny")) {
         (Some(call), _) => (call, true),
@@ -943,7 +978,6 @@ async fn decide(
         _ => return Err(no_such_action("/v1/approvals/{goal}/{call}:approve or :deny")),
     };
     let reason = optional_reason(&headers, &bytes)?;
-    let caller = who(&api, &headers)?;
     let decision =
         api.service.decide_approval_as(&caller, goal_id_arg(&goal)?, call, approve, &reason).await?;
     Ok(json_response(StatusCode::OK, message_json(&decision)))
@@ -960,7 +994,6 @@ async fn dead_letters_list(
     headers: HeaderMap,
     query: std::result::Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Answer {
-    api.service.nats_up()?;
     let caller = who(&api, &headers)?;
     let query = query_arg(query)?;
     let letters = api.service.dead_letters_as(&caller, &api.dead_letters, query.limit.unwrap_or(0)).await?;
@@ -983,7 +1016,6 @@ async fn audit(
     headers: HeaderMap,
     query: std::result::Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Answer {
-    api.service.nats_up()?;
     let caller = who(&api, &headers)?;
     let query = query_arg(query)?;
     let records =
@@ -997,7 +1029,6 @@ fn sequence_arg(text: &str) -> std::result::Result<u64, Problem> {
 }
 
 async fn dead_letter(State(api): State<Api>, headers: HeaderMap, Path(seq): Path<String>) -> Answer {
-    api.service.nats_up()?;
     let caller = who(&api, &headers)?;
     let letter = api.service.dead_letter_as(&caller, &api.dead_letters, sequence_arg(&seq)?).await?;
     Ok(json_response(StatusCode::OK, message_json(&letter)))
@@ -1009,7 +1040,6 @@ async fn dead_letter_action(
     headers: HeaderMap,
     Path(target): Path<String>,
 ) -> Answer {
-    api.service.nats_up()?;
     let caller = who(&api, &headers)?;
     caller.require(Need::Operate)?;
     let Some(seq) = target.strip_suffix(":replay") else {

@@ -25,6 +25,7 @@ mod dead_letters;
 mod effects;
 pub mod engine;
 mod fanout;
+mod gate;
 mod goals;
 mod grpc;
 pub mod http;
@@ -85,6 +86,8 @@ pub struct DispatcherConfig {
     pub http: Option<http::HttpConfig>,
     /// Goal event streams (gRPC, SSE, WebSocket) one client may hold open at once.
     pub max_watches_per_client: usize,
+    /// Goal event streams all clients together may hold open at once.
+    pub max_watches: usize,
     /// Who may call the API doors (API tokens; open when none are configured).
     pub access: Arc<access::Access>,
     /// Serve a non-loopback address with auth off (behind a proxy that authenticates).
@@ -111,6 +114,7 @@ impl Default for DispatcherConfig {
             grpc_tls: None,
             http: None,
             max_watches_per_client: 256,
+            max_watches: 4096,
             access: Arc::new(access::Access::open()),
             allow_unauthenticated: false,
             record_model_exchanges: true,

@@ -29,6 +29,8 @@ pub struct DispatchSettings {
     pub catalog_ttl_ms: u64,
     /// Goal event streams one client (peer address) may hold open at once.
     pub max_watches_per_client: usize,
+    /// Goal event streams all clients together may hold open at once.
+    pub max_watches: usize,
     /// The API tokens file (docs/security.md); empty: auth off.
     pub api_tokens_file: String,
     /// Serve a non-loopback address with auth off, when a proxy in front authenticates.
@@ -50,6 +52,9 @@ pub struct HttpSettings {
     pub max_body_bytes: usize,
     /// Origins a browser may call the API from (`*` for any); empty: no CORS headers.
     pub cors_allow_origins: Vec<String>,
+    /// Host names the API answers to besides its listen address (`localhost` on loopback);
+    /// `.example.com`: its subdomains; `*`: any.
+    pub allowed_hosts: Vec<String>,
     /// TLS of the HTTP API; off without a certificate.
     pub tls: hermes_core::tls::TlsSettings,
     /// The web console at `/` (docs/console.md).
@@ -79,6 +84,7 @@ impl Default for HttpSettings {
             listen: "127.0.0.1:8080".to_owned(),
             max_body_bytes: crate::http::DEFAULT_MAX_BODY_BYTES,
             cors_allow_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             tls: Default::default(),
             console: ConsoleSettings::default(),
         }
@@ -99,6 +105,7 @@ impl HttpSettings {
             listen,
             max_body_bytes: self.max_body_bytes.max(1024),
             cors_allow_origins: self.cors_allow_origins.clone(),
+            allowed_hosts: self.allowed_hosts.clone(),
             tls: self.tls.load("dispatcher.http.tls")?,
             console: crate::console::ConsoleConfig {
                 enabled: self.console.enabled,
@@ -120,6 +127,7 @@ impl Default for DispatchSettings {
             no_agent_wait_secs: config.no_agent_wait.as_secs(),
             catalog_ttl_ms: config.catalog_ttl.as_millis() as u64,
             max_watches_per_client: config.max_watches_per_client,
+            max_watches: config.max_watches,
             api_tokens_file: String::new(),
             allow_unauthenticated: false,
             record_model_exchanges: config.record_model_exchanges,
@@ -139,6 +147,7 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("allow_unauthenticated", "dispatcher.allow_unauthenticated"),
     ("http_max_body_bytes", "dispatcher.http.max_body_bytes"),
     ("http_cors_allow_origins", "dispatcher.http.cors_allow_origins"),
+    ("http_allowed_hosts", "dispatcher.http.allowed_hosts"),
 ];
 
 /// Help for the `[dispatcher]` keys.
@@ -158,6 +167,9 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "dispatcher.max_watches_per_client" => {
             "Goal event streams (gRPC, SSE, WebSocket) one client may hold open at once."
         }
+        "dispatcher.max_watches" => {
+            "Goal event streams (gRPC, SSE, WebSocket) all clients together may hold open at once."
+        }
         "dispatcher.api_tokens_file" => {
             "API tokens (TOML, hashed, each with a tenant and roles; docs/security.md); unset: auth off."
         }
@@ -169,7 +181,12 @@ pub fn describe(key: &str) -> Option<&'static str> {
         }
         "dispatcher.http.listen" => "The HTTP API's address (docs/http.md); `off`: none.",
         "dispatcher.http.max_body_bytes" => "Largest HTTP request body in bytes; larger is 413.",
-        "dispatcher.http.cors_allow_origins" => "Origins a browser may call the HTTP API from (`*`: any).",
+        "dispatcher.http.cors_allow_origins" => {
+            "Origins a browser may call the HTTP API from, state-changing calls included (`*`: any)."
+        }
+        "dispatcher.http.allowed_hosts" => {
+            "Host names the HTTP API answers to besides its listen address (`.example.com`: subdomains, `*`: any); others get 421."
+        }
         "dispatcher.http.console.enabled" => "Serve the web console at `/` (docs/console.md).",
         "dispatcher.http.console.trace_url" => {
             "The console's link to a goal's trace, with `{trace_id}` in it (Jaeger: http://jaeger:16686/trace/{trace_id})."
@@ -213,6 +230,7 @@ impl DispatchSettings {
             planner: self.planner_service,
             http: self.http.config()?,
             max_watches_per_client: self.max_watches_per_client.max(1),
+            max_watches: self.max_watches.max(1),
             access: std::sync::Arc::new(crate::access::Access::from_setting(&self.api_tokens_file)?),
             allow_unauthenticated: self.allow_unauthenticated,
             record_model_exchanges: self.record_model_exchanges,

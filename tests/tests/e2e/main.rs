@@ -10,6 +10,7 @@ mod artifacts;
 mod auth;
 mod bad_input;
 mod console;
+mod cross_site;
 mod deadlines;
 mod dlq;
 mod eval;

@@ -31,7 +31,7 @@ use hermes_proto::{Approval, Event, GoalSpec, GoalState, GoalStatus};
 use serde_json::{Value, json};
 
 use super::{Api, HEARTBEAT, goal_id_arg, json_response};
-use crate::access::Principal;
+use crate::access::{Need, Principal};
 
 /// The protocol version served, as A2A names it in the card and the `A2A-Version` header.
 const PROTOCOL_VERSION: &str = "1.0";
@@ -115,10 +115,17 @@ impl From<Error> for RpcError {
     }
 }
 
-/// `GET /.well-known/agent-card.json`.
+/// `GET /.well-known/agent-card.json`. The card is public, as A2A has it; the task types of
+/// the catalogue are listed only to a caller who may read (anyone with auth off), so an
+/// anonymous caller learns nothing about the fleet.
 pub(super) async fn agent_card(State(api): State<Api>, headers: HeaderMap) -> Response {
     let base = base_url(&headers);
-    let catalogue = api.service.catalogue().await;
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let reader = api.service.authenticate(authorization).is_ok_and(|who| who.require(Need::Read).is_ok());
+    let catalogue = match reader {
+        true => Some(api.service.catalogue().await),
+        false => None,
+    };
     let mut skills = Vec::new();
     if api.service.plans_text_goals() {
         skills.push(json!({
@@ -138,7 +145,7 @@ pub(super) async fn agent_card(State(api): State<Api>, headers: HeaderMap) -> Re
         "inputModes": ["application/json"],
         "outputModes": ["application/json"],
     }));
-    if let Ok(catalogue) = &catalogue {
+    if let Some(Ok(catalogue)) = &catalogue {
         for entry in catalogue.entries().iter().filter(|e| e.live_agents > 0) {
             let tool = entry.tool.clone().unwrap_or_default();
             let mut tags: Vec<String> = entry.task_type.split('.').map(str::to_owned).collect();
@@ -188,7 +195,7 @@ pub(super) async fn agent_card(State(api): State<Api>, headers: HeaderMap) -> Re
         card["securityRequirements"] = json!([{"schemes": {"bearer": {"list": []}}}]);
     }
     let mut response = json_response(StatusCode::OK, card);
-    if let Err(e) = catalogue {
+    if let Some(Err(e)) = catalogue {
         // The card is still useful without the task types; say why they are missing.
         if let Ok(warning) = format!("199 hermes \"the catalogue is unavailable: {e}\"").parse() {
             response.headers_mut().insert(header::WARNING, warning);
@@ -212,6 +219,23 @@ pub(super) async fn rpc(
     headers: HeaderMap,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
+    // Credentials are the HTTP layer's business, as A2A has them: 401 and 403, not JSON-RPC;
+    // and they come first. The bus's state is checked once the request is known to be one.
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let caller = match api.service.authenticate(authorization) {
+        Ok(caller) => caller.at("a2a", Some(peer)),
+        Err(e) => return super::Problem::from(e).into_response(),
+    };
+    let media = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let media = media.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if !matches!(media.as_str(), "application/json" | "application/a2a+json") {
+        return super::Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            hermes_core::error::ErrorCode::InvalidArgument,
+            format!("content type `{media}` is not accepted at {RPC_PATH}: send application/json or application/a2a+json"),
+        )
+        .into_response();
+    }
     let bytes = match super::body_bytes(&api, body) {
         Ok(bytes) => bytes,
         Err(problem) => return problem.into_response(),
@@ -227,11 +251,6 @@ pub(super) async fn rpc(
         }
     };
     let id = request.get("id").cloned().unwrap_or(Value::Null);
-    // Credentials are the HTTP layer's business, as A2A has them: 401 and 403, not JSON-RPC.
-    let caller = match super::who(&api, &headers) {
-        Ok(caller) => caller.at("a2a", Some(peer)),
-        Err(problem) => return problem.into_response(),
-    };
     match call(&api, &caller, &peer, &headers, &request).await {
         Err(error) if error.denied() => {
             super::Problem::new(StatusCode::FORBIDDEN, hermes_core::error::ErrorCode::Denied, error.message)
