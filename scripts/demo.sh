@@ -8,7 +8,9 @@ mkdir -p .hermes
 addr="${HERMES_DEMO_LISTEN:-127.0.0.1:50551}"
 log=.hermes/demo.log
 http="${HERMES_DEMO_HTTP_LISTEN:-127.0.0.1:8551}"
-./target/debug/hermes up --grpc-listen "$addr" --http-listen "$http" >"$log" 2>&1 &
+# The example plan reads examples/data: the checkout is the agents' workspace here (by default
+# it is .hermes/workspace, so a goal cannot touch the directory hermes up was started from).
+./target/debug/hermes up --grpc-listen "$addr" --http-listen "$http" --workspace . >"$log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT
 # Loading the embedded planner model takes a few seconds before the ready line.

@@ -24,13 +24,53 @@ pub struct UpAgents {
     pub config: Option<PathBuf>,
     /// Tasks each agent runs at once.
     pub max_concurrency: u32,
-    /// Dir that the agents' file tools may read.
-    pub workspace: PathBuf,
+    /// Dir that the agents' file tools may read and write; unset: `<data_dir>/workspace`, so a
+    /// goal cannot touch the directory `hermes up` was started from unless it is named here.
+    pub workspace: Option<PathBuf>,
+    /// Tools whose calls wait for a person's approval (`hermes approvals`, the console); `none`
+    /// for no tool. By default `fs.write`: the side effect the default agents have on (`code.python`
+    /// is off and `http.fetch` reaches no host until allowed, docs/agents.md).
+    pub confirm_tools: Vec<String>,
 }
+
+/// The tools `hermes up`'s default agents ask approval for.
+pub const DEFAULT_CONFIRM_TOOLS: &[&str] = &["fs.write"];
 
 impl Default for UpAgents {
     fn default() -> Self {
-        UpAgents { count: 2, config: None, max_concurrency: 16, workspace: ".".into() }
+        UpAgents {
+            count: 2,
+            config: None,
+            max_concurrency: 16,
+            workspace: None,
+            confirm_tools: DEFAULT_CONFIRM_TOOLS.iter().map(|t| t.to_string()).collect(),
+        }
+    }
+}
+
+impl UpAgents {
+    /// The workspace of the default agents: the one set, or `workspace` in the data dir,
+    /// created when missing.
+    fn workspace(&self, data_dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+        let dir = match &self.workspace {
+            Some(dir) => dir.clone(),
+            None => {
+                let dir = data_dir.join("workspace");
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("creating the workspace {}", dir.display()))?;
+                dir
+            }
+        };
+        dir.canonicalize().with_context(|| format!("workspace {} (agents.workspace)", dir.display()))
+    }
+
+    /// The tools that wait for approval: `confirm_tools` without `none`.
+    fn confirm(&self) -> Vec<String> {
+        self.confirm_tools
+            .iter()
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty() && t != "none")
+            .collect()
     }
 }
 
@@ -117,7 +157,12 @@ impl hermes_runtime::Settings for UpSettings {
             "agents.count" => Some("Identical agents local-1..n to run (ignored with agents.config)."),
             "agents.config" => Some("An agents file (TOML) describing the agents to run instead."),
             "agents.max_concurrency" => Some("Tasks each agent runs at once."),
-            "agents.workspace" => Some("Dir that the agents' file tools may read."),
+            "agents.workspace" => {
+                Some("Dir that the agents' file tools may read and write; unset: <data_dir>/workspace.")
+            }
+            "agents.confirm_tools" => {
+                Some("Tools whose calls wait for approval (default fs.write; `none`: no tool).")
+            }
             "heartbeat_ttl_secs" => {
                 Some("Seconds without a heartbeat after which the registry drops an agent.")
             }
@@ -188,21 +233,24 @@ impl hermes_runtime::Service for UpService {
             );
         }
         cx.connect(&nats).await?;
+        let mut default_agents = None;
         let agents = match &settings.agents.config {
             Some(path) => hermes_executor::service::load_agents(path, &[], llm)?,
             None => {
-                let workspace = &settings.agents.workspace;
-                let workspace =
-                    workspace.canonicalize().with_context(|| format!("workspace {}", workspace.display()))?;
-                (1..=settings.agents.count)
+                let workspace = settings.agents.workspace(&settings.data_dir)?;
+                let confirm = settings.agents.confirm();
+                let agents = (1..=settings.agents.count)
                     .map(|i| {
                         let mut config =
                             hermes_executor::AgentConfig::new(format!("local-{i}"), workspace.clone());
                         config.max_concurrency = settings.agents.max_concurrency;
+                        config.confirm_tools = confirm.clone();
                         config.llm = agent_model.clone();
                         config
                     })
-                    .collect()
+                    .collect();
+                default_agents = Some((workspace, confirm));
+                agents
             }
         };
         let mut dispatcher = settings.dispatcher.config(llm, &settings.grpc)?;
@@ -239,11 +287,30 @@ impl hermes_runtime::Service for UpService {
                 path.display()
             );
         }
+        let mut workspace_shown = String::new();
+        if let Some((workspace, confirm)) = &default_agents {
+            let approval = match confirm.is_empty() {
+                true => "no tool waits for approval (agents.confirm_tools)".to_owned(),
+                false => {
+                    format!("{} wait for approval (hermes approvals, or the console)", confirm.join(", "))
+                }
+            };
+            println!(
+                "hermes up: the agents work in {}; {approval}; code.python is off and http.fetch reaches no host until allowed (docs/agents.md)",
+                workspace.display()
+            );
+            workspace_shown = format!(" workspace {}", workspace.display());
+        }
         // The ready line comes last: whoever waits for it may stop reading there.
         let nats_shown = nats.url;
         match parts.http_addr() {
-            Some(http) => println!("hermes up: grpc {} nats {nats_shown} http {http}", parts.grpc_addr()),
-            None => println!("hermes up: grpc {} nats {nats_shown}", parts.grpc_addr()),
+            Some(http) => {
+                println!(
+                    "hermes up: grpc {} nats {nats_shown}{workspace_shown} http {http}",
+                    parts.grpc_addr()
+                )
+            }
+            None => println!("hermes up: grpc {} nats {nats_shown}{workspace_shown}", parts.grpc_addr()),
         }
         Ok(())
     }

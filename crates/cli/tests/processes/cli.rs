@@ -83,7 +83,8 @@ fn text(out: &Output) -> String {
 fn hermes_up_serves_http_and_curl_follows_a_goal() {
     let nats = hermes_test_util::NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let (_up, _grpc, ready) = hermes_up_ready(&nats.url(), data.path(), &[]);
+    // The plan reads examples/data: the checkout is the workspace.
+    let (_up, _grpc, ready) = hermes_up_ready(&nats.url(), data.path(), &["--workspace", "."]);
     let http = ready
         .split_whitespace()
         .skip_while(|w| *w != "http")
@@ -116,6 +117,63 @@ fn hermes_up_serves_http_and_curl_follows_a_goal() {
     assert!(events.contains("\"taskSucceeded\""), "{events}");
     let last_data = events.lines().rfind(|l| l.starts_with("data:")).unwrap();
     assert!(last_data.contains("\"goalCompleted\""), "{events}");
+}
+
+/// `hermes up` with its defaults keeps goals out of the directory it was started from: its
+/// agents work in `<data-dir>/workspace` (the ready line says so), and `fs.write` waits for a
+/// person's approval before anything is written.
+#[test]
+fn hermes_up_defaults_keep_goals_out_of_the_current_dir_and_ask_before_writing() {
+    let nats = hermes_test_util::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let (_up, _grpc, ready) = hermes_up_ready(&nats.url(), data.path(), &[]);
+    let workspace = data.path().join("workspace").canonicalize().expect("the default workspace is created");
+    assert!(ready.contains(&format!(" workspace {} ", workspace.display())), "{ready}");
+    let http = http_of(&ready);
+    let curl = |args: &[&str]| {
+        let out = Command::new("curl").args(["-sS", "--max-time", "30"]).args(args).output().unwrap();
+        assert!(out.status.success(), "curl {args:?}: {}", text(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let name = format!("hermes-up-default-{}.txt", std::process::id());
+    let plan = serde_json::json!({"plan": {"nodes": [
+        {"id": "w", "task_type": "fs.write", "inputs": {"path": name, "content": "written"}}]}});
+    let goal = curl(&[
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        &plan.to_string(),
+        &format!("http://{http}/v1/goals"),
+    ]);
+    let id = goal["goalId"].as_str().unwrap_or_else(|| panic!("{goal}")).to_owned();
+    // The write waits in the approval inbox, and nothing is written meanwhile.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let call = loop {
+        let inbox = curl(&[&format!("http://{http}/v1/approvals")]);
+        if let Some(call) = inbox["approvals"].as_array().and_then(|a| a.first()) {
+            assert_eq!(call["tool"], "fs.write", "{inbox}");
+            break call["callId"].as_str().unwrap().to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "fs.write never asked for approval: {inbox}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!workspace.join(&name).exists());
+    assert!(!repo_root().join(&name).exists(), "a goal wrote into the directory hermes up runs in");
+    curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        "{}",
+        &format!("http://{http}/v1/approvals/{id}/{call}:approve"),
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !workspace.join(&name).exists() {
+        assert!(std::time::Instant::now() < deadline, "the approved write never happened");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!repo_root().join(&name).exists());
 }
 
 /// `hermes submit --watch` rides out a dispatcher restart: the stream drops when `hermes up`
@@ -182,7 +240,7 @@ fn submit_watch_resumes_after_a_dispatcher_restart() {
 fn submit_watch_prints_the_report_and_exit_codes_follow_the_goal() {
     let nats = hermes_test_util::NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let (_up, server) = hermes_up(&nats.url(), data.path());
+    let (_up, server) = hermes_up_with(&nats.url(), data.path(), &["--workspace", "."]);
 
     let out =
         hermes(&["submit", "--plan", "examples/plans/sales-report.yaml", "--watch", "--server", &server]);

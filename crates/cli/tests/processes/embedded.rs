@@ -51,6 +51,7 @@ fn hermes_up_with_nothing_configured_completes_the_shipped_text_goals() {
         std::fs::copy(entry.path(), cwd.path().join(entry.file_name())).unwrap();
     }
     let up = HermesUp::builder(env!("CARGO_BIN_EXE_hermes"), &cwd.path().join(".hermes"))
+        .args(["--workspace", "."])
         .current_dir(cwd.path())
         .stderr_file(&cwd.path().join("up.log"))
         .ready_within(Duration::from_secs(240))
