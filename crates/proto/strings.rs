@@ -34,14 +34,14 @@ fn local_type(type_name: &str) -> Option<String> {
     (!name.contains('.')).then(|| name.to_upper_camel_case())
 }
 
-enum Shape {
+enum Shape<'a> {
     /// A map field: its key and value fields.
-    Map(FieldDescriptorProto, FieldDescriptorProto),
+    Map(&'a FieldDescriptorProto, &'a FieldDescriptorProto),
     Repeated,
     Singular,
 }
 
-fn shape(message: &DescriptorProto, field: &FieldDescriptorProto) -> Shape {
+fn shape<'a>(message: &'a DescriptorProto, field: &FieldDescriptorProto) -> Shape<'a> {
     if field.label() != Label::Repeated {
         return Shape::Singular;
     }
@@ -50,7 +50,7 @@ fn shape(message: &DescriptorProto, field: &FieldDescriptorProto) -> Shape {
         if let Some(nested) = message.nested_type.iter().find(|n| n.name() == entry)
             && nested.options.as_ref().is_some_and(|o| o.map_entry())
         {
-            return Shape::Map(nested.field[0].clone(), nested.field[1].clone());
+            return Shape::Map(&nested.field[0], &nested.field[1]);
         }
     }
     Shape::Repeated
@@ -88,20 +88,22 @@ fn message_impl(message: &DescriptorProto) -> String {
         }
         match shape(message, field) {
             Shape::Map(key, value) => {
-                let value_visit = match value.r#type() {
-                    Type::String => format!("visitor.entry({name:?}, &mut k, &mut v);"),
-                    _ => {
-                        let Some(visit) = visit_value(&value, name, "&mut v", "&[]") else { continue };
-                        format!("visitor.element({name:?}, &mut k); {visit}")
-                    }
-                };
                 if key.r#type() != Type::String {
-                    let Some(visit) = visit_value(&value, name, "v", "&[]") else { continue };
+                    let Some(visit) = visit_value(value, name, "v", "&[]") else { continue };
                     body.push(format!("for v in self.{member}.values_mut() {{ {visit} }}"));
                     continue;
                 }
+                // String keys are visited whatever the values are; a key cannot be changed in
+                // place, so the map is rebuilt.
+                let (value_binding, visit) = match value.r#type() {
+                    Type::String => ("mut v", format!("visitor.entry({name:?}, &mut k, &mut v);")),
+                    _ => match visit_value(value, name, "&mut v", "&[]") {
+                        Some(visit) => ("mut v", format!("visitor.element({name:?}, &mut k); {visit}")),
+                        None => ("v", format!("visitor.element({name:?}, &mut k);")),
+                    },
+                };
                 body.push(format!(
-                    "if !self.{member}.is_empty() {{ self.{member} = ::std::mem::take(&mut self.{member}).into_iter().map(|(mut k, mut v)| {{ {value_visit} (k, v) }}).collect(); }}"
+                    "if !self.{member}.is_empty() {{ self.{member} = ::std::mem::take(&mut self.{member}).into_iter().map(|(mut k, {value_binding})| {{ {visit} (k, v) }}).collect(); }}"
                 ));
             }
             Shape::Repeated => {

@@ -35,11 +35,6 @@ impl SecretUrl {
         self.0.trim().is_empty()
     }
 
-    /// Whether it holds a credential that [`SecretUrl::redacted`] takes out.
-    pub fn has_credential(&self) -> bool {
-        self.redacted() != self.0
-    }
-
     /// `text` (another library's error, say) with every credential this URL holds, and the
     /// URL itself, replaced by what may be shown.
     pub fn scrub(&self, text: &str) -> String {
@@ -51,16 +46,6 @@ impl SecretUrl {
             }
         }
         crate::redact::redact_text(&text).into_owned()
-    }
-
-    /// The user named in the (first) URL's user info, if it names one with a password.
-    pub fn user(&self) -> Option<&str> {
-        let first = self.0.split(',').next()?.trim();
-        let (_, rest) = first.split_once("://")?;
-        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-        let (userinfo, _) = authority.rsplit_once('@')?;
-        let (user, _) = userinfo.split_once(':')?;
-        Some(user)
     }
 }
 
@@ -120,14 +105,25 @@ impl std::str::FromStr for SecretUrl {
     }
 }
 
-/// The credentials in one URL: its user info's password (or lone token), percent-decoded too,
-/// and its secret query values.
+/// One URL cut where its user info is: `scheme://`, the user info if any, and the rest. The
+/// user info ends at the last `@` before the query: a password may hold `@` or `/` unescaped,
+/// and showing too little of a path is better than showing a password. `None`: not a URL.
+fn split_userinfo(url: &str) -> Option<(&str, Option<&str>, &str)> {
+    let scheme_end = url.find("://")? + 3;
+    let (scheme, rest) = url.split_at(scheme_end);
+    let query_start = rest.find(['?', '#']).unwrap_or(rest.len());
+    Some(match rest[..query_start].rfind('@') {
+        Some(at) => (scheme, Some(&rest[..at]), &rest[at + 1..]),
+        None => (scheme, None, rest),
+    })
+}
+
+/// The credentials in one URL: its user info's password (or lone token) and its secret query
+/// values.
 fn credentials(url: &str) -> Vec<&str> {
     let mut found = Vec::new();
-    let Some((_, rest)) = url.split_once("://") else { return found };
-    let query_start = rest.find(['?', '#']).unwrap_or(rest.len());
-    if let Some(at) = rest[..query_start].rfind('@') {
-        let userinfo = &rest[..at];
+    let Some((_, userinfo, rest)) = split_userinfo(url) else { return found };
+    if let Some(userinfo) = userinfo {
         match userinfo.split_once(':') {
             Some((_, password)) => found.push(password),
             None => found.push(userinfo),
@@ -154,16 +150,8 @@ pub fn redact_url(url: &str) -> String {
     if url.contains(',') {
         return url.split(',').map(|u| redact_url(u.trim())).collect::<Vec<_>>().join(",");
     }
-    let Some(scheme_end) = url.find("://") else {
+    let Some((scheme, _, after_userinfo)) = split_userinfo(url) else {
         return crate::redact::redact_text(url).into_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    // The user info ends at the last `@` before the query: a password may hold `@` or `/`
-    // unescaped, and showing too little of a path is better than showing a password.
-    let query_start = rest.find(['?', '#']).unwrap_or(rest.len());
-    let after_userinfo = match rest[..query_start].rfind('@') {
-        Some(at) => &rest[at + 1..],
-        None => rest,
     };
     let host_end = after_userinfo.find(['/', '?', '#']).unwrap_or(after_userinfo.len());
     let (host, tail) = after_userinfo.split_at(host_end);
@@ -187,7 +175,7 @@ pub fn redact_url(url: &str) -> String {
         }
         None => tail.to_owned(),
     };
-    format!("{}{host}{tail}", &url[..scheme_end + 3])
+    format!("{scheme}{host}{tail}")
 }
 
 #[cfg(test)]
@@ -207,8 +195,6 @@ mod tests {
             assert!(shown.contains("127.0.0.1:4222"), "{shown}");
         }
         assert_eq!(url.expose(), "nats://hermes:s3cr3t-pw@127.0.0.1:4222");
-        assert_eq!(url.user(), Some("hermes"));
-        assert!(url.has_credential());
         let parsed: SecretUrl = serde_json::from_str("\"nats://u:p@h:1\"").unwrap();
         assert_eq!(parsed.expose(), "nats://u:p@h:1");
     }
@@ -228,7 +214,6 @@ mod tests {
         for (url, shown) in cases {
             assert_eq!(redact_url(url), shown, "{url}");
         }
-        assert!(!SecretUrl::new("nats://127.0.0.1:4222").has_credential());
         let url = SecretUrl::new("nats://hermes:pw-x1@h:1,nats://t0ken@h:2");
         let scrubbed = url.scrub("failed nats://hermes:pw-x1@h:1: auth pw-x1 t0ken");
         assert!(!scrubbed.contains("pw-x1") && !scrubbed.contains("t0ken"), "{scrubbed}");

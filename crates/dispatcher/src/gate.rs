@@ -151,10 +151,7 @@ impl Site {
 /// A state-changing request's body must say it is JSON or YAML; the simple types a page can
 /// send cross-site without a preflight, and a body with no type, are refused.
 fn check_body_type(headers: &HeaderMap) -> Result<(), Refusal> {
-    let media = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    let media = media_type(headers);
     let unsupported = |reason: String| Refusal { status: StatusCode::UNSUPPORTED_MEDIA_TYPE, reason };
     match media.as_deref() {
         Some(media) if SIMPLE_BODY_TYPES.contains(&media) => Err(unsupported(format!(
@@ -166,6 +163,13 @@ fn check_body_type(headers: &HeaderMap) -> Result<(), Refusal> {
         }
         None => Ok(()),
     }
+}
+
+/// The media type of a request's `Content-Type` (`application/json`, lowercased, parameters
+/// dropped); `None` without one (or with one that is not text).
+pub(crate) fn media_type(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    Some(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
 }
 
 fn has_body(headers: &HeaderMap) -> bool {

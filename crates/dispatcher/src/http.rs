@@ -543,8 +543,7 @@ fn body_bytes(
 /// Parses a body as JSON, or as YAML when its content type says so; malformed input is a `400`
 /// naming the line and column.
 fn parse_body<T: DeserializeOwned>(headers: &HeaderMap, bytes: &Bytes) -> std::result::Result<T, Problem> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let media = crate::gate::media_type(headers).unwrap_or_default();
     if bytes.is_empty() {
         return Err(Problem::invalid("the request has no body"));
     }
@@ -588,9 +587,13 @@ fn no_such_action(usage: &str) -> Problem {
 /// The caller, from the `Authorization` header (`Bearer <token>`), and where it called from.
 /// Every handler calls this first: authentication, then the bus's state ([`crate::gate::admit`]).
 fn who(api: &Api, headers: &HeaderMap) -> std::result::Result<Principal, Problem> {
-    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let peer = headers.get(PEER_HEADER).and_then(|v| v.to_str().ok()).and_then(|p| p.parse().ok());
-    Ok(crate::gate::admit(&api.service, authorization, "http", peer)?)
+    Ok(crate::gate::admit(&api.service, authorization(headers), "http", peer)?)
+}
+
+/// The `Authorization` header's value, when it is text.
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
 }
 
 fn goal_id_arg(id: &str) -> std::result::Result<&str, Problem> {

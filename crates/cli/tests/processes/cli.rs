@@ -16,11 +16,7 @@ impl Drop for Up {
     }
 }
 
-/// Starts `hermes up` and waits for its ready line; returns the gRPC address.
-fn hermes_up(nats_url: &str, data_dir: &Path) -> (Up, String) {
-    hermes_up_with(nats_url, data_dir, &[])
-}
-
+/// Starts `hermes up` with `extra` flags and waits for its ready line; returns the gRPC address.
 fn hermes_up_with(nats_url: &str, data_dir: &Path, extra: &[&str]) -> (Up, String) {
     let (up, grpc, _) = hermes_up_ready(nats_url, data_dir, extra);
     (up, grpc)

@@ -120,8 +120,10 @@ impl From<Error> for RpcError {
 /// anonymous caller learns nothing about the fleet.
 pub(super) async fn agent_card(State(api): State<Api>, headers: HeaderMap) -> Response {
     let base = base_url(&headers);
-    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let reader = api.service.authenticate(authorization).is_ok_and(|who| who.require(Need::Read).is_ok());
+    let reader = api
+        .service
+        .authenticate(super::authorization(&headers))
+        .is_ok_and(|who| who.require(Need::Read).is_ok());
     let catalogue = match reader {
         true => Some(api.service.catalogue().await),
         false => None,
@@ -221,13 +223,11 @@ pub(super) async fn rpc(
 ) -> Response {
     // Credentials are the HTTP layer's business, as A2A has them: 401 and 403, not JSON-RPC;
     // and they come first. The bus's state is checked once the request is known to be one.
-    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let caller = match api.service.authenticate(authorization) {
+    let caller = match api.service.authenticate(super::authorization(&headers)) {
         Ok(caller) => caller.at("a2a", Some(peer)),
         Err(e) => return super::Problem::from(e).into_response(),
     };
-    let media = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let media = media.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let media = crate::gate::media_type(&headers).unwrap_or_default();
     if !matches!(media.as_str(), "application/json" | "application/a2a+json") {
         return super::Problem::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
