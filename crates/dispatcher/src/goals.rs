@@ -848,6 +848,11 @@ impl GoalService {
                                 "ignored a result without its attempt's token: it did not come from the agent that pulled the task");
                             false
                         }
+                        Applied::WrongAttempt { issued, claimed } => {
+                            warn!(goal_id, task_id = %r.task_id, agent = %r.agent_id, issued, claimed, event = "mismatched_attempt",
+                                "ignored a result that reports another attempt than the one issued");
+                            false
+                        }
                         Applied::Stale => false,
                     })
                     .count();

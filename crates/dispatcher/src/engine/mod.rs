@@ -209,6 +209,15 @@ pub enum Applied {
     /// The result names the current attempt but not with its `result_token`: it did not come
     /// from the agent that pulled the task, and is ignored.
     Forged,
+    /// The result carries the current attempt's task id and token but reports another `attempt`
+    /// number than the one the dispatcher issued. Retries are counted from the dispatcher's own
+    /// record, never from what an agent says, so the result is ignored (and logged).
+    WrongAttempt {
+        /// The attempt the dispatcher issued.
+        issued: u32,
+        /// The attempt the result claims.
+        claimed: u32,
+    },
 }
 
 /// The secret of attempt `task_id` of a goal whose result key is `key`: SHA-256 over the key and

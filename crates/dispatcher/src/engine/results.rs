@@ -16,6 +16,12 @@ pub fn apply_result(
         Ok(index) => index,
         Err(ignored) => return ignored,
     };
+    // The attempt number is the dispatcher's, not the agent's: a result that claims another one
+    // would otherwise reset or exhaust the node's retries.
+    let attempt = state.nodes[index].attempt;
+    if result.attempt != attempt {
+        return Applied::WrongAttempt { issued: attempt, claimed: result.attempt };
+    }
     let goal_id = state.goal_id.clone();
     if result.status == TaskStatus::Succeeded as i32 {
         let node = &mut state.nodes[index];
@@ -31,7 +37,7 @@ pub fn apply_result(
             Kind::TaskSucceeded(TaskSucceeded {
                 node_id: result.node_id.clone(),
                 task_id: result.task_id.clone(),
-                attempt: result.attempt,
+                attempt,
                 agent_id: result.agent_id.clone(),
                 elapsed_ms: result.elapsed_ms,
                 output_json: result.output_json.clone(),
@@ -64,7 +70,7 @@ pub fn apply_result(
         Kind::TaskFailed(TaskFailed {
             node_id: result.node_id.clone(),
             task_id: result.task_id.clone(),
-            attempt: result.attempt,
+            attempt,
             agent_id: result.agent_id.clone(),
             elapsed_ms: result.elapsed_ms,
             error: Some(error.clone()),
@@ -78,8 +84,8 @@ pub fn apply_result(
     }
     let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
     let max_retries = if plan_node.max_retries > 0 { plan_node.max_retries } else { DEFAULT_MAX_RETRIES };
-    if error.retryable && result.attempt <= max_retries {
-        let next_attempt = result.attempt + 1;
+    if error.retryable && attempt <= max_retries {
+        let next_attempt = attempt + 1;
         effects.event(
             &goal_id,
             now_ms,

@@ -145,6 +145,45 @@ fn retryable_failures_retry_then_fail_the_goal() {
     assert_eq!(s.nodes[2].status, NodeStatus::Skipped as i32);
 }
 
+/// An agent's `attempt` is checked against the one the dispatcher issued: a lower number cannot
+/// buy extra retries, a higher one cannot exhaust them, and neither changes the goal.
+#[test]
+fn results_are_matched_to_the_attempt_the_dispatcher_issued() {
+    // (claimed attempt, on the task id of the attempt actually issued)
+    let cases: [(u32, &str); 4] = [(0, "lower than issued"), (1, "an earlier attempt's number"), (3, "higher"), (u32::MAX, "far higher")];
+    for (claimed, why) in cases {
+        let mut s = state();
+        dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
+        apply_result(&mut s, &failed("a", 1, ErrorCode::Timeout), LIMITS, 11, &mut Effects::default());
+        assert_eq!(s.nodes[0].attempt, 2);
+        // The issued attempt's task id, with another attempt number.
+        let lie = TaskResult { attempt: claimed, task_id: "g-1.a.2".into(), ..failed("a", 2, ErrorCode::Timeout) };
+        let mut fx = Effects::default();
+        assert_eq!(
+            apply_result(&mut s, &lie, LIMITS, 12, &mut fx),
+            Applied::WrongAttempt { issued: 2, claimed },
+            "{why}"
+        );
+        assert!(fx.events.is_empty() && fx.tasks.is_empty(), "{why}: nothing published");
+        assert_eq!(s.nodes[0].attempt, 2, "{why}");
+        assert_eq!(s.nodes[0].status, NodeStatus::Dispatched as i32, "{why}");
+        assert_eq!(s.nodes[0].errors.len(), 1, "{why}: the lie is not recorded");
+        // The honest result of the same attempt still counts, and retries go on from the
+        // dispatcher's number.
+        let mut fx = Effects::default();
+        assert_eq!(apply_result(&mut s, &failed("a", 2, ErrorCode::Timeout), LIMITS, 13, &mut fx), Applied::Changed);
+        assert_eq!(fx.tasks[0].task_id, "g-1.a.3", "{why}");
+        apply_result(&mut s, &failed("a", 3, ErrorCode::Timeout), LIMITS, 14, &mut Effects::default());
+        assert_eq!(s.status, GoalStatus::Failed as i32, "{why}: the retry budget is the dispatcher's");
+    }
+    // A success with a wrong number is ignored the same way.
+    let mut s = state();
+    dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
+    let lie = TaskResult { attempt: 5, ..ok("a", 1, json!({"v": 1})) };
+    assert_eq!(apply_result(&mut s, &lie, LIMITS, 11, &mut Effects::default()), Applied::WrongAttempt { issued: 1, claimed: 5 });
+    assert_eq!(s.nodes[0].status, NodeStatus::Dispatched as i32);
+}
+
 #[test]
 fn tool_errors_are_not_retried() {
     let mut s = state();
