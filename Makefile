@@ -64,6 +64,19 @@ eval-planner: models
 build: tools models
 	$(CARGO) build --workspace --bins --tests $(FEATURES)
 
+# code.python's sandbox tests fail, rather than test the refusal, where `make tools` installed
+# bubblewrap and the sandbox still cannot run. `make test HERMES_SKIP_SANDBOX=1` is the only way
+# past: it leaves them out (nextest counts them as skipped) and says so before and after the run.
+ifeq ($(HERMES_SKIP_SANDBOX),1)
+SANDBOX_ENV :=
+SANDBOX_FILTER := -E 'not (package(hermes-executor) & test(/^code_python::/) & not test(/^code_python::refuses_/))'
+SANDBOX_NOTE := echo "SKIPPED: the code.python sandbox tests (HERMES_SKIP_SANDBOX=1); only its refusals are tested" >&2
+else
+SANDBOX_ENV := HERMES_REQUIRE_SANDBOX=1
+SANDBOX_FILTER :=
+SANDBOX_NOTE := true
+endif
+
 ## test: the whole suite, built once and run with nextest, then the offline checks of deploy/ and
 ## helm/ (tests/deploy), the A2A endpoint driven by the official a2a-sdk (tests/a2a) and the Python
 ## SDK (sdk/python: its unit tests and its tests against a real `hermes up`), against the built
@@ -72,7 +85,9 @@ build: tools models
 ## `make bench-peers` with the debug bench binary
 test: tools browser models nextest
 	$(CARGO) build --workspace --bins $(FEATURES)
-	$(CARGO) nextest run --workspace --no-fail-fast $(FEATURES)
+	@$(SANDBOX_NOTE)
+	$(SANDBOX_ENV) $(CARGO) nextest run --workspace --no-fail-fast $(FEATURES) $(SANDBOX_FILTER)
+	@$(SANDBOX_NOTE)
 	scripts/check-deploy.sh
 	scripts/check-a2a.sh
 	scripts/check-python.sh

@@ -720,7 +720,7 @@ impl GoalService {
     /// Acts for an agent on the attempt it runs (see `AgentReport`): publishes its agent loop's
     /// `ToolCalled` events, stores and announces the approvals it asks for, and records a
     /// timed-out approval. The report must name the node's current attempt with that attempt's
-    /// `result_token`, so only the agent that pulled the task is heard; anything else is
+    /// `result_token`, so only a holder of the task's delivery is heard; anything else is
     /// `DENIED`. Returns the approval as stored, for approval reports.
     pub async fn agent_report(&self, report: &AgentReport) -> Result<Option<Approval>> {
         use hermes_proto::agent_report::Kind as Report;
@@ -845,7 +845,7 @@ impl GoalService {
                         Applied::Changed => true,
                         Applied::Forged => {
                             warn!(goal_id, task_id = %r.task_id, claimed_agent = %r.agent_id, event = "forged_result",
-                                "ignored a result without its attempt's token: it did not come from the agent that pulled the task");
+                                "ignored a result without its attempt's token: it did not come from a holder of the task's delivery");
                             false
                         }
                         Applied::WrongAttempt { issued, claimed } => {

@@ -108,6 +108,8 @@ pub struct CodePythonSpec {
     /// The interpreter: a path, or a name looked up in `/usr/bin` first, then `PATH` (default
     /// `python3`).
     pub python: Option<String>,
+    /// bubblewrap: a path, or a name looked up in `PATH`, then `/usr/bin` (default `bwrap`).
+    pub bwrap: Option<String>,
 }
 
 fn yes() -> bool {
@@ -247,6 +249,7 @@ impl AgentSpec {
                 memory_mb: c.memory_mb.unwrap_or(defaults.memory_mb).max(16),
                 max_processes: c.max_processes.unwrap_or(defaults.max_processes),
                 python: c.python.clone().unwrap_or(defaults.python),
+                bwrap: c.bwrap.clone().unwrap_or(defaults.bwrap),
             }
         });
         config.mcp = self.mcp.clone().unwrap_or_default();

@@ -476,7 +476,7 @@ async fn publish_result(
     let task = &delivery.message;
     let subject = shared.bus.topology().result(&task.goal_id);
     let trace = hermes_core::trace::propagate(delivery.trace.as_ref());
-    // The attempt's token proves the result comes from the agent that pulled the task.
+    // The attempt's token proves the result comes from a holder of the task's delivery.
     let routed = delivery.subject().starts_with(&shared.bus.topology().direct_task(&shared.agent_id, ""));
     let result = TaskResult { result_token: task.result_token.clone(), routed, ..result.clone() };
     shared.bus.publish(subject, &result, &format!("result:{}", task.task_id), trace.as_ref()).await

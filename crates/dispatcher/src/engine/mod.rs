@@ -207,7 +207,7 @@ pub enum Applied {
     /// The result is for an attempt that is no longer current, or was already applied.
     Stale,
     /// The result names the current attempt but not with its `result_token`: it did not come
-    /// from the agent that pulled the task, and is ignored.
+    /// from a holder of the task's delivery, and is ignored.
     Forged,
     /// The result carries the current attempt's task id and token but reports another `attempt`
     /// number than the one the dispatcher issued. Retries are counted from the dispatcher's own

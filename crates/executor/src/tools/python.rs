@@ -79,6 +79,8 @@ pub struct CodePythonConfig {
     pub max_processes: u32,
     /// The interpreter: a path, or a name looked up in `/usr/bin` first, then in `PATH`.
     pub python: String,
+    /// bubblewrap: a path, or a name looked up in `PATH` first, then in `/usr/bin`.
+    pub bwrap: String,
 }
 
 impl Default for CodePythonConfig {
@@ -89,6 +91,7 @@ impl Default for CodePythonConfig {
             memory_mb: 512,
             max_processes: 0,
             python: "python3".into(),
+            bwrap: "bwrap".into(),
         }
     }
 }
@@ -191,11 +194,7 @@ impl Sandbox {
 
     /// Finds bwrap and the interpreter and lays out the root; checks nothing yet.
     async fn locate(config: &CodePythonConfig) -> Result<Self, SandboxUnavailable> {
-        let system_bwrap = Some(PathBuf::from("/usr/bin/bwrap")).filter(|p| is_executable(p));
-        let bwrap = find_in_path("bwrap").or(system_bwrap).ok_or_else(|| {
-            "bubblewrap (`bwrap`) is not installed; install the `bubblewrap` package (`make tools` does, as root)"
-                .to_owned()
-        })?;
+        let bwrap = locate_bwrap(&config.bwrap)?;
         let mut links = Vec::new();
         let mut ro_binds = Vec::new();
         for top in TOP_LEVEL {
@@ -431,6 +430,22 @@ async fn locate_python(name: &str) -> Result<(PathBuf, Vec<PathBuf>), SandboxUna
 }
 
 /// The first executable file called `name` in the agent's `PATH`.
+/// bubblewrap as configured: a path must be an executable file; a bare name is looked up in
+/// `PATH`, then in `/usr/bin`.
+fn locate_bwrap(configured: &str) -> Result<PathBuf, SandboxUnavailable> {
+    let found = if configured.contains('/') {
+        Some(PathBuf::from(configured)).filter(|p| is_executable(p))
+    } else {
+        let system = Some(Path::new("/usr/bin").join(configured)).filter(|p| is_executable(p));
+        find_in_path(configured).or(system)
+    };
+    found.ok_or_else(|| {
+        SandboxUnavailable(format!(
+            "bubblewrap (`{configured}`) is not installed; install the `bubblewrap` package (`make tools` does, as root)"
+        ))
+    })
+}
+
 fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_absolute() && is_executable(p))

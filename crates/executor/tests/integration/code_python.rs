@@ -61,9 +61,22 @@ fn namespaces_allowed() -> bool {
 }
 
 /// True where the sandbox works; elsewhere asserts that the tool refuses, and returns false.
+/// With `HERMES_REQUIRE_SANDBOX` set (`make test` sets it, having installed bubblewrap), a
+/// sandbox that cannot run fails the test instead: the refusal is tested on its own below.
 async fn sandboxed(tools: &ToolRegistry) -> bool {
     if namespaces_allowed() {
         return true;
+    }
+    if std::env::var_os("HERMES_REQUIRE_SANDBOX").is_some_and(|v| !v.is_empty() && v != "0") {
+        let said = match run(tools, "print(1)").await {
+            Err(e) => e.to_string(),
+            Ok(_) => "the namespace probe failed, although the tool ran".to_owned(),
+        };
+        panic!(
+            "HERMES_REQUIRE_SANDBOX is set but bubblewrap cannot build the code.python sandbox on this \
+             machine ({said}); install bubblewrap and allow unprivileged user namespaces, or skip these \
+             tests explicitly with `make test HERMES_SKIP_SANDBOX=1`"
+        );
     }
     let err = run(tools, "print(1)").await.unwrap_err();
     assert_eq!(err.code.as_str(), "FAILED_PRECONDITION", "{err}");
@@ -421,6 +434,46 @@ while True:
     assert_eq!(err.code.as_str(), "TIMEOUT", "{err}");
     let left = left_behind(&marker).await;
     assert!(left.is_empty(), "processes outlived the timeout: {left:?}");
+}
+
+/// A `bwrap` that is not there: the tool refuses, naming the package, and runs nothing.
+#[tokio::test]
+async fn refuses_when_bubblewrap_is_missing() {
+    let missing = tempfile::tempdir().unwrap();
+    for bwrap in [missing.path().join("bwrap").display().to_string(), format!("no-such-bwrap-{}", unique("x"))] {
+        let tools = registry(CodePythonConfig { bwrap: bwrap.clone(), ..unconfirmed() });
+        let err = run(&tools, "print('ran')").await.unwrap_err();
+        assert_eq!(err.code.as_str(), "FAILED_PRECONDITION", "{bwrap}: {err}");
+        assert!(err.message.contains("bubblewrap") && err.message.contains("not installed"), "{bwrap}: {err}");
+        // The refusal is remembered, and asked again it is the same.
+        let again = run(&tools, "print('ran')").await.unwrap_err();
+        assert_eq!(again.code.as_str(), "FAILED_PRECONDITION");
+    }
+}
+
+/// A `bwrap` that cannot build the sandbox (one that fails the way bwrap does where user
+/// namespaces are forbidden): the tool refuses with bwrap's own reason and runs nothing.
+#[tokio::test]
+async fn refuses_when_bubblewrap_cannot_build_a_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    // Open to uid 65534, which bwrap runs as when the tests run as root.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = dir.path().join("ran");
+    let forbidden = dir.path().join("bwrap-forbidden");
+    std::fs::write(
+        &forbidden,
+        format!(
+            "#!/bin/sh\ntouch '{}'\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&forbidden, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tools = registry(CodePythonConfig { bwrap: forbidden.display().to_string(), ..unconfirmed() });
+    let err = run(&tools, "print('ran')").await.unwrap_err();
+    assert_eq!(err.code.as_str(), "FAILED_PRECONDITION", "{err}");
+    assert!(err.message.contains("cannot build the sandbox") && err.message.contains("No permissions"), "{err}");
+    assert!(marker.exists(), "the check really ran the configured bwrap");
 }
 
 #[tokio::test]
