@@ -176,7 +176,9 @@ impl Bus {
             // After the first connection succeeds, reconnect forever; services ride out a
             // nats-server restart without being restarted themselves.
             .max_reconnects(None)
-            .connect(urls)
+            // The credentials are in `options`: the URLs it is given carry none, so a debug log of
+            // async-nats's (which prints the server address it dials) cannot show them.
+            .connect(urls.iter().map(|u| crate::secret::without_userinfo(u)).collect::<Vec<_>>())
             .await
             .map_err(|source| Error::Connect {
                 reason: config.url.scrub(&source.to_string()),

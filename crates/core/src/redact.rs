@@ -101,6 +101,22 @@ fn credential_end(text: &str, start: usize) -> usize {
     end
 }
 
+/// Where a value that starts at `start` ends, reading through the wrappers of a `Debug` output
+/// (`Some("...")`, `Password("...")`, `Some(Password("..."))`) to the credential inside, so that
+/// `password: Some("hunter2")` loses the password and not only the word `Some`.
+fn debug_value_end(text: &str, start: usize) -> usize {
+    let end = credential_end(text, start);
+    // `(` is a credential character, so the wrappers come first: `Some(Password(`.
+    let word = &text[start..end];
+    let wrapped = word.ends_with('(')
+        && word.split('(').filter(|w| !w.is_empty()).all(|w| w.starts_with(|c: char| c.is_ascii_uppercase()));
+    if !wrapped {
+        return end;
+    }
+    let inner = end + text[end..].chars().take_while(|c| matches!(c, '"' | '\'')).count();
+    credential_end(text, inner).max(end)
+}
+
 /// `text` with the secrets it contains replaced by [`REDACTED`]; borrowed when there are none.
 pub fn redact_text(text: &str) -> Cow<'_, str> {
     let mut spans: Vec<(usize, usize)> = Vec::new();
@@ -136,7 +152,7 @@ pub fn redact_text(text: &str) -> Cow<'_, str> {
                 if is_secret_key(&text[start..i])
                     && let Some(value) = assignment_value_start(text, i)
                 {
-                    let end = credential_end(text, value);
+                    let end = debug_value_end(text, value);
                     if end > value && !text[value..].starts_with(REDACTED) {
                         spans.push((value, end));
                     }
@@ -358,6 +374,24 @@ mod tests {
         assert_eq!(r["max_tokens"], 100);
         assert_eq!(r["input_tokens"], "12");
         assert!(!r.to_string().contains("hunter2"));
+    }
+
+    /// A dependency's `Debug` output of a URL or config, as its debug logs write it: the value
+    /// inside `Some(...)` wrappers goes, not only the wrapper's name.
+    #[test]
+    fn debug_output_loses_the_value_inside_its_wrappers() {
+        for (text, secret) in [
+            (r#"Url { username: "hermes", password: Some("hunter2x"), host: Some(Domain("h")) }"#, "hunter2x"),
+            (r#"ServerAddr { password: Some(Password("hunter2x")), port: 4222 }"#, "hunter2x"),
+            (r#"Options { token: Some(Token(hunter2x)), name: "n" }"#, "hunter2x"),
+            ("password: hunter2x", "hunter2x"),
+        ] {
+            let redacted = redact_text(text);
+            assert!(!redacted.contains(secret) && redacted.contains(REDACTED), "{text} -> {redacted}");
+        }
+        // The fields after a wrapped value are kept.
+        let kept = redact_text(r#"Url { password: Some("hunter2x"), host: Some(Domain("h")) }"#);
+        assert!(kept.contains(r#"host: Some(Domain("h"))"#), "{kept}");
     }
 
     #[test]

@@ -118,6 +118,16 @@ fn split_userinfo(url: &str) -> Option<(&str, Option<&str>, &str)> {
     })
 }
 
+/// `url` with its `user:password@` (or `token@`) taken out and nothing else changed, for a
+/// client library that is given the credentials some other way and must never hold them where
+/// it might log them. Text that is not a URL is returned as is.
+pub fn without_userinfo(url: &str) -> String {
+    match split_userinfo(url) {
+        Some((scheme, Some(_), rest)) => format!("{scheme}{rest}"),
+        _ => url.to_owned(),
+    }
+}
+
 /// The credentials in one URL: its user info's password (or lone token) and its secret query
 /// values.
 fn credentials(url: &str) -> Vec<&str> {
@@ -181,6 +191,14 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_userinfo_keeps_the_address_only() {
+        assert_eq!(without_userinfo("nats://hermes:p@ss/w@127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(without_userinfo("tls://tok3n@nats.example:4222"), "tls://nats.example:4222");
+        assert_eq!(without_userinfo("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(without_userinfo("127.0.0.1:4222"), "127.0.0.1:4222");
+    }
 
     #[test]
     fn credentials_never_print() {

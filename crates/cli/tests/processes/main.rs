@@ -11,6 +11,7 @@ mod embedded;
 mod grpcurl;
 mod hostile;
 mod observability;
+mod secrets;
 
 /// The workspace root, where `hermes` finds `examples/` and `.tools/`.
 fn repo_root() -> std::path::PathBuf {
