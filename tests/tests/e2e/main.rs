@@ -24,6 +24,7 @@ mod plan_answers;
 mod planning;
 mod quotas;
 mod reconnect;
+mod redaction;
 mod replay;
 mod routing;
 #[cfg(feature = "local")]
