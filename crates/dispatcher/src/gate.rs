@@ -32,6 +32,13 @@ pub(crate) fn admit(
     Ok(caller)
 }
 
+/// A goal id argument of any door: `INVALID_ARGUMENT` naming the field unless it is an id's
+/// shape, before anything is looked up.
+pub(crate) fn goal_id_arg(goal_id: &str) -> Result<&str, Error> {
+    hermes_core::ids::check_id("goal_id", goal_id, 128, hermes_core::ids::IdShape::Word)?;
+    Ok(goal_id)
+}
+
 /// Which requests are this server's own: the names it answers to and the origins that may
 /// change state through it (`dispatcher.http.allowed_hosts`, `dispatcher.http.cors_allow_origins`).
 #[derive(Debug, Clone)]

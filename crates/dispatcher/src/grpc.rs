@@ -9,7 +9,7 @@ use hermes_core::Error;
 use hermes_proto::dispatcher_server::{Dispatcher as DispatcherApi, DispatcherServer};
 use hermes_proto::{
     ApproveToolCallRequest, ApproveToolCallResponse, CancelGoalRequest, DeadLetter, DeadLetterRequest, Event,
-    GetGoalRequest, Goal, GoalState, ListAuditRequest, ListAuditResponse, ListDeadLettersRequest,
+    GetGoalRequest, Goal, ListAuditRequest, ListAuditResponse, ListDeadLettersRequest,
     ListDeadLettersResponse, ListGoalsRequest, ListGoalsResponse, ReplayDeadLetterResponse,
     SubmitGoalRequest, SubmitGoalResponse, WatchGoalRequest,
 };
@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
 use crate::access::Principal;
+use crate::view::to_goal;
 use crate::{DeadLetters, GoalService};
 
 /// The `hermes.v1.Dispatcher` service; watch streams end when `shutdown` is cancelled.
@@ -38,33 +39,7 @@ pub(crate) struct Api {
     shutdown: CancellationToken,
 }
 
-fn goal_id_arg(goal_id: &str) -> Result<&str, Status> {
-    hermes_core::ids::check_id("goal_id", goal_id, 128, hermes_core::ids::IdShape::Word)?;
-    Ok(goal_id)
-}
-
-/// The client's view of a goal.
-pub fn to_goal(state: GoalState) -> Goal {
-    // `00-<trace id>-<span id>-<flags>`.
-    let trace_id = state.traceparent.split('-').nth(1).unwrap_or_default().to_owned();
-    Goal {
-        trace_id,
-        text: state.spec.as_ref().map(|s| s.text.clone()).unwrap_or_default(),
-        goal_id: state.goal_id,
-        status: state.status,
-        output_json: state.output_json,
-        error: state.error,
-        nodes: state.nodes,
-        created_unix_ms: state.created_unix_ms,
-        updated_unix_ms: state.updated_unix_ms,
-        tokens: state.tokens,
-        cost_usd: state.cost_usd,
-        max_tokens: state.spec.as_ref().map(|s| s.max_tokens).unwrap_or_default(),
-        max_cost_usd: state.spec.as_ref().map(|s| s.max_cost_usd).unwrap_or_default(),
-        session_id: state.spec.map(|s| s.session_id).unwrap_or_default(),
-        plan: state.plan,
-    }
-}
+use crate::gate::goal_id_arg;
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<hermes_proto::ArtifactChunk, Status>> + Send>>;

@@ -30,13 +30,13 @@ mod goals;
 mod grpc;
 pub mod http;
 mod metrics;
-mod openapi;
 pub mod quota;
 pub mod records;
 mod routing;
 pub mod service;
 pub mod store;
 pub mod watchers;
+mod view;
 pub mod workers;
 
 use std::net::SocketAddr;

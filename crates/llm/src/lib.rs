@@ -10,6 +10,7 @@
 pub mod bounds;
 pub mod config;
 pub mod embed;
+mod embedder;
 #[cfg(feature = "local")]
 pub mod local;
 #[cfg(feature = "local")]

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use hermes_candle_models::models::bert::{BertModel, Config};
 
 use crate::LlmError;
-use crate::embed::{Embedder, normalize};
+use crate::embedder::{Embedder, normalize};
 
 /// Tokens read per text; longer texts are cut (the model was trained on 256).
 const MAX_TOKENS: usize = 256;

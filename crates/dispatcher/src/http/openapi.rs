@@ -9,39 +9,7 @@ use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FileDescriptorSet};
 use serde_json::{Map, Value, json};
 
-use crate::http::{ROUTES, Reply};
-
-/// The JSON Schema of a serde type, its definitions moved into `defs` (OpenAPI components).
-pub(crate) fn schema_of<T: schemars::JsonSchema>(defs: &mut Map<String, Value>) -> Value {
-    let mut schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
-    if let Some(Value::Object(found)) = schema.as_object_mut().and_then(|s| s.remove("$defs")) {
-        for (name, mut def) in found {
-            rewrite_refs(&mut def);
-            defs.insert(name, def);
-        }
-    }
-    if let Some(object) = schema.as_object_mut() {
-        object.remove("$schema");
-        object.remove("title");
-    }
-    rewrite_refs(&mut schema);
-    schema
-}
-
-fn rewrite_refs(value: &mut Value) {
-    match value {
-        Value::Object(object) => {
-            if let Some(Value::String(r)) = object.get_mut("$ref")
-                && let Some(name) = r.strip_prefix("#/$defs/")
-            {
-                *r = format!("#/components/schemas/{name}");
-            }
-            object.values_mut().for_each(rewrite_refs);
-        }
-        Value::Array(items) => items.iter_mut().for_each(rewrite_refs),
-        _ => {}
-    }
-}
+use super::routes::{ROUTES, Reply};
 
 /// Schemas of `hermes.v1` messages and enums in the canonical JSON mapping, by short name.
 struct Proto {
