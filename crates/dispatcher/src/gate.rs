@@ -9,13 +9,19 @@
 //! 2. [`admit`]: the caller authenticates (a token, or the open principal with auth off), and
 //!    only then is the bus's state checked, so an anonymous caller learns nothing but `401`.
 //!
-//! What a caller may then do (roles, tenants, audit) is the operations' business in `goals`.
+//! 3. The reads that are not the goal lifecycle's ([`agents`], [`sessions`], [`session`],
+//!    [`goal_approvals`], [`decided`]) are here too, each requiring its role first, so that no
+//!    door reads the bus itself.
+//!
+//! What a caller may do with goals (roles, tenants, audit) is still the `*_as` methods of
+//! `goals`; moving them here, behind a `Gate` and a `Caller` built once per request, is the rest
+//! of issue 44.
 
 use std::net::{IpAddr, SocketAddr};
 
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use hermes_core::Error;
-use hermes_core::access::Principal;
+use hermes_core::access::{Need, Principal};
 
 use crate::GoalService;
 
@@ -37,6 +43,55 @@ pub(crate) fn admit(
 pub(crate) fn goal_id_arg(goal_id: &str) -> Result<&str, Error> {
     hermes_core::ids::check_id("goal_id", goal_id, 128, hermes_core::ids::IdShape::Word)?;
     Ok(goal_id)
+}
+
+/// `GET /v1/agents`: the registry's view of every agent, for a caller who may read.
+pub(crate) async fn agents(
+    service: &GoalService,
+    who: &Principal,
+) -> Result<Vec<hermes_proto::AgentInfo>, Error> {
+    who.require(Need::Read)?;
+    hermes_clients::registry::list_agents(service.bus(), std::time::Duration::from_secs(3)).await
+}
+
+/// The memory sessions of the caller's tenant.
+pub(crate) async fn sessions(
+    service: &GoalService,
+    who: &Principal,
+) -> Result<Vec<hermes_proto::SessionState>, Error> {
+    who.require(Need::Read)?;
+    let memory = hermes_clients::memory::MemoryClient::new(service.bus());
+    memory.sessions(who.tenant.as_deref().unwrap_or("")).await
+}
+
+/// One session of the caller's tenant (empty when it has no turns, as another tenant's session
+/// of that name is to this one).
+pub(crate) async fn session(
+    service: &GoalService,
+    who: &Principal,
+    session_id: &str,
+) -> Result<hermes_proto::SessionState, Error> {
+    who.require(Need::Read)?;
+    hermes_core::ids::check_id("session_id", session_id, 200, hermes_core::ids::IdShape::Dotted)?;
+    let memory = hermes_clients::memory::MemoryClient::new(service.bus());
+    memory.session(who.tenant.as_deref().unwrap_or(""), session_id).await
+}
+
+/// The calls of `goal` waiting for a person. The goal is one the caller was given (by a `*_as`
+/// call), which is what entitles it to them.
+pub(crate) async fn goal_approvals(
+    service: &GoalService,
+    goal: &hermes_proto::GoalState,
+) -> Result<Vec<hermes_proto::Approval>, Error> {
+    let mut pending = service.bus().approvals().pending().await?;
+    pending.retain(|a| a.goal_id == goal.goal_id);
+    Ok(pending)
+}
+
+/// Whether call `call_id`, whose approval a stream replays, was decided since (a stream's
+/// caller has read its goal already).
+pub(crate) async fn decided(service: &GoalService, call_id: &str) -> bool {
+    matches!(service.bus().approvals().load(call_id).await, Ok(Some((approval, _))) if approval.decision.is_some())
 }
 
 /// Which requests are this server's own: the names it answers to and the origins that may

@@ -21,7 +21,6 @@ use axum::routing::{get, post};
 use futures::{Stream, StreamExt};
 use hermes_core::Error;
 use hermes_core::error::ErrorCode;
-use hermes_core::ids::{IdShape, check_id};
 use hermes_core::plan_file::PlanFile;
 use hermes_proto::{GoalSpec, GoalState, GoalStatus};
 use serde::Deserialize;
@@ -707,8 +706,7 @@ async fn goal_artifact(
 /// `GET /v1/agents`: the registry's view of every agent (`Registry.ListAgents`), over NATS.
 async fn agents(State(api): State<Api>, headers: HeaderMap) -> Answer {
     let caller = who(&api, &headers)?;
-    caller.require(Need::Read)?;
-    let agents = hermes_clients::registry::list_agents(api.service.bus(), Duration::from_secs(3)).await?;
+    let agents = crate::gate::agents(&api.service, &caller).await?;
     let agents: Vec<Value> = agents.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"agents": agents})))
 }
@@ -716,21 +714,15 @@ async fn agents(State(api): State<Api>, headers: HeaderMap) -> Answer {
 /// `GET /v1/sessions`: the caller's tenant's memory sessions, from the memory service.
 async fn sessions(State(api): State<Api>, headers: HeaderMap) -> Answer {
     let caller = who(&api, &headers)?;
-    caller.require(Need::Read)?;
-    let memory = hermes_clients::memory::MemoryClient::new(api.service.bus());
-    let sessions = memory.sessions(caller.tenant.as_deref().unwrap_or("")).await?;
+    let sessions = crate::gate::sessions(&api.service, &caller).await?;
     let sessions: Vec<Value> = sessions.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"sessions": sessions})))
 }
 
-/// `GET /v1/sessions/{id}`: one session of the caller's tenant (empty when it has no turns, as
-/// another tenant's session of that name is to this one).
+/// `GET /v1/sessions/{id}`: one session of the caller's tenant.
 async fn session(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
     let caller = who(&api, &headers)?;
-    caller.require(Need::Read)?;
-    check_id("session_id", &id, 200, IdShape::Dotted)?;
-    let memory = hermes_clients::memory::MemoryClient::new(api.service.bus());
-    let session = memory.session(caller.tenant.as_deref().unwrap_or(""), &id).await?;
+    let session = crate::gate::session(&api.service, &caller, &id).await?;
     Ok(json_response(StatusCode::OK, message_json(&session)))
 }
 

@@ -35,8 +35,8 @@ pub mod records;
 mod routing;
 pub mod service;
 pub mod store;
-pub mod watchers;
 mod view;
+pub mod watchers;
 pub mod workers;
 
 use std::net::SocketAddr;

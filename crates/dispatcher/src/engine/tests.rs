@@ -150,14 +150,20 @@ fn retryable_failures_retry_then_fail_the_goal() {
 #[test]
 fn results_are_matched_to_the_attempt_the_dispatcher_issued() {
     // (claimed attempt, on the task id of the attempt actually issued)
-    let cases: [(u32, &str); 4] = [(0, "lower than issued"), (1, "an earlier attempt's number"), (3, "higher"), (u32::MAX, "far higher")];
+    let cases: [(u32, &str); 4] = [
+        (0, "lower than issued"),
+        (1, "an earlier attempt's number"),
+        (3, "higher"),
+        (u32::MAX, "far higher"),
+    ];
     for (claimed, why) in cases {
         let mut s = state();
         dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
         apply_result(&mut s, &failed("a", 1, ErrorCode::Timeout), LIMITS, 11, &mut Effects::default());
         assert_eq!(s.nodes[0].attempt, 2);
         // The issued attempt's task id, with another attempt number.
-        let lie = TaskResult { attempt: claimed, task_id: "g-1.a.2".into(), ..failed("a", 2, ErrorCode::Timeout) };
+        let lie =
+            TaskResult { attempt: claimed, task_id: "g-1.a.2".into(), ..failed("a", 2, ErrorCode::Timeout) };
         let mut fx = Effects::default();
         assert_eq!(
             apply_result(&mut s, &lie, LIMITS, 12, &mut fx),
@@ -171,7 +177,10 @@ fn results_are_matched_to_the_attempt_the_dispatcher_issued() {
         // The honest result of the same attempt still counts, and retries go on from the
         // dispatcher's number.
         let mut fx = Effects::default();
-        assert_eq!(apply_result(&mut s, &failed("a", 2, ErrorCode::Timeout), LIMITS, 13, &mut fx), Applied::Changed);
+        assert_eq!(
+            apply_result(&mut s, &failed("a", 2, ErrorCode::Timeout), LIMITS, 13, &mut fx),
+            Applied::Changed
+        );
         assert_eq!(fx.tasks[0].task_id, "g-1.a.3", "{why}");
         apply_result(&mut s, &failed("a", 3, ErrorCode::Timeout), LIMITS, 14, &mut Effects::default());
         assert_eq!(s.status, GoalStatus::Failed as i32, "{why}: the retry budget is the dispatcher's");
@@ -180,7 +189,10 @@ fn results_are_matched_to_the_attempt_the_dispatcher_issued() {
     let mut s = state();
     dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
     let lie = TaskResult { attempt: 5, ..ok("a", 1, json!({"v": 1})) };
-    assert_eq!(apply_result(&mut s, &lie, LIMITS, 11, &mut Effects::default()), Applied::WrongAttempt { issued: 1, claimed: 5 });
+    assert_eq!(
+        apply_result(&mut s, &lie, LIMITS, 11, &mut Effects::default()),
+        Applied::WrongAttempt { issued: 1, claimed: 5 }
+    );
     assert_eq!(s.nodes[0].status, NodeStatus::Dispatched as i32);
 }
 

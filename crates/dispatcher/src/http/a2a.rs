@@ -462,7 +462,7 @@ async fn answer_approval(
     has_plan: bool,
 ) -> Result<GoalState, RpcError> {
     let state = api.service.get_as(who, goal_id).await?;
-    let pending = pending_approvals(api, goal_id).await?;
+    let pending = crate::gate::goal_approvals(&api.service, &state).await?;
     let Some(approval) = pending.first() else {
         let why = if is_final(&state) { "it has ended" } else { "it waits on no input" };
         return Err(RpcError::new(
@@ -486,12 +486,6 @@ async fn answer_approval(
     };
     api.service.decide_approval_as(who, goal_id, &approval.call_id, approve, rest.trim()).await?;
     Ok(api.service.get_as(who, goal_id).await?)
-}
-
-async fn pending_approvals(api: &Api, goal_id: &str) -> Result<Vec<Approval>, RpcError> {
-    let mut pending = api.service.bus().approvals().pending().await?;
-    pending.retain(|a| a.goal_id == goal_id);
-    Ok(pending)
 }
 
 async fn cancel(api: &Api, who: &Principal, params: &Value, headers: &HeaderMap) -> Result<Answer, RpcError> {
@@ -649,7 +643,8 @@ fn output_artifact(state: &GoalState, base: &str, output_json: &str) -> Option<V
 
 /// The task for a goal, as A2A 1.0 shapes it.
 async fn task_json(api: &Api, state: &GoalState, headers: &HeaderMap) -> Result<Value, RpcError> {
-    let pending = if is_final(state) { Vec::new() } else { pending_approvals(api, &state.goal_id).await? };
+    let pending =
+        if is_final(state) { Vec::new() } else { crate::gate::goal_approvals(&api.service, state).await? };
     Ok(task_value(state, &pending, &base_url(headers)))
 }
 
@@ -705,8 +700,11 @@ async fn subscribe(
     let (first, after) = match resume {
         Some(after) => (None, after),
         None => {
-            let pending =
-                if is_final(&state) { Vec::new() } else { pending_approvals(api, &state.goal_id).await? };
+            let pending = if is_final(&state) {
+                Vec::new()
+            } else {
+                crate::gate::goal_approvals(&api.service, &state).await?
+            };
             (Some((state.event_seq, json!({"task": task_value(&state, &pending, &base)}))), state.event_seq)
         }
     };
@@ -770,10 +768,7 @@ fn stream_answer(api: &Api, id: Value, stream: TaskStream) -> Response {
 /// call decided meanwhile; that one no longer waits on anyone.
 async fn already_decided(service: &crate::GoalService, event: &Event) -> bool {
     let Some(Kind::ApprovalRequired(asked)) = &event.kind else { return false };
-    match service.bus().approvals().load(&asked.call_id).await {
-        Ok(Some((approval, _))) => approval.decision.is_some(),
-        _ => false,
-    }
+    crate::gate::decided(service, &asked.call_id).await
 }
 
 /// The A2A stream responses of one goal event, and whether the stream ends with them; `decided`

@@ -261,4 +261,3 @@ fn jsonrpc_schema(_: &mut serde_json::Map<String, Value>) -> Value {
 fn replay_schema() -> Value {
     json!({"type": "object", "properties": {"subject": {"type": "string"}, "sequence": {"type": "string"}}})
 }
-
