@@ -165,3 +165,33 @@ pub fn status_word(status: i32) -> String {
         .map(|s| s.as_str_name().trim_start_matches("GOAL_STATUS_").to_ascii_lowercase())
         .unwrap_or_else(|_| status.to_string())
 }
+
+/// A failed call as the CLI says it: the server's message, or, when it sent none (a service this
+/// server does not serve answers `UNIMPLEMENTED` with an empty message), the code and what it
+/// means.
+pub fn status_error(status: tonic::Status) -> anyhow::Error {
+    if !status.message().trim().is_empty() {
+        return anyhow::anyhow!("{}", status.message());
+    }
+    match status.code() {
+        tonic::Code::Unimplemented => anyhow::anyhow!(
+            "the server does not serve this API (UNIMPLEMENTED): point --server at `hermes up`, or at the \
+             service that serves it (the registry for `hermes agents`, the memory service for `hermes memory`)"
+        ),
+        code => anyhow::anyhow!("the server answered {code:?} with no message"),
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::status_error;
+
+    #[test]
+    fn an_empty_status_still_says_what_went_wrong() {
+        let said = status_error(tonic::Status::unimplemented("")).to_string();
+        assert!(said.contains("UNIMPLEMENTED") && said.contains("--server"), "{said}");
+        let said = status_error(tonic::Status::unavailable("")).to_string();
+        assert!(said.contains("Unavailable"), "{said}");
+        assert_eq!(status_error(tonic::Status::not_found("no goal g-1")).to_string(), "no goal g-1");
+    }
+}

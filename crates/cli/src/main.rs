@@ -717,9 +717,7 @@ async fn connect_memory(server: &ServerArg) -> anyhow::Result<hermes_cli::api_cl
     Ok(hermes_cli::api_client::memory(channel(server).await?, credentials))
 }
 
-fn status_error(status: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{}", status.message())
-}
+use hermes_cli::api_client::status_error;
 
 /// How long `watch_goal` keeps trying to resume a dropped stream.
 const RESUME_FOR: Duration = Duration::from_secs(120);

@@ -43,9 +43,7 @@ pub enum MemoryCommand {
     Collections,
 }
 
-fn status_error(status: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{}", status.message())
-}
+use crate::api_client::status_error;
 
 pub async fn run(mut client: MemoryApi, command: MemoryCommand) -> anyhow::Result<i32> {
     match command {

@@ -28,8 +28,11 @@ fn leaks(said: &str, secrets: &[&str]) -> Vec<String> {
 fn a_whole_run_prints_neither_the_nats_password_nor_a_token() {
     let data = tempfile::tempdir().unwrap();
     let tokens = data.path().join("tokens.toml");
-    std::fs::write(&tokens, hermes_test_util::api_token("me", TOKEN, "team-a", &["submitter", "operator", "viewer"]))
-        .unwrap();
+    std::fs::write(
+        &tokens,
+        hermes_test_util::api_token("me", TOKEN, "team-a", &["submitter", "operator", "viewer"]),
+    )
+    .unwrap();
     let stderr_log = data.path().join("up.stderr");
     let listen = format!("127.0.0.1:{}", hermes_test_util::free_port());
     let mut up = Command::new(env!("CARGO_BIN_EXE_hermes"))
@@ -78,7 +81,9 @@ fn a_whole_run_prints_neither_the_nats_password_nor_a_token() {
         .find(|w| w.starts_with("g-"))
         .expect("the goal is listed")
         .to_owned();
-    for args in [vec!["get", goal_id.as_str()], vec!["watch", goal_id.as_str()], vec!["agents"], vec!["audit"]] {
+    for args in
+        [vec!["get", goal_id.as_str()], vec!["watch", goal_id.as_str()], vec!["agents"], vec!["audit"]]
+    {
         let out = hermes(&args);
         assert!(out.status.success(), "{args:?}: {}", all_of(&out));
         said.push(all_of(&out));
@@ -101,12 +106,20 @@ fn a_whole_run_prints_neither_the_nats_password_nor_a_token() {
         assert!(response.status().is_success(), "{}", response.status());
         response.text().await.unwrap()
     });
-    assert!(events.to_lowercase().replace('_', "").contains("goalcompleted"), "the stream ends with the goal: {events}");
+    assert!(
+        events.to_lowercase().replace('_', "").contains("goalcompleted"),
+        "the stream ends with the goal: {events}"
+    );
     said.push(events);
 
     let password = {
         let auth = std::fs::read_to_string(data.path().join("data/nats/auth.conf")).unwrap();
-        auth.lines().find_map(|l| l.trim().strip_prefix("password:")).unwrap().trim().trim_matches('"').to_owned()
+        auth.lines()
+            .find_map(|l| l.trim().strip_prefix("password:"))
+            .unwrap()
+            .trim()
+            .trim_matches('"')
+            .to_owned()
     };
     // `hermes nats-url` is the one command made to print it, for another process to join with.
     let joined = Command::new(env!("CARGO_BIN_EXE_hermes"))
@@ -143,7 +156,11 @@ fn a_failing_nats_connect_prints_no_password() {
     let cases = [
         ("refused", format!("nats://hermes:{password}@127.0.0.1:{closed}"), "cannot connect to NATS"),
         ("a malformed URL", format!("nats://hermes:{password}@[not-a-host:x"), "cannot connect to NATS"),
-        ("a TLS error", format!("tls://hermes:{password}@127.0.0.1:{}", plain.port()), "cannot connect to NATS"),
+        (
+            "a TLS error",
+            format!("tls://hermes:{password}@127.0.0.1:{}", plain.port()),
+            "cannot connect to NATS",
+        ),
         ("a token", format!("nats://{password}@127.0.0.1:{closed}"), "cannot connect to NATS"),
     ];
     for (what, url, says) in &cases {
