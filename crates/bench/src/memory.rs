@@ -9,15 +9,12 @@ use hermes_proto::MemoryDoc;
 
 const DIM: usize = 384;
 
-/// A small deterministic generator (xorshift), so runs are comparable.
-struct Rng(u64);
+/// A small deterministic generator, so runs are comparable.
+struct Rng(hermes_test_util::XorShift);
 
 impl Rng {
     fn next_f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        (self.0.next_u64() >> 40) as f32 / (1u64 << 24) as f32 - 0.5
     }
 
     fn unit_vector(&mut self) -> Vec<f32> {
@@ -34,7 +31,7 @@ fn percentile(samples: &mut [f64], p: f64) -> f64 {
 
 /// (index p50, index p99, flat-scan p50, flat-scan p99) in milliseconds for top-5 of `n`.
 pub fn search_latency(n: usize, queries: usize) -> (f64, f64, f64, f64) {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ n as u64);
+    let mut rng = Rng(hermes_test_util::XorShift(0x9e37_79b9_7f4a_7c15 ^ n as u64));
     let index = VectorIndex::default();
     index.set_meta("bench", "random", DIM);
     let mut flat = Vec::with_capacity(n * DIM);
@@ -76,7 +73,7 @@ pub fn search_latency(n: usize, queries: usize) -> (f64, f64, f64, f64) {
 pub async fn upsert_throughput(bus: &hermes_core::Bus, n: usize) -> anyhow::Result<(f64, f64)> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let vectors = Vectors::load(Vectors::open_bucket(bus).await?, shutdown.clone()).await?;
-    let mut rng = Rng(42);
+    let mut rng = Rng(hermes_test_util::XorShift(42));
     let docs: Vec<(MemoryDoc, Vec<f32>)> = (0..n)
         .map(|i| {
             let doc =

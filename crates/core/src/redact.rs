@@ -381,7 +381,10 @@ mod tests {
     #[test]
     fn debug_output_loses_the_value_inside_its_wrappers() {
         for (text, secret) in [
-            (r#"Url { username: "hermes", password: Some("hunter2x"), host: Some(Domain("h")) }"#, "hunter2x"),
+            (
+                r#"Url { username: "hermes", password: Some("hunter2x"), host: Some(Domain("h")) }"#,
+                "hunter2x",
+            ),
             (r#"ServerAddr { password: Some(Password("hunter2x")), port: 4222 }"#, "hunter2x"),
             (r#"Options { token: Some(Token(hunter2x)), name: "n" }"#, "hunter2x"),
             ("password: hunter2x", "hunter2x"),

@@ -251,6 +251,21 @@ pub fn api_token(name: &str, token: &str, tenant: &str, roles: &[&str]) -> Strin
     )
 }
 
+/// A small deterministic generator (xorshift64), for benches and tests whose runs must be
+/// comparable or rerun from a printed seed. Not for anything that needs real randomness.
+#[derive(Debug, Clone)]
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    /// The next 64 bits. A seed of 0 stays 0: seed with something else.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,14 +17,11 @@ use crate::planning::{PLANNER, SUMMARIZER, answer};
 const SUBMITTER: &str = "token-redaction-submitter";
 
 /// A small deterministic generator, seeded per run and printed, so a failing case can be rerun.
-struct Rng(u64);
+struct Rng(hermes_test_util::XorShift);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.next_u64()
     }
 
     fn word(&mut self, len: usize) -> String {
@@ -85,7 +82,8 @@ async fn a2a(http: &reqwest::Client, base: &str, method: &str, params: Value, af
     }
     let response = request.send().await.unwrap();
     assert!(response.status().is_success(), "{method}: {}", response.status());
-    let said = tokio::time::timeout(Duration::from_secs(30), response.text()).await.expect("answered").unwrap();
+    let said =
+        tokio::time::timeout(Duration::from_secs(30), response.text()).await.expect("answered").unwrap();
     assert!(!said.contains("\"error\""), "{method}: {said}");
     said
 }
@@ -97,7 +95,7 @@ async fn secret_shaped_values_in_any_submit_field_come_back_on_no_stream() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
     eprintln!("HERMES_REDACTION_SEED={seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng(hermes_test_util::XorShift(seed));
     const CASES: usize = 3;
 
     let llm = ScriptedLlm::start().await;
@@ -110,7 +108,8 @@ async fn secret_shaped_values_in_any_submit_field_come_back_on_no_stream() {
     }
     let workspace = tempfile::tempdir().unwrap();
     let tokens = hermes_test_util::api_token("ci", SUBMITTER, "team-r", &["submitter", "viewer"]);
-    let t = Sandbox::builder().llm(llm.base_url()).api_tokens(&tokens).workspace(workspace.path()).start().await;
+    let t =
+        Sandbox::builder().llm(llm.base_url()).api_tokens(&tokens).workspace(workspace.path()).start().await;
     let base = t.http_url();
     let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
     let mut client = t.client.clone();
@@ -138,7 +137,12 @@ async fn secret_shaped_values_in_any_submit_field_come_back_on_no_stream() {
         let labels = [("api_key".to_owned(), label_key_value), ("note".to_owned(), note)].into();
         let planned = GoalSpec {
             plan: Some(TaskPlan {
-                nodes: vec![node("w", "fs.write", json!({"path": format!("case-{case}.txt"), "content": content}), &[])],
+                nodes: vec![node(
+                    "w",
+                    "fs.write",
+                    json!({"path": format!("case-{case}.txt"), "content": content}),
+                    &[],
+                )],
                 ..Default::default()
             }),
             labels,
@@ -162,14 +166,21 @@ async fn secret_shaped_values_in_any_submit_field_come_back_on_no_stream() {
         let streamed = a2a(&http, &base, "SendStreamingMessage", message, None).await;
         let first = streamed.lines().find_map(|l| l.strip_prefix("data:")).expect("a first answer");
         let first: Value = serde_json::from_str(first.trim()).unwrap();
-        goals.push(first["result"]["task"]["id"].as_str().unwrap_or_else(|| panic!("a task: {first}")).to_owned());
-        assert!(streamed.contains("TASK_STATE_COMPLETED"), "the stream follows the task to its end: {streamed}");
+        goals.push(
+            first["result"]["task"]["id"].as_str().unwrap_or_else(|| panic!("a task: {first}")).to_owned(),
+        );
+        assert!(
+            streamed.contains("TASK_STATE_COMPLETED"),
+            "the stream follows the task to its end: {streamed}"
+        );
 
         let mut seen: Vec<(String, String)> = vec![("A2A SendStreamingMessage".into(), streamed)];
         for goal_id in &goals {
             let events = t.events_as(goal_id, SUBMITTER).await;
             assert!(
-                events.last().is_some_and(|e| matches!(e.kind, Some(hermes_proto::event::Kind::GoalCompleted(_)))),
+                events
+                    .last()
+                    .is_some_and(|e| matches!(e.kind, Some(hermes_proto::event::Kind::GoalCompleted(_)))),
                 "case {case}: {goal_id} completes: {events:?}"
             );
             seen.push((format!("WatchGoal {goal_id}"), format!("{events:?}")));
@@ -179,12 +190,19 @@ async fn secret_shaped_values_in_any_submit_field_come_back_on_no_stream() {
                 .unwrap()
                 .into_inner();
             seen.push((format!("GetGoal {goal_id}"), format!("{goal:?}")));
-            let body = http.get(format!("{base}/v1/goals/{goal_id}")).bearer_auth(SUBMITTER).send().await.unwrap();
+            let body =
+                http.get(format!("{base}/v1/goals/{goal_id}")).bearer_auth(SUBMITTER).send().await.unwrap();
             seen.push((format!("GET /v1/goals/{goal_id}"), body.text().await.unwrap()));
-            seen.push((format!("SSE {goal_id}"), sse(&http, format!("{base}/v1/goals/{goal_id}/events")).await));
+            seen.push((
+                format!("SSE {goal_id}"),
+                sse(&http, format!("{base}/v1/goals/{goal_id}/events")).await,
+            ));
             seen.push((format!("WebSocket {goal_id}"), websocket(&base, goal_id).await));
             let id = json!({"id": goal_id});
-            seen.push((format!("A2A GetTask {goal_id}"), a2a(&http, &base, "GetTask", id.clone(), None).await));
+            seen.push((
+                format!("A2A GetTask {goal_id}"),
+                a2a(&http, &base, "GetTask", id.clone(), None).await,
+            ));
             for after in [None, Some(0)] {
                 let said = a2a(&http, &base, "SubscribeToTask", id.clone(), after).await;
                 seen.push((format!("A2A SubscribeToTask {goal_id} after {after:?}"), said));

@@ -429,7 +429,6 @@ async fn locate_python(name: &str) -> Result<(PathBuf, Vec<PathBuf>), SandboxUna
     Ok((executable, prefixes))
 }
 
-/// The first executable file called `name` in the agent's `PATH`.
 /// bubblewrap as configured: a path must be an executable file; a bare name is looked up in
 /// `PATH`, then in `/usr/bin`.
 fn locate_bwrap(configured: &str) -> Result<PathBuf, SandboxUnavailable> {
@@ -446,6 +445,7 @@ fn locate_bwrap(configured: &str) -> Result<PathBuf, SandboxUnavailable> {
     })
 }
 
+/// The first executable file called `name` in the agent's `PATH`.
 fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_absolute() && is_executable(p))

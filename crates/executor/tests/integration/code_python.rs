@@ -440,11 +440,16 @@ while True:
 #[tokio::test]
 async fn refuses_when_bubblewrap_is_missing() {
     let missing = tempfile::tempdir().unwrap();
-    for bwrap in [missing.path().join("bwrap").display().to_string(), format!("no-such-bwrap-{}", unique("x"))] {
+    for bwrap in
+        [missing.path().join("bwrap").display().to_string(), format!("no-such-bwrap-{}", unique("x"))]
+    {
         let tools = registry(CodePythonConfig { bwrap: bwrap.clone(), ..unconfirmed() });
         let err = run(&tools, "print('ran')").await.unwrap_err();
         assert_eq!(err.code.as_str(), "FAILED_PRECONDITION", "{bwrap}: {err}");
-        assert!(err.message.contains("bubblewrap") && err.message.contains("not installed"), "{bwrap}: {err}");
+        assert!(
+            err.message.contains("bubblewrap") && err.message.contains("not installed"),
+            "{bwrap}: {err}"
+        );
         // The refusal is remembered, and asked again it is the same.
         let again = run(&tools, "print('ran')").await.unwrap_err();
         assert_eq!(again.code.as_str(), "FAILED_PRECONDITION");
@@ -472,7 +477,10 @@ async fn refuses_when_bubblewrap_cannot_build_a_sandbox() {
     let tools = registry(CodePythonConfig { bwrap: forbidden.display().to_string(), ..unconfirmed() });
     let err = run(&tools, "print('ran')").await.unwrap_err();
     assert_eq!(err.code.as_str(), "FAILED_PRECONDITION", "{err}");
-    assert!(err.message.contains("cannot build the sandbox") && err.message.contains("No permissions"), "{err}");
+    assert!(
+        err.message.contains("cannot build the sandbox") && err.message.contains("No permissions"),
+        "{err}"
+    );
     assert!(marker.exists(), "the check really ran the configured bwrap");
 }
 
