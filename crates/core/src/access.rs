@@ -1,6 +1,6 @@
 //! Who may do what through the API doors (gRPC, HTTP, A2A): API tokens, each bound to a tenant
-//! and a set of roles, checked by the dispatcher's `GoalService` `*_as` calls, so both doors
-//! apply one rule, and by [`guard`] in front of the Registry and Memory gRPC services (on the
+//! and a set of roles, checked by the dispatcher's caller gate (`gate.rs`), so every door
+//! applies one rule, and by [`guard`] in front of the Registry and Memory gRPC services (on the
 //! dispatcher's port, or on their own with `api_tokens_file`).
 //!
 //! Tokens live in a TOML file (`dispatcher.api_tokens_file`, `HERMES_API_TOKENS_FILE`), hashed:

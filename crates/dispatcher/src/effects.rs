@@ -141,7 +141,7 @@ impl EffectsPublisher {
         let decisions = routing::route(&self.bus, state, &effects.tasks).await;
         let subjects = routing::record_decisions(
             self.bus.topology(),
-            crate::access::tenant_of(state),
+            hermes_core::access::tenant_of(state),
             &mut effects.events,
             &effects.tasks,
             &decisions,

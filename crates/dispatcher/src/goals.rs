@@ -1,6 +1,8 @@
-//! The goal service: every change to a goal goes through here. The gRPC adapter calls it to
-//! submit, get, list, watch and cancel goals and to decide approvals; the workers call it to apply
-//! results, plans, deadlines, takeovers and summaries. Each change is one compare-and-set of the
+//! The goal service: the goal lifecycle, and every change to a goal goes through here. The
+//! caller gate (`gate.rs`) calls it to submit, get, list, watch and cancel goals and to decide
+//! approvals, once it has checked who may; the workers call it to apply results, plans,
+//! deadlines, takeovers and summaries. It knows no caller: roles, tenants' views and the audit
+//! trail are the gate's. Each change is one compare-and-set of the
 //! goal's state in KV, computed by a pure transition of [`engine`], followed by its effects,
 //! published by the [`EffectsPublisher`].
 //!
@@ -25,13 +27,12 @@ use hermes_proto::{
 };
 use tracing::{info, warn};
 
-use crate::access::{Need, Principal, TENANT_LABEL, tenant_of};
-use crate::audit::{Action, Audit};
+use crate::config::{DispatcherConfig, MAX_GOAL_TEXT_BYTES};
 use crate::effects::{EffectsPublisher, Followups};
 use crate::engine::{self, Applied, Effects, Limits};
 use crate::quota::Quotas;
 use crate::store::GoalStore;
-use crate::{DispatcherConfig, MAX_GOAL_TEXT_BYTES};
+use hermes_core::access::tenant_of;
 
 fn total_tokens(state: &GoalState) -> u64 {
     state.tokens.as_ref().map(|t| t.input_tokens + t.output_tokens).unwrap_or(0)
@@ -53,7 +54,6 @@ pub struct GoalService {
     order: TransitionOrder,
     watchers: std::sync::Arc<crate::watchers::WatchLimits>,
     hub: crate::fanout::EventHub,
-    audit: Audit,
     quotas: Quotas,
     records: crate::records::Records,
 }
@@ -64,7 +64,6 @@ impl GoalService {
         bus: Bus,
         config: DispatcherConfig,
         followups: Followups,
-        audit: Audit,
         quotas: Quotas,
         records: crate::records::Records,
     ) -> Self {
@@ -84,7 +83,6 @@ impl GoalService {
             order: TransitionOrder::default(),
             watchers,
             hub,
-            audit,
             quotas,
             records,
         }
@@ -97,227 +95,6 @@ impl GoalService {
     /// The tenants' quotas.
     pub(crate) fn quotas(&self) -> &Quotas {
         &self.quotas
-    }
-
-    /// The audit trail, which the `*_as` calls append to.
-    pub(crate) fn audit(&self) -> &Audit {
-        &self.audit
-    }
-
-    /// The caller of an API request, from its `Authorization` value.
-    pub(crate) fn authenticate(&self, authorization: Option<&str>) -> Result<Principal> {
-        self.config.access.authenticate(authorization)
-    }
-
-    /// Whether callers must authenticate.
-    pub(crate) fn auth_enabled(&self) -> bool {
-        self.config.access.enabled()
-    }
-
-    /// Submits for `who`: the goal belongs to its tenant, and its idempotency key is the
-    /// tenant's own, so two tenants using one key get two goals.
-    pub(crate) async fn submit_as(&self, who: &Principal, spec: GoalSpec) -> Result<Submitted> {
-        let submitted = self.submit_for(who, spec).await;
-        let (target, detail) = match &submitted {
-            Ok(s) if s.duplicate => (s.goal_id.as_str(), "a repeat of an earlier submit"),
-            Ok(s) => (s.goal_id.as_str(), ""),
-            Err(_) => ("", ""),
-        };
-        self.audit.record(who, Action::Submit, target, detail, &submitted).await;
-        submitted
-    }
-
-    async fn submit_for(&self, who: &Principal, mut spec: GoalSpec) -> Result<Submitted> {
-        who.require(Need::Submit)?;
-        self.quotas.check_submit(who.tenant.as_deref()).await?;
-        if let Some(tenant) = &who.tenant {
-            spec.labels.insert(TENANT_LABEL.to_owned(), tenant.clone());
-            if !spec.idempotency_key.is_empty() {
-                spec.idempotency_key = format!("{tenant}/{}", spec.idempotency_key);
-            }
-        }
-        self.submit(spec).await
-    }
-
-    /// The goal as `who` may read it (redacted without the secrets role); another tenant's
-    /// goal is `NOT_FOUND`, as a missing one.
-    pub(crate) async fn get_as(&self, who: &Principal, goal_id: &str) -> Result<GoalState> {
-        Ok(who.view(self.readable_by(who, goal_id).await?))
-    }
-
-    /// The goal, whole, if `who` may read it: for calls that only check it exists for `who`, and
-    /// show none of it.
-    pub(crate) async fn readable_by(&self, who: &Principal, goal_id: &str) -> Result<GoalState> {
-        who.require(Need::Read)?;
-        let state = self.get(goal_id).await?;
-        match who.sees(&state) {
-            true => Ok(state),
-            false => Err(Error::NotFound { what: "goal", id: goal_id.to_owned() }),
-        }
-    }
-
-    /// The newest goals of `who`'s tenant first.
-    pub(crate) async fn list_as(&self, who: &Principal, limit: usize) -> Result<Vec<GoalState>> {
-        who.require(Need::Read)?;
-        let mut goals = self.list(usize::MAX).await?;
-        goals.retain(|g| who.sees(g));
-        goals.truncate(limit);
-        Ok(goals.into_iter().map(|g| who.view(g)).collect())
-    }
-
-    pub(crate) async fn cancel_as(&self, who: &Principal, goal_id: &str, reason: &str) -> Result<GoalState> {
-        let cancelled = async {
-            who.require(Need::Submit)?;
-            self.readable_by(who, goal_id).await?;
-            Ok(who.view(self.cancel(goal_id, reason).await?))
-        }
-        .await;
-        self.audit.record(who, Action::Cancel, goal_id, reason, &cancelled).await;
-        cancelled
-    }
-
-    /// `watch` for `who`, who holds its place under the per-client cap by its name when auth
-    /// is on (so one token cannot take every place from many addresses), else by `peer`.
-    pub(crate) async fn watch_as(
-        &self,
-        who: &Principal,
-        goal_id: &str,
-        after_seq: u64,
-        peer: &str,
-    ) -> Result<impl Stream<Item = Result<Event>> + Send + use<>> {
-        // The one read of the goal: it exists, and is this principal's.
-        self.readable_by(who, goal_id).await?;
-        let client = if who.tenant.is_some() { format!("token:{}", who.name) } else { peer.to_owned() };
-        self.watch(goal_id, after_seq, &client).await
-    }
-
-    pub(crate) async fn decide_approval_as(
-        &self,
-        who: &Principal,
-        goal_id: &str,
-        call_id: &str,
-        approve: bool,
-        note: &str,
-    ) -> Result<hermes_proto::ApprovalDecision> {
-        let decided = async {
-            who.require(Need::Approve)?;
-            self.readable_by(who, goal_id)
-                .await
-                .map_err(|_| Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") })?;
-            let note = if who.tenant.is_some() && note.is_empty() {
-                format!("by {}", who.name)
-            } else if who.tenant.is_some() {
-                format!("{note} (by {})", who.name)
-            } else {
-                note.to_owned()
-            };
-            self.decide_approval(goal_id, call_id, approve, &note).await
-        }
-        .await;
-        let action = if approve { Action::Approve } else { Action::Deny };
-        // A call decided earlier keeps that decision: say so, rather than record this one as done.
-        let detail = match &decided {
-            Ok(d) if d.approved != approve || d.timed_out => {
-                format!("already decided: approved={}", d.approved)
-            }
-            _ => note.to_owned(),
-        };
-        self.audit.record(who, action, &format!("{goal_id}/{call_id}"), &detail, &decided).await;
-        decided
-    }
-
-    /// The dead letters `who` may see (operators only): with auth on, those of its tenant's goals,
-    /// and those that name no goal (see `DeadLetter.goal_id`).
-    pub(crate) async fn dead_letters_as(
-        &self,
-        who: &Principal,
-        dead_letters: &crate::DeadLetters,
-        limit: usize,
-    ) -> Result<Vec<hermes_proto::DeadLetter>> {
-        who.require(Need::Operate)?;
-        let letters = dead_letters.list(limit).await?;
-        // One that names no goal is every operator's.
-        Ok(self.readable_only(who, letters, |l| (!l.goal_id.is_empty()).then_some(l.goal_id.as_str())).await)
-    }
-
-    /// `items` less those of goals `who` may not read (`goal_of`; `None`: no goal, kept), each
-    /// goal read once. With auth off, all of them.
-    async fn readable_only<T>(
-        &self,
-        who: &Principal,
-        items: Vec<T>,
-        goal_of: impl Fn(&T) -> Option<&str>,
-    ) -> Vec<T> {
-        if who.tenant.is_none() {
-            return items;
-        }
-        let mut seen = std::collections::HashMap::<String, bool>::new();
-        let mut kept = Vec::new();
-        for item in items {
-            let visible = match goal_of(&item) {
-                None => true,
-                Some(goal_id) => match seen.get(goal_id) {
-                    Some(v) => *v,
-                    None => {
-                        let v = self.readable_by(who, goal_id).await.is_ok();
-                        seen.insert(goal_id.to_owned(), v);
-                        v
-                    }
-                },
-            };
-            if visible {
-                kept.push(item);
-            }
-        }
-        kept
-    }
-
-    /// One dead letter for `who` (operators only): another tenant's is `NOT_FOUND`, and one that
-    /// names no goal comes without its payload with auth on.
-    pub(crate) async fn dead_letter_as(
-        &self,
-        who: &Principal,
-        dead_letters: &crate::DeadLetters,
-        sequence: u64,
-    ) -> Result<hermes_proto::DeadLetter> {
-        who.require(Need::Operate)?;
-        let mut letter = dead_letters.get(sequence).await?;
-        if who.tenant.is_some() {
-            if letter.goal_id.is_empty() {
-                letter.decoded = "(withheld: it names no goal, so it is no tenant's)".into();
-            } else if self.readable_by(who, &letter.goal_id).await.is_err() {
-                return Err(Error::NotFound { what: "dead letter", id: sequence.to_string() });
-            }
-        }
-        Ok(letter)
-    }
-
-    /// Replays a dead letter for `who` (operators only, of its goal's tenant), and audits it.
-    pub(crate) async fn replay_dead_letter_as(
-        &self,
-        who: &Principal,
-        dead_letters: &crate::DeadLetters,
-        sequence: u64,
-    ) -> Result<(String, u64)> {
-        let replayed = async {
-            let letter = self.dead_letter_as(who, dead_letters, sequence).await?;
-            if who.tenant.is_some() && letter.goal_id.is_empty() {
-                return Err(Error::FailedPrecondition(format!(
-                    "dead letter {sequence} names no goal, so it is no tenant's: it is not replayed"
-                )));
-            }
-            dead_letters.replay(sequence).await
-        }
-        .await;
-        self.audit.record(who, Action::Replay, &sequence.to_string(), "", &replayed).await;
-        replayed
-    }
-
-    /// The pending approvals of the goals `who` may read.
-    pub(crate) async fn pending_approvals_as(&self, who: &Principal) -> Result<Vec<hermes_proto::Approval>> {
-        who.require(Need::Read)?;
-        let pending = self.bus.approvals().pending().await?;
-        Ok(self.readable_only(who, pending, |a| Some(a.goal_id.as_str())).await)
     }
 
     /// The task types the agents online now serve, fresh from the registry.
@@ -336,14 +113,6 @@ impl GoalService {
         match self.bus.client().connection_state() {
             async_nats::connection::State::Connected => Ok(()),
             _ => Err(Error::Unavailable("the NATS connection (the dispatcher is reconnecting)".into())),
-        }
-    }
-
-    /// How many goals a list returns: `requested`, 100 when it is 0, at most 1000.
-    pub(crate) fn list_limit(requested: usize) -> usize {
-        match requested {
-            0 => 100,
-            n => n.min(1000),
         }
     }
 
@@ -418,8 +187,10 @@ impl GoalService {
         }
     }
 
-    /// Validates and stores a goal, then dispatches its first nodes.
-    pub async fn submit(&self, spec: GoalSpec) -> Result<Submitted> {
+    /// Validates and stores a goal, then dispatches its first nodes. The goal's trace is the
+    /// current span's when spans are exported, else `caller_trace` (the context its caller sent),
+    /// else a new one.
+    pub async fn submit(&self, spec: GoalSpec, caller_trace: Option<&TraceContext>) -> Result<Submitted> {
         let plan = match (&spec.plan, spec.text.trim().is_empty()) {
             (Some(_), false) => {
                 return Err(Error::InvalidArgument {
@@ -486,8 +257,9 @@ impl GoalService {
         let now = now_unix_ms();
         let timeout_ms =
             if spec.timeout_ms > 0 { spec.timeout_ms } else { self.config.goal_timeout.as_millis() as u64 };
-        // The SubmitGoal span's context when traces are exported; a fresh trace id otherwise.
-        let trace = TraceContext::current().unwrap_or_else(TraceContext::new_root);
+        // The SubmitGoal span's context when traces are exported, else the caller's; a fresh
+        // trace id otherwise.
+        let trace = hermes_core::trace::propagate(caller_trace).unwrap_or_else(TraceContext::new_root);
         let mut state = GoalState {
             goal_id: goal_id.to_string(),
             status: GoalStatus::Running as i32,
@@ -584,10 +356,10 @@ impl GoalService {
     /// The goal's events from the start, or those after `after_seq`, ending with its terminal
     /// event. Everything up to and including `after_seq` is skipped (agent events, which have no
     /// `seq`, among them), so a watcher that resumes gets exactly what came after. The caller
-    /// ([`GoalService::watch_as`]) has loaded the goal, so one that never existed is `NotFound` at
+    /// (`Gate::watch`) has loaded the goal, so one that never existed is `NotFound` at
     /// once rather than a wait for ever. `client` holds one of its places under
     /// `max_watches_per_client` while the stream lives.
-    async fn watch(
+    pub(crate) async fn watch(
         &self,
         goal_id: &str,
         after_seq: u64,
@@ -860,61 +632,6 @@ impl GoalService {
             })
             .await?;
         Ok(applied.map(|(_, changed)| changed).unwrap_or(0))
-    }
-
-    /// The recorded model exchanges and agent tool calls of a goal `who` may read
-    /// (docs/evaluation.md).
-    pub(crate) async fn model_exchanges_as(
-        &self,
-        who: &Principal,
-        goal_id: &str,
-    ) -> Result<(Vec<hermes_proto::ModelExchange>, Vec<hermes_proto::ToolExchange>)> {
-        self.readable_by(who, goal_id).await?;
-        let exchanges = self.records.list(goal_id).await?;
-        let tools = self.records.list_tools(goal_id).await?;
-        // Without the secrets role, as everywhere: answers and outputs are redacted.
-        if who.require(crate::access::Need::Secrets).is_ok() {
-            return Ok((exchanges, tools));
-        }
-        let redact = hermes_core::redact::redact_json_text;
-        Ok((
-            exchanges
-                .into_iter()
-                .map(|e| hermes_proto::ModelExchange { content: redact(&e.content), ..e })
-                .collect(),
-            tools
-                .into_iter()
-                .map(|t| hermes_proto::ToolExchange { output_json: redact(&t.output_json), ..t })
-                .collect(),
-        ))
-    }
-
-    /// An artifact `goal_id` produced, its metadata and its content, if `who` may read the goal.
-    /// Another goal's artifact is `NOT_FOUND`, as a missing one, and so is one stored under this
-    /// goal's id by another tenant: an artifact is owned by the goal's tenant (an agent's) or by
-    /// the tenant that stored it through the Memory API, naming any goal it liked. Without the
-    /// secrets role, the content is redacted as the goal's outputs are (`Principal::view_artifact`).
-    pub(crate) async fn goal_artifact_as(
-        &self,
-        who: &Principal,
-        goal_id: &str,
-        reference: &str,
-    ) -> Result<(hermes_core::artifacts::ArtifactInfo, Vec<u8>)> {
-        let goal = self.readable_by(who, goal_id).await?;
-        let artifacts = self.bus.artifacts();
-        let not_found = || Error::NotFound { what: "artifact", id: format!("{goal_id}/{reference}") };
-        // A malformed or missing reference is not found; the store failing is said as it is.
-        let info = artifacts.info(reference).await.map_err(|e| match e {
-            Error::NotFound { .. } | Error::InvalidArgument { .. } => not_found(),
-            other => other,
-        })?;
-        let goal_tenant = tenant_of(&goal).unwrap_or_default();
-        let foreign = !info.tenant.is_empty() && info.tenant != goal_tenant;
-        if info.goal_id != goal_id || foreign {
-            return Err(not_found());
-        }
-        let bytes = artifacts.get(reference).await?;
-        Ok((info, who.view_artifact(&goal, bytes)))
     }
 
     /// The summarizer's exchange, recorded against the goal.

@@ -1,5 +1,7 @@
-//! The gRPC adapter: `hermes.v1.Dispatcher`. It only maps: requests to [`GoalService`] and
-//! [`DeadLetters`] calls, their errors to statuses. (Health and reflection are the runtime's.)
+//! The gRPC adapter: `hermes.v1.Dispatcher`. It only maps: requests to the caller [`Gate`]'s
+//! operations, their answers to messages and their errors to statuses. A tonic interceptor
+//! authenticates every call first and hands the handler its [`Caller`]. (Health and reflection
+//! are the runtime's.)
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,43 +16,55 @@ use hermes_proto::{
     SubmitGoalRequest, SubmitGoalResponse, WatchGoalRequest,
 };
 use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
-use tracing::Instrument as _;
 
-use crate::access::Principal;
+use crate::gate::{Caller, Door, Gate, goal_id_arg, list_limit};
 use crate::view::to_goal;
-use crate::{DeadLetters, GoalService};
 
-/// The `hermes.v1.Dispatcher` service; watch streams end when `shutdown` is cancelled.
+/// The interceptor that builds each call's [`Caller`] before its handler runs: the call's
+/// `authorization` (authenticated by the gate), its peer and its `traceparent`.
+#[derive(Clone)]
+pub(crate) struct Authenticate(Arc<Gate>);
+
+impl tonic::service::Interceptor for Authenticate {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let authorization = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        let trace = hermes_core::trace::from_metadata(request.metadata());
+        let caller = self.0.authenticate(authorization, Door::Grpc, request.remote_addr(), trace)?;
+        request.extensions_mut().insert(caller);
+        Ok(request)
+    }
+}
+
+/// The `hermes.v1.Dispatcher` service behind its authenticating interceptor; watch streams end
+/// when `shutdown` is cancelled.
 pub(crate) fn server(
-    service: Arc<GoalService>,
-    dead_letters: DeadLetters,
+    gate: Arc<Gate>,
     shutdown: CancellationToken,
     max_message_bytes: usize,
-) -> DispatcherServer<Api> {
-    DispatcherServer::new(Api { service, dead_letters, shutdown })
-        .max_decoding_message_size(max_message_bytes)
+) -> InterceptedService<DispatcherServer<Api>, Authenticate> {
+    let authenticate = Authenticate(gate.clone());
+    let server = DispatcherServer::new(Api { gate, shutdown }).max_decoding_message_size(max_message_bytes);
+    InterceptedService::new(server, authenticate)
 }
 
 pub(crate) struct Api {
-    service: Arc<GoalService>,
-    dead_letters: DeadLetters,
+    gate: Arc<Gate>,
     /// Ends open watch streams on shutdown; the server waits for open streams before it stops.
     shutdown: CancellationToken,
 }
 
-use crate::gate::goal_id_arg;
-
 type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<hermes_proto::ArtifactChunk, Status>> + Send>>;
 
-impl Api {
-    /// The caller, from the request's `authorization` metadata (`Bearer <token>`); every method
-    /// calls this first: authentication, then the bus's state ([`crate::gate::admit`]).
-    fn who<T>(&self, request: &Request<T>) -> Result<Principal, Error> {
-        let authorization = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        crate::gate::admit(&self.service, authorization, "grpc", request.remote_addr())
-    }
+/// The caller the interceptor authenticated (`UNAUTHENTICATED` should a call arrive without).
+fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
+    request
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("the call was not authenticated"))
 }
 
 #[tonic::async_trait]
@@ -59,45 +73,36 @@ impl DispatcherApi for Api {
         &self,
         request: Request<SubmitGoalRequest>,
     ) -> Result<Response<SubmitGoalResponse>, Status> {
-        // The goal's trace starts here, under the caller's span when it sent a `traceparent`.
-        let span = tracing::info_span!(
-            "submit_goal",
-            otel.name = "SubmitGoal",
-            otel.kind = "server",
-            goal_id = tracing::field::Empty
-        );
-        hermes_core::trace::follow(&span, hermes_core::trace::from_metadata(request.metadata()).as_ref());
-        let who = self.who(&request)?;
+        let caller = caller(&request)?;
         let spec = request
             .into_inner()
             .spec
             .ok_or_else(|| Error::InvalidArgument { field: "spec".into(), reason: "is required".into() })?;
-        let submitted = self.service.submit_as(&who, spec).instrument(span).await?;
+        let submitted = self.gate.submit(&caller, spec).await?;
         Ok(Response::new(SubmitGoalResponse { goal_id: submitted.goal_id, duplicate: submitted.duplicate }))
     }
 
     async fn get_goal(&self, request: Request<GetGoalRequest>) -> Result<Response<Goal>, Status> {
-        let who = self.who(&request)?;
+        let caller = caller(&request)?;
         let req = request.into_inner();
-        let state = self.service.get_as(&who, goal_id_arg(&req.goal_id)?).await?;
+        let state = self.gate.get(&caller, goal_id_arg(&req.goal_id)?).await?;
         Ok(Response::new(to_goal(state)))
     }
 
     type WatchGoalStream = EventStream;
 
     async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
-        let who = self.who(&request)?;
-        let client = request.remote_addr().map(|a| a.ip().to_string()).unwrap_or_default();
+        let caller = caller(&request)?;
         let req = request.into_inner();
-        let events = self.service.watch_as(&who, goal_id_arg(&req.goal_id)?, req.after_seq, &client).await?;
+        let events = self.gate.watch(&caller, goal_id_arg(&req.goal_id)?, req.after_seq).await?;
         let events = events.map(|event| event.map_err(Status::from));
         Ok(Response::new(Box::pin(events.take_until(self.shutdown.clone().cancelled_owned()))))
     }
 
     async fn cancel_goal(&self, request: Request<CancelGoalRequest>) -> Result<Response<Goal>, Status> {
-        let who = self.who(&request)?;
+        let caller = caller(&request)?;
         let req = request.into_inner();
-        let state = self.service.cancel_as(&who, goal_id_arg(&req.goal_id)?, &req.reason).await?;
+        let state = self.gate.cancel(&caller, goal_id_arg(&req.goal_id)?, &req.reason).await?;
         Ok(Response::new(to_goal(state)))
     }
 
@@ -105,12 +110,10 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ApproveToolCallRequest>,
     ) -> Result<Response<ApproveToolCallResponse>, Status> {
-        let who = self.who(&request)?;
+        let caller = caller(&request)?;
         let req = request.into_inner();
         let goal_id = goal_id_arg(&req.goal_id)?;
-        hermes_core::ids::check_id("call_id", &req.call_id, 256, hermes_core::ids::IdShape::Dotted)?;
-        let decision =
-            self.service.decide_approval_as(&who, goal_id, &req.call_id, req.approve, &req.note).await?;
+        let decision = self.gate.decide(&caller, goal_id, &req.call_id, req.approve, &req.note).await?;
         Ok(Response::new(ApproveToolCallResponse {
             approved: decision.approved,
             timed_out: decision.timed_out,
@@ -122,9 +125,9 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListGoalsRequest>,
     ) -> Result<Response<ListGoalsResponse>, Status> {
-        let who = self.who(&request)?;
-        let limit = GoalService::list_limit(request.into_inner().limit as usize);
-        let goals = self.service.list_as(&who, limit).await?.into_iter().map(to_goal).collect();
+        let caller = caller(&request)?;
+        let limit = list_limit(request.into_inner().limit as usize);
+        let goals = self.gate.list(&caller, limit).await?.into_iter().map(to_goal).collect();
         Ok(Response::new(ListGoalsResponse { goals }))
     }
 
@@ -132,9 +135,9 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListDeadLettersRequest>,
     ) -> Result<Response<ListDeadLettersResponse>, Status> {
-        let who = self.who(&request)?;
+        let caller = caller(&request)?;
         let limit = request.into_inner().limit as usize;
-        let dead_letters = self.service.dead_letters_as(&who, &self.dead_letters, limit).await?;
+        let dead_letters = self.gate.dead_letters(&caller, limit).await?;
         Ok(Response::new(ListDeadLettersResponse { dead_letters }))
     }
 
@@ -142,19 +145,18 @@ impl DispatcherApi for Api {
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<DeadLetter>, Status> {
-        let who = self.who(&request)?;
+        let caller = caller(&request)?;
         let sequence = request.into_inner().sequence;
-        Ok(Response::new(self.service.dead_letter_as(&who, &self.dead_letters, sequence).await?))
+        Ok(Response::new(self.gate.dead_letter(&caller, sequence).await?))
     }
 
     async fn replay_dead_letter(
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<ReplayDeadLetterResponse>, Status> {
-        let who = self.who(&request)?;
+        let caller = caller(&request)?;
         let sequence = request.into_inner().sequence;
-        let (subject, sequence) =
-            self.service.replay_dead_letter_as(&who, &self.dead_letters, sequence).await?;
+        let (subject, sequence) = self.gate.replay_dead_letter(&caller, sequence).await?;
         Ok(Response::new(ReplayDeadLetterResponse { subject, sequence }))
     }
 
@@ -162,9 +164,9 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListAuditRequest>,
     ) -> Result<Response<ListAuditResponse>, Status> {
-        let who = self.who(&request)?;
+        let caller = caller(&request)?;
         let req = request.into_inner();
-        let records = self.service.audit().list(&who, req.limit as usize, req.after_seq).await?;
+        let records = self.gate.audit(&caller, req.limit as usize, req.after_seq).await?;
         Ok(Response::new(ListAuditResponse { records }))
     }
 
@@ -172,9 +174,9 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::ListModelExchangesRequest>,
     ) -> Result<Response<hermes_proto::ListModelExchangesResponse>, Status> {
-        let who = self.who(&request)?;
+        let caller = caller(&request)?;
         let goal_id = request.into_inner().goal_id;
-        let (exchanges, tool_exchanges) = self.service.model_exchanges_as(&who, &goal_id).await?;
+        let (exchanges, tool_exchanges) = self.gate.exchanges(&caller, goal_id_arg(&goal_id)?).await?;
         Ok(Response::new(hermes_proto::ListModelExchangesResponse { exchanges, tool_exchanges }))
     }
 
@@ -184,9 +186,9 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::GoalArtifactRequest>,
     ) -> Result<Response<ChunkStream>, Status> {
-        let who = self.who(&request)?;
+        let caller = caller(&request)?;
         let req = request.into_inner();
-        let (_, bytes) = self.service.goal_artifact_as(&who, goal_id_arg(&req.goal_id)?, &req.r#ref).await?;
+        let (_, bytes) = self.gate.artifact(&caller, goal_id_arg(&req.goal_id)?, &req.r#ref).await?;
         let chunks = hermes_core::artifacts::grpc_chunks(bytes).map(Ok);
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }

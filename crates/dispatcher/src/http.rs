@@ -1,5 +1,6 @@
 //! The HTTP/JSON adapter, beside the gRPC one and just as thin: requests map onto the same
-//! [`GoalService`] and [`DeadLetters`] calls, so no rule has a second implementation. Bodies and
+//! caller [`Gate`] operations, so no rule has a second implementation. Every handler takes the
+//! [`Caller`] as its first extractor, so authentication comes before anything else is read. Bodies and
 //! answers are protobuf's canonical JSON mapping of the `hermes.v1` messages (derived by pbjson),
 //! so a goal looks the same over both doors; errors are RFC 9457 problem details whose status
 //! comes from [`ErrorCode::http_status`]; a goal's events stream as Server-Sent Events that
@@ -27,11 +28,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument as _;
 
-use crate::access::{Need, Principal};
+use crate::gate::{Caller, Door, Gate, goal_id_arg, list_limit};
 use crate::view::to_goal;
-use crate::{DeadLetters, GoalService};
 
 mod a2a;
 mod openapi;
@@ -39,33 +38,14 @@ mod routes;
 
 use routes::ROUTES;
 
-/// Where and how the HTTP API listens (`[dispatcher.http]`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct HttpConfig {
-    pub listen: SocketAddr,
-    /// Largest request body; a larger one is `413` with a problem naming the limit.
-    pub max_body_bytes: usize,
-    /// Origins allowed to call the API from a browser (`*` for any); empty: no CORS headers.
-    pub cors_allow_origins: Vec<String>,
-    /// Host names the server answers to besides its listen address (and `localhost` on
-    /// loopback); `.example.com` allows its subdomains, `*` any. Others are `421`.
-    pub allowed_hosts: Vec<String>,
-    /// TLS (`[dispatcher.http.tls]`), or plaintext.
-    pub tls: Option<hermes_core::tls::TlsFiles>,
-    /// The web console at `/` (`[dispatcher.http.console]`).
-    pub console: crate::console::ConsoleConfig,
-}
-
-/// Default request body limit: 1 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+pub use crate::config::{DEFAULT_MAX_BODY_BYTES, HttpConfig};
 
 /// How often an idle event stream sends a comment, so proxies keep it open.
 const HEARTBEAT: Duration = Duration::from_secs(15);
 
 #[derive(Clone)]
 struct Api {
-    service: Arc<GoalService>,
-    dead_letters: DeadLetters,
+    gate: Arc<Gate>,
     shutdown: CancellationToken,
     max_body_bytes: usize,
 }
@@ -82,14 +62,9 @@ pub(crate) async fn bind(config: &HttpConfig) -> anyhow::Result<tokio::net::TcpL
 }
 
 /// The router of the whole API.
-pub(crate) fn router(
-    service: Arc<GoalService>,
-    dead_letters: DeadLetters,
-    shutdown: CancellationToken,
-    config: &HttpConfig,
-) -> Router {
-    let console = crate::console::router(&config.console, service.auth_enabled());
-    let api = Api { service, dead_letters, shutdown, max_body_bytes: config.max_body_bytes };
+pub(crate) fn router(gate: Arc<Gate>, shutdown: CancellationToken, config: &HttpConfig) -> Router {
+    let console = crate::console::router(&config.console, gate.auth_enabled());
+    let api = Api { gate, shutdown, max_body_bytes: config.max_body_bytes };
     let mut router = console;
     // Built from the same table as the OpenAPI document.
     for route in ROUTES {
@@ -106,10 +81,9 @@ pub(crate) fn router(
         })
         // The handlers read bodies themselves, so an oversized one gets a problem, not plain text.
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
-        .layer(axum::middleware::from_fn(stamp_peer))
         .with_state(api)
         .layer(axum::middleware::from_fn_with_state(
-            Arc::new(crate::gate::Site::new(
+            Arc::new(crate::gate::site::Site::new(
                 config.listen,
                 &config.allowed_hosts,
                 &config.cors_allow_origins,
@@ -122,26 +96,30 @@ pub(crate) fn router(
     }
 }
 
-/// The header the server stamps every request with: the peer's address, for the audit trail.
-/// Whatever a client sent under this name is replaced, so it cannot be forged.
-const PEER_HEADER: &str = "x-hermes-peer";
+/// The caller of an HTTP request (A2A's at `/a2a`): its `Authorization` header, the peer the
+/// connection came from and the `traceparent` it sent, authenticated by the gate. The first
+/// extractor of every handler, so nothing else is read before it.
+impl axum::extract::FromRequestParts<Api> for Caller {
+    type Rejection = Problem;
 
-async fn stamp_peer(mut request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let peer = request.extensions().get::<axum::extract::ConnectInfo<SocketAddr>>().map(|c| c.0.to_string());
-    match peer.and_then(|p| HeaderValue::from_str(&p).ok()) {
-        Some(peer) => {
-            request.headers_mut().insert(PEER_HEADER, peer);
-        }
-        None => {
-            request.headers_mut().remove(PEER_HEADER);
-        }
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        api: &Api,
+    ) -> std::result::Result<Caller, Problem> {
+        let peer = parts.extensions.get::<axum::extract::ConnectInfo<SocketAddr>>().map(|c| c.0);
+        let trace = parts
+            .headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .and_then(hermes_core::trace::TraceContext::parse);
+        let door = if parts.uri.path() == a2a::RPC_PATH { Door::A2a } else { Door::Http };
+        Ok(api.gate.authenticate(authorization(&parts.headers), door, peer, trace)?)
     }
-    next.run(request).await
 }
 
-/// Refuses what [`crate::gate::Site`] says is not this server's own request, before any route.
+/// Refuses what [`crate::gate::site::Site`] says is not this server's own request, before any route.
 async fn same_site(
-    State(site): State<Arc<crate::gate::Site>>,
+    State(site): State<Arc<crate::gate::site::Site>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
@@ -322,7 +300,7 @@ fn body_bytes(
 /// Parses a body as JSON, or as YAML when its content type says so; malformed input is a `400`
 /// naming the line and column.
 fn parse_body<T: DeserializeOwned>(headers: &HeaderMap, bytes: &Bytes) -> std::result::Result<T, Problem> {
-    let media = crate::gate::media_type(headers).unwrap_or_default();
+    let media = crate::gate::site::media_type(headers).unwrap_or_default();
     if bytes.is_empty() {
         return Err(Problem::invalid("the request has no body"));
     }
@@ -363,19 +341,10 @@ fn no_such_action(usage: &str) -> Problem {
     Problem::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no such action: use {usage}"))
 }
 
-/// The caller, from the `Authorization` header (`Bearer <token>`), and where it called from.
-/// Every handler calls this first: authentication, then the bus's state ([`crate::gate::admit`]).
-fn who(api: &Api, headers: &HeaderMap) -> std::result::Result<Principal, Problem> {
-    let peer = headers.get(PEER_HEADER).and_then(|v| v.to_str().ok()).and_then(|p| p.parse().ok());
-    Ok(crate::gate::admit(&api.service, authorization(headers), "http", peer)?)
-}
-
 /// The `Authorization` header's value, when it is text.
 fn authorization(headers: &HeaderMap) -> Option<&str> {
     headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
 }
-
-use crate::gate::goal_id_arg;
 
 /// `POST /v1/goals`: a goal given as `text` or as a `plan` (the plan file's shape: inputs as
 /// objects), with the goal's options. Field names are snake_case or lowerCamelCase.
@@ -401,11 +370,11 @@ struct SubmitBody {
 }
 
 async fn submit(
+    caller: Caller,
     State(api): State<Api>,
     headers: HeaderMap,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let caller = who(&api, &headers)?;
     let bytes = body_bytes(&api, body)?;
     let mut body: Value = parse_body(&headers, &bytes)?;
     // A bare plan (a plan file's content) is a goal with that plan.
@@ -438,14 +407,8 @@ async fn submit(
         max_tokens: body.max_tokens,
         max_cost_usd: body.max_cost_usd,
     };
-    let span = tracing::info_span!(
-        "submit_goal",
-        otel.name = "POST /v1/goals",
-        otel.kind = "server",
-        goal_id = tracing::field::Empty
-    );
-    let submitted = api.service.submit_as(&caller, spec).instrument(span).await?;
-    let state = api.service.get_as(&caller, &submitted.goal_id).await?;
+    let submitted = api.gate.submit(&caller, spec).await?;
+    let state = api.gate.get(&caller, &submitted.goal_id).await?;
     let status = if submitted.duplicate { StatusCode::OK } else { StatusCode::CREATED };
     let mut response = json_response(status, message_json(&to_goal(state)));
     if let Ok(location) = HeaderValue::from_str(&format!("/v1/goals/{}", submitted.goal_id)) {
@@ -490,13 +453,12 @@ fn page_key(state: &GoalState) -> (u64, String) {
 }
 
 async fn list(
+    caller: Caller,
     State(api): State<Api>,
-    headers: HeaderMap,
     query: std::result::Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Answer {
-    let caller = who(&api, &headers)?;
     let query = query_arg(query)?;
-    let limit = GoalService::list_limit(query.limit.unwrap_or(0));
+    let limit = list_limit(query.limit.unwrap_or(0));
     let status = query.status.as_deref().map(parse_status).transpose()?;
     let after = match query.page_token.as_deref() {
         Some(token) => {
@@ -507,8 +469,8 @@ async fn list(
     };
     let needle = query.q.as_deref().map(str::to_lowercase);
     let mut goals: Vec<GoalState> = api
-        .service
-        .list_as(&caller, usize::MAX)
+        .gate
+        .list(&caller, usize::MAX)
         .await?
         .into_iter()
         .filter(|g| status.is_none_or(|s| g.status == s as i32))
@@ -536,9 +498,8 @@ async fn list(
     Ok(json_response(StatusCode::OK, json!({"goals": goals, "nextPageToken": next})))
 }
 
-async fn get_goal(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
-    let caller = who(&api, &headers)?;
-    let state = api.service.get_as(&caller, goal_id_arg(&id)?).await?;
+async fn get_goal(caller: Caller, State(api): State<Api>, Path(id): Path<String>) -> Answer {
+    let state = api.gate.get(&caller, goal_id_arg(&id)?).await?;
     Ok(json_response(StatusCode::OK, message_json(&to_goal(state))))
 }
 
@@ -559,18 +520,18 @@ fn optional_reason(headers: &HeaderMap, bytes: &Bytes) -> std::result::Result<St
 
 /// `POST /v1/goals/{id}:cancel`.
 async fn goal_action(
+    caller: Caller,
     State(api): State<Api>,
     Path(target): Path<String>,
     headers: HeaderMap,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let caller = who(&api, &headers)?;
     let bytes = body_bytes(&api, body)?;
     let Some(id) = target.strip_suffix(":cancel") else {
         return Err(no_such_action("/v1/goals/{id}:cancel"));
     };
     let reason = optional_reason(&headers, &bytes)?;
-    let state = api.service.cancel_as(&caller, goal_id_arg(id)?, &reason).await?;
+    let state = api.gate.cancel(&caller, goal_id_arg(id)?, &reason).await?;
     Ok(json_response(StatusCode::OK, message_json(&to_goal(state))))
 }
 
@@ -586,13 +547,12 @@ struct EventsQuery {
 /// `Last-Event-ID` (or `?after=`), with no gap and no repeat; the first request replays from
 /// the start. The stream ends after the terminal event; comments keep idle proxies open.
 async fn events(
+    caller: Caller,
     State(api): State<Api>,
-    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
     headers: HeaderMap,
     query: std::result::Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> std::result::Result<Sse<impl Stream<Item = std::result::Result<SseEvent, Infallible>>>, Problem> {
-    let caller = who(&api, &headers)?;
     let query = query_arg(query)?;
     let last_event_id = match headers.get("last-event-id") {
         Some(v) => Some(
@@ -604,7 +564,7 @@ async fn events(
         None => None,
     };
     let after = last_event_id.or(query.after).unwrap_or(0);
-    let events = api.service.watch_as(&caller, goal_id_arg(&id)?, after, &peer.ip().to_string()).await?;
+    let events = api.gate.watch(&caller, goal_id_arg(&id)?, after).await?;
     let stream = events
         .map(|event| {
             Ok::<_, Infallible>(match event {
@@ -626,22 +586,17 @@ async fn events(
 /// with 1000 after the terminal event, 1001 when it shuts down, 1011 on an error (its problem
 /// in a text message first). Errors before the upgrade (no such goal) are problem documents.
 async fn events_ws(
+    caller: Caller,
     State(api): State<Api>,
-    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
-    headers: HeaderMap,
     query: std::result::Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
     upgrade: std::result::Result<
         axum::extract::ws::WebSocketUpgrade,
         axum::extract::ws::rejection::WebSocketUpgradeRejection,
     >,
 ) -> Answer {
-    let caller = who(&api, &headers)?;
     let query = query_arg(query)?;
-    let events = api
-        .service
-        .watch_as(&caller, goal_id_arg(&id)?, query.after.unwrap_or(0), &peer.ip().to_string())
-        .await?;
+    let events = api.gate.watch(&caller, goal_id_arg(&id)?, query.after.unwrap_or(0)).await?;
     let upgrade = upgrade.map_err(|e| {
         Problem::new(
             StatusCode::UPGRADE_REQUIRED,
@@ -692,57 +647,52 @@ async fn forward_events(
 /// `GET /v1/goals/{id}/artifacts/{reference}`: an artifact the goal produced, in its content
 /// type. An artifact of another goal is `404`, as one that does not exist.
 async fn goal_artifact(
+    caller: Caller,
     State(api): State<Api>,
-    headers: HeaderMap,
     Path((id, reference)): Path<(String, String)>,
 ) -> Answer {
-    let caller = who(&api, &headers)?;
-    let (info, bytes) = api.service.goal_artifact_as(&caller, goal_id_arg(&id)?, &reference).await?;
+    let (info, bytes) = api.gate.artifact(&caller, goal_id_arg(&id)?, &reference).await?;
     let content_type = HeaderValue::from_str(&info.content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     Ok(([(header::CONTENT_TYPE, content_type)], bytes).into_response())
 }
 
 /// `GET /v1/agents`: the registry's view of every agent (`Registry.ListAgents`), over NATS.
-async fn agents(State(api): State<Api>, headers: HeaderMap) -> Answer {
-    let caller = who(&api, &headers)?;
-    let agents = crate::gate::agents(&api.service, &caller).await?;
+async fn agents(caller: Caller, State(api): State<Api>) -> Answer {
+    let agents = api.gate.agents(&caller).await?;
     let agents: Vec<Value> = agents.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"agents": agents})))
 }
 
 /// `GET /v1/sessions`: the caller's tenant's memory sessions, from the memory service.
-async fn sessions(State(api): State<Api>, headers: HeaderMap) -> Answer {
-    let caller = who(&api, &headers)?;
-    let sessions = crate::gate::sessions(&api.service, &caller).await?;
+async fn sessions(caller: Caller, State(api): State<Api>) -> Answer {
+    let sessions = api.gate.sessions(&caller).await?;
     let sessions: Vec<Value> = sessions.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"sessions": sessions})))
 }
 
 /// `GET /v1/sessions/{id}`: one session of the caller's tenant.
-async fn session(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
-    let caller = who(&api, &headers)?;
-    let session = crate::gate::session(&api.service, &caller, &id).await?;
+async fn session(caller: Caller, State(api): State<Api>, Path(id): Path<String>) -> Answer {
+    let session = api.gate.session(&caller, &id).await?;
     Ok(json_response(StatusCode::OK, message_json(&session)))
 }
 
 /// `GET /v1/approvals`: every tool call waiting for a person, across goals, oldest first, with
 /// when it expires.
-async fn approvals(State(api): State<Api>, headers: HeaderMap) -> Answer {
-    let caller = who(&api, &headers)?;
-    let pending = api.service.pending_approvals_as(&caller).await?;
+async fn approvals(caller: Caller, State(api): State<Api>) -> Answer {
+    let pending = api.gate.pending_approvals(&caller).await?;
     let approvals: Vec<Value> = pending.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"approvals": approvals})))
 }
 
 /// `POST /v1/approvals/{goal}/{call}:approve` or `:deny`, with an optional `{"reason": ...}`.
 async fn decide(
+    caller: Caller,
     State(api): State<Api>,
     Path((goal, target)): Path<(String, String)>,
     headers: HeaderMap,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let caller = who(&api, &headers)?;
     let bytes = body_bytes(&api, body)?;
     let (call, approve) = match (target.strip_suffix(":approve"), target.strip_suffix(":deny")) {
         (Some(call), _) => (call, true),
@@ -750,8 +700,7 @@ async fn decide(
         _ => return Err(no_such_action("/v1/approvals/{goal}/{call}:approve or :deny")),
     };
     let reason = optional_reason(&headers, &bytes)?;
-    let decision =
-        api.service.decide_approval_as(&caller, goal_id_arg(&goal)?, call, approve, &reason).await?;
+    let decision = api.gate.decide(&caller, goal_id_arg(&goal)?, call, approve, &reason).await?;
     Ok(json_response(StatusCode::OK, message_json(&decision)))
 }
 
@@ -762,13 +711,12 @@ struct LimitQuery {
 }
 
 async fn dead_letters_list(
+    caller: Caller,
     State(api): State<Api>,
-    headers: HeaderMap,
     query: std::result::Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Answer {
-    let caller = who(&api, &headers)?;
     let query = query_arg(query)?;
-    let letters = api.service.dead_letters_as(&caller, &api.dead_letters, query.limit.unwrap_or(0)).await?;
+    let letters = api.gate.dead_letters(&caller, query.limit.unwrap_or(0)).await?;
     let letters: Vec<Value> = letters.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"deadLetters": letters})))
 }
@@ -784,14 +732,12 @@ struct AuditQuery {
 
 /// `GET /v1/audit?after=SEQ&limit=N`.
 async fn audit(
+    caller: Caller,
     State(api): State<Api>,
-    headers: HeaderMap,
     query: std::result::Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Answer {
-    let caller = who(&api, &headers)?;
     let query = query_arg(query)?;
-    let records =
-        api.service.audit().list(&caller, query.limit.unwrap_or(0), query.after.unwrap_or(0)).await?;
+    let records = api.gate.audit(&caller, query.limit.unwrap_or(0), query.after.unwrap_or(0)).await?;
     let records: Vec<Value> = records.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"records": records})))
 }
@@ -800,24 +746,16 @@ fn sequence_arg(text: &str) -> std::result::Result<u64, Problem> {
     text.parse().map_err(|_| Problem::invalid(format!("`{text}` is not a dead letter's sequence number")))
 }
 
-async fn dead_letter(State(api): State<Api>, headers: HeaderMap, Path(seq): Path<String>) -> Answer {
-    let caller = who(&api, &headers)?;
-    let letter = api.service.dead_letter_as(&caller, &api.dead_letters, sequence_arg(&seq)?).await?;
+async fn dead_letter(caller: Caller, State(api): State<Api>, Path(seq): Path<String>) -> Answer {
+    let letter = api.gate.dead_letter(&caller, sequence_arg(&seq)?).await?;
     Ok(json_response(StatusCode::OK, message_json(&letter)))
 }
 
 /// `POST /v1/dead-letters/{seq}:replay`.
-async fn dead_letter_action(
-    State(api): State<Api>,
-    headers: HeaderMap,
-    Path(target): Path<String>,
-) -> Answer {
-    let caller = who(&api, &headers)?;
-    caller.require(Need::Operate)?;
+async fn dead_letter_action(caller: Caller, State(api): State<Api>, Path(target): Path<String>) -> Answer {
     let Some(seq) = target.strip_suffix(":replay") else {
         return Err(no_such_action("/v1/dead-letters/{seq}:replay"));
     };
-    let (subject, sequence) =
-        api.service.replay_dead_letter_as(&caller, &api.dead_letters, sequence_arg(seq)?).await?;
+    let (subject, sequence) = api.gate.replay_dead_letter(&caller, sequence_arg(seq)?).await?;
     Ok(json_response(StatusCode::OK, json!({"subject": subject, "sequence": sequence.to_string()})))
 }

@@ -7,19 +7,24 @@
 //! All state is in JetStream, so any dispatcher replica can apply any result.
 //!
 //! The layers, each calling only the ones below it:
-//! - [`grpc`](crate::grpc) (the adapter, which only maps requests and errors) and [`workers`]
-//!   (results, plans, timers, takeover, DLQ, summaries, queue depth; each owns its state);
-//! - [`GoalService`] (`goals.rs`): submit, get, list, watch, cancel, approvals and the apply
-//!   methods the workers call; every change is [`GoalService::transition`], a compare-and-set;
+//! - the doors, `grpc.rs` and [`http`] (with A2A under it): they map their wire to the caller
+//!   gate's operations and its answers back, and import neither the goal service nor the bus;
+//! - the caller gate (`gate.rs`): a `Caller` built once per request (authenticated first), and
+//!   each operation as bus readiness, role, tenant, the call, the caller's view, and the audit
+//!   record, in one place for every door; beside it the [`workers`] (results, plans, timers,
+//!   takeover, DLQ, summaries, queue depth; each owns its state);
+//! - [`GoalService`] (`goals.rs`): the goal lifecycle, submit, get, list, watch, cancel,
+//!   approvals and the apply methods the workers call; every change is
+//!   [`GoalService::transition`], a compare-and-set. It knows no caller;
 //! - the effects publisher (`effects.rs`), which publishes what a committed transition produced
-//!   and reaches the workers through channel handles, with [`routing`](crate::routing) for where
-//!   tasks go;
+//!   and reaches the workers through channel handles, with `routing.rs` for where tasks go;
 //! - [`engine`]: the pure transitions, one file per kind, and [`store`]: the goal bucket.
 //!
 //! [`service`] is the process: its settings and the runtime's `Service`.
 
 pub use hermes_core::access;
 pub mod audit;
+mod config;
 pub mod console;
 mod dead_letters;
 mod effects;
@@ -46,81 +51,10 @@ use std::time::Duration;
 use hermes_core::bus::ConsumerSpec;
 use tracing::info;
 
-pub use crate::dead_letters::DeadLetters;
+pub use crate::config::{DispatcherConfig, MAX_GOAL_TEXT_BYTES};
 use crate::effects::FollowupInbox;
 pub use crate::goals::{GoalService, Submitted};
 pub use crate::workers::summaries::Summarizer;
-
-/// Longest goal text accepted.
-pub const MAX_GOAL_TEXT_BYTES: usize = 16 * 1024;
-
-/// Dispatcher settings.
-#[derive(Debug, Clone)]
-pub struct DispatcherConfig {
-    /// Where the gRPC API listens.
-    pub grpc_listen: SocketAddr,
-    pub max_nodes: usize,
-    /// Whole-goal timeout when the goal does not set one.
-    pub goal_timeout: Duration,
-    /// Per-attempt deadline when the node does not set one.
-    pub node_timeout: Duration,
-    /// How long a catalogue snapshot is reused for plan validation.
-    pub catalog_ttl: Duration,
-    /// Results applied at once; results of one goal are applied one at a time.
-    pub result_concurrency: usize,
-    /// How long a node waits for an agent serving its task type before it fails with
-    /// `NO_CAPABLE_AGENT`.
-    pub no_agent_wait: Duration,
-    /// A planner service serves this deployment: goals given as text are accepted and failed
-    /// nodes of such goals are replanned.
-    pub planner: bool,
-    /// Writes the answer of goals given as text from their nodes' outputs.
-    pub summarizer: Option<Summarizer>,
-    /// LLM prices for goals' estimated cost and cost budgets (0: cost is not estimated).
-    pub prices: engine::Prices,
-    /// Largest gRPC request decoded; a larger one is refused with `INVALID_ARGUMENT` naming it.
-    pub grpc_max_message_bytes: usize,
-    /// TLS of the gRPC server (`[grpc.tls]`), or plaintext.
-    pub grpc_tls: Option<hermes_core::tls::TlsFiles>,
-    /// The HTTP API, or `None` for none (the default of the config; the settings turn it on).
-    pub http: Option<http::HttpConfig>,
-    /// Goal event streams (gRPC, SSE, WebSocket) one client may hold open at once.
-    pub max_watches_per_client: usize,
-    /// Goal event streams all clients together may hold open at once.
-    pub max_watches: usize,
-    /// Who may call the API doors (API tokens; open when none are configured).
-    pub access: Arc<access::Access>,
-    /// Serve a non-loopback address with auth off (behind a proxy that authenticates).
-    pub allow_unauthenticated: bool,
-    /// Record every model exchange of a goal (planner, summarizer, agents) and its agent loops'
-    /// tool calls, for `hermes replay`.
-    pub record_model_exchanges: bool,
-}
-
-impl Default for DispatcherConfig {
-    fn default() -> Self {
-        Self {
-            grpc_listen: ([127, 0, 0, 1], 50051).into(),
-            max_nodes: hermes_core::plan::DEFAULT_MAX_NODES,
-            goal_timeout: Duration::from_secs(600),
-            node_timeout: Duration::from_secs(180),
-            catalog_ttl: Duration::from_secs(2),
-            result_concurrency: 256,
-            no_agent_wait: Duration::from_secs(30),
-            planner: false,
-            summarizer: None,
-            prices: engine::Prices::default(),
-            grpc_max_message_bytes: hermes_core::grpc::DEFAULT_MAX_MESSAGE_BYTES,
-            grpc_tls: None,
-            http: None,
-            max_watches_per_client: 256,
-            max_watches: 4096,
-            access: Arc::new(access::Access::open()),
-            allow_unauthenticated: false,
-            record_model_exchanges: true,
-        }
-    }
-}
 
 /// What [`start`] started.
 pub struct Started {
@@ -200,7 +134,9 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let records = records::Records::open(bus.clone(), config.record_model_exchanges)
         .await
         .context("cannot open the records stream")?;
-    let service = Arc::new(GoalService::new(bus.clone(), config, followups, audit, quotas, records));
+    let access = config.access.clone();
+    let service = Arc::new(GoalService::new(bus.clone(), config, followups, quotas, records.clone()));
+    let gate = Arc::new(gate::Gate::new(service.clone(), audit, records, access));
     // Drained in reverse: the API stops first, the results consumer (which hands back what it
     // pulled but did not start) last.
     let s = service.clone();
@@ -219,17 +155,12 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     cx.spawn_loop("timers", move |stop| workers::timers::run(s, deadlines, unsent, stop));
     let b = bus.clone();
     cx.spawn_loop("queue-depth", move |stop| workers::queue_depth::run(b, stop));
-    let api = grpc::server(
-        service.clone(),
-        DeadLetters::new(bus.clone()),
-        cx.shutdown(),
-        cx.grpc_max_message_bytes(),
-    );
+    let api = grpc::server(gate.clone(), cx.shutdown(), cx.grpc_max_message_bytes());
     cx.grpc("hermes.v1.Dispatcher")?.add_service(api);
     let http_addr = match http_listener {
         Some((listener, http)) => {
             let addr = listener.local_addr()?;
-            let router = http::router(service.clone(), DeadLetters::new(bus), cx.shutdown(), &http);
+            let router = http::router(gate, cx.shutdown(), &http);
             // Open event streams end when the drain starts (the shutdown token), so the server
             // can finish.
             let tls = match &http.tls {

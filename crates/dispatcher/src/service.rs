@@ -6,7 +6,7 @@ use hermes_llm::config::LlmSettings;
 use hermes_runtime::{Context, GrpcSettings, NatsSettings};
 use serde::{Deserialize, Serialize};
 
-use crate::DispatcherConfig;
+use crate::config::DispatcherConfig;
 
 /// The `[dispatcher]` section, shared by `hermes-dispatcher` and `hermes up`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -231,10 +231,10 @@ impl DispatchSettings {
             http: self.http.config()?,
             max_watches_per_client: self.max_watches_per_client.max(1),
             max_watches: self.max_watches.max(1),
-            access: std::sync::Arc::new(crate::access::Access::from_setting(&self.api_tokens_file)?),
+            access: std::sync::Arc::new(hermes_core::access::Access::from_setting(&self.api_tokens_file)?),
             allow_unauthenticated: self.allow_unauthenticated,
             record_model_exchanges: self.record_model_exchanges,
-            summarizer: llm.summarizer_model()?.map(crate::Summarizer),
+            summarizer: llm.summarizer_model()?.map(crate::workers::summaries::Summarizer),
             prices: crate::engine::Prices {
                 input_per_mtok: llm.price_input_per_mtok,
                 output_per_mtok: llm.price_output_per_mtok,

@@ -1,5 +1,5 @@
 //! The client's views of the goal state, one for every door: what gRPC answers with, and what
-//! HTTP and A2A render as JSON. Redaction for the caller has been applied before (the `*_as`
+//! HTTP and A2A render as JSON. Redaction for the caller has been applied before (the gate's
 //! calls); these only choose and shape fields.
 
 use hermes_proto::{Goal, GoalState};

@@ -15,6 +15,8 @@ mod deadlines;
 mod dlq;
 mod eval;
 mod events;
+#[cfg(feature = "local")]
+mod gate;
 mod goal_flow;
 mod http;
 mod ledger;

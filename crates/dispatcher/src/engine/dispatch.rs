@@ -95,7 +95,7 @@ pub(super) fn task_message(
         session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
         result_token: result_token(&state.result_key, task_id.as_ref()),
         secret_inputs: plan_node.secret_inputs.clone(),
-        tenant: crate::access::tenant_of(state).unwrap_or_default().to_owned(),
+        tenant: hermes_core::access::tenant_of(state).unwrap_or_default().to_owned(),
     }
 }
 

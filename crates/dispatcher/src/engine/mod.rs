@@ -83,7 +83,7 @@ impl Effects {
     /// Goal-level events also carry the goal's session and tenant (see `Event.session_id`).
     pub fn number(&mut self, state: &mut GoalState) {
         let session = state.spec.as_ref().map(|s| s.session_id.as_str()).unwrap_or("");
-        let tenant = state.spec.as_ref().and_then(|s| s.labels.get(crate::access::TENANT_LABEL));
+        let tenant = state.spec.as_ref().and_then(|s| s.labels.get(hermes_core::access::TENANT_LABEL));
         let tenant = tenant.map(String::as_str).unwrap_or("");
         for event in &mut self.events {
             state.event_seq += 1;

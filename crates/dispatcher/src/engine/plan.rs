@@ -53,7 +53,7 @@ pub(super) fn request_replan(
         request_id,
         goal_text: state.spec.as_ref().map(|s| s.text.clone()).unwrap_or_default(),
         session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
-        tenant: crate::access::tenant_of(state).unwrap_or_default().to_owned(),
+        tenant: hermes_core::access::tenant_of(state).unwrap_or_default().to_owned(),
         replan: Some(ReplanContext {
             current_plan: Some(plan),
             failed_node_id: node_id,
@@ -79,7 +79,7 @@ pub fn start_planning(state: &mut GoalState, now_ms: u64, effects: &mut Effects)
         request_id,
         goal_text: state.spec.as_ref().map(|s| s.text.clone()).unwrap_or_default(),
         session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
-        tenant: crate::access::tenant_of(state).unwrap_or_default().to_owned(),
+        tenant: hermes_core::access::tenant_of(state).unwrap_or_default().to_owned(),
         replan: None,
     });
 }

@@ -1,4 +1,4 @@
-//! A2A v1.0 over its JSON-RPC binding, mapped onto the goal service: a task is a goal.
+//! A2A v1.0 over its JSON-RPC binding, mapped onto the caller gate's operations: a task is a goal.
 //!
 //! - `GET /.well-known/agent-card.json`: the agent card, with one skill per task type the agents
 //!   online now serve (from the live catalogue), and the JSON-RPC interface at `/a2a`.
@@ -15,11 +15,10 @@
 //! The states and the rest of the mapping are in docs/a2a.md.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -31,7 +30,7 @@ use hermes_proto::{Approval, Event, GoalSpec, GoalState, GoalStatus};
 use serde_json::{Value, json};
 
 use super::{Api, HEARTBEAT, goal_id_arg, json_response};
-use crate::access::{Need, Principal};
+use crate::gate::Caller;
 
 /// The protocol version served, as A2A names it in the card and the `A2A-Version` header.
 const PROTOCOL_VERSION: &str = "1.0";
@@ -118,18 +117,22 @@ impl From<Error> for RpcError {
 /// `GET /.well-known/agent-card.json`. The card is public, as A2A has it; the task types of
 /// the catalogue are listed only to a caller who may read (anyone with auth off), so an
 /// anonymous caller learns nothing about the fleet.
-pub(super) async fn agent_card(State(api): State<Api>, headers: HeaderMap) -> Response {
+pub(super) async fn agent_card(
+    caller: Result<Caller, super::Problem>,
+    State(api): State<Api>,
+    headers: HeaderMap,
+) -> Response {
     let base = base_url(&headers);
-    let reader = api
-        .service
-        .authenticate(super::authorization(&headers))
-        .is_ok_and(|who| who.require(Need::Read).is_ok());
-    let catalogue = match reader {
-        true => Some(api.service.catalogue().await),
-        false => None,
+    // Only a caller who may read is shown the catalogue; the gate says who may.
+    let catalogue = match &caller {
+        Ok(caller) => match api.gate.catalogue(caller).await {
+            Err(Error::Denied { .. }) => None,
+            read => Some(read),
+        },
+        Err(_) => None,
     };
     let mut skills = Vec::new();
-    if api.service.plans_text_goals() {
+    if api.gate.plans_text_goals() {
         skills.push(json!({
             "id": "goal",
             "name": "Goal in plain words",
@@ -189,7 +192,7 @@ pub(super) async fn agent_card(State(api): State<Api>, headers: HeaderMap) -> Re
         "skills": skills,
     });
     let mut card = card;
-    if api.service.auth_enabled() {
+    if api.gate.auth_enabled() {
         card["securitySchemes"] = json!({"bearer": {"httpAuthSecurityScheme": {
             "scheme": "Bearer",
             "description": "A Hermes API token (docs/security.md), as `Authorization: Bearer <token>`",
@@ -216,18 +219,18 @@ fn base_url(headers: &HeaderMap) -> String {
 /// `POST /a2a`: one JSON-RPC 2.0 request. Errors are JSON-RPC error objects with status 200, as
 /// the binding wants; the streaming methods answer with an event stream.
 pub(super) async fn rpc(
+    caller: Result<Caller, super::Problem>,
     State(api): State<Api>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
     // Credentials are the HTTP layer's business, as A2A has them: 401 and 403, not JSON-RPC;
-    // and they come first. The bus's state is checked once the request is known to be one.
-    let caller = match api.service.authenticate(super::authorization(&headers)) {
-        Ok(caller) => caller.at("a2a", Some(peer)),
-        Err(e) => return super::Problem::from(e).into_response(),
+    // and they come first. The bus's state is checked by the gate's operations.
+    let caller = match caller {
+        Ok(caller) => caller,
+        Err(problem) => return problem.into_response(),
     };
-    let media = crate::gate::media_type(&headers).unwrap_or_default();
+    let media = crate::gate::site::media_type(&headers).unwrap_or_default();
     if !matches!(media.as_str(), "application/json" | "application/a2a+json") {
         return super::Problem::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -251,7 +254,7 @@ pub(super) async fn rpc(
         }
     };
     let id = request.get("id").cloned().unwrap_or(Value::Null);
-    match call(&api, &caller, &peer, &headers, &request).await {
+    match call(&api, &caller, &headers, &request).await {
         Err(error) if error.denied() => {
             super::Problem::new(StatusCode::FORBIDDEN, hermes_core::error::ErrorCode::Denied, error.message)
                 .into_response()
@@ -271,13 +274,7 @@ enum Answer {
     Stream(Box<TaskStream>),
 }
 
-async fn call(
-    api: &Api,
-    who: &Principal,
-    peer: &SocketAddr,
-    headers: &HeaderMap,
-    request: &Value,
-) -> Result<Answer, RpcError> {
+async fn call(api: &Api, who: &Caller, headers: &HeaderMap, request: &Value) -> Result<Answer, RpcError> {
     if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(RpcError::new(
             INVALID_REQUEST,
@@ -303,19 +300,17 @@ async fn call(
     if !params.is_object() {
         return Err(RpcError::invalid("`params` must be an object"));
     }
-    api.service.nats_up()?;
-    let client = peer.ip().to_string();
     match method {
-        "SendMessage" | "message/send" => send(api, who, &params, headers, false, &client).await,
-        "SendStreamingMessage" | "message/stream" => send(api, who, &params, headers, true, &client).await,
+        "SendMessage" | "message/send" => send(api, who, &params, headers, false).await,
+        "SendStreamingMessage" | "message/stream" => send(api, who, &params, headers, true).await,
         "GetTask" | "tasks/get" => Ok(Answer::Result(
-            task_json(api, &api.service.get_as(who, task_id(&params)?).await?, headers).await?,
+            task_json(api, who, &api.gate.get(who, task_id(&params)?).await?, headers).await?,
         )),
         "CancelTask" | "tasks/cancel" => cancel(api, who, &params, headers).await,
         "SubscribeToTask" | "tasks/resubscribe" => {
-            let state = api.service.get_as(who, task_id(&params)?).await?;
+            let state = api.gate.get(who, task_id(&params)?).await?;
             Ok(Answer::Stream(Box::new(
-                subscribe(api, who, state, base_url(headers), last_event_id(headers)?, &client).await?,
+                subscribe(api, who, state, base_url(headers), last_event_id(headers)?).await?,
             )))
         }
         "ListTasks" | "tasks/list" => list(api, who, &params, headers).await,
@@ -350,11 +345,10 @@ fn task_id(params: &Value) -> Result<&str, RpcError> {
 /// `messageId`, or a decision on the approval a task waits for.
 async fn send(
     api: &Api,
-    who: &Principal,
+    who: &Caller,
     params: &Value,
     headers: &HeaderMap,
     stream: bool,
-    client: &str,
 ) -> Result<Answer, RpcError> {
     let message = params
         .get("message")
@@ -386,30 +380,27 @@ async fn send(
             idempotency_key: format!("a2a:{message_id}"),
             ..Default::default()
         };
-        let submitted = api.service.submit_as(who, spec).await?;
-        api.service.get_as(who, &submitted.goal_id).await?
+        let submitted = api.gate.submit(who, spec).await?;
+        api.gate.get(who, &submitted.goal_id).await?
     };
     if stream {
-        return Ok(Answer::Stream(Box::new(
-            subscribe(api, who, state, base_url(headers), None, client).await?,
-        )));
+        return Ok(Answer::Stream(Box::new(subscribe(api, who, state, base_url(headers), None).await?)));
     }
     if return_immediately || is_final(&state) {
-        return Ok(Answer::Result(json!({"task": task_json(api, &state, headers).await?})));
+        return Ok(Answer::Result(json!({"task": task_json(api, who, &state, headers).await?})));
     }
     // Blocking: wait until the task is final or needs input, then answer with it.
-    let mut events =
-        std::pin::pin!(api.service.watch_as(who, &state.goal_id, state.event_seq, client).await?);
+    let mut events = std::pin::pin!(api.gate.watch(who, &state.goal_id, state.event_seq).await?);
     while let Some(event) = events.next().await {
         let event = event?;
         if matches!(event.kind, Some(Kind::ApprovalRequired(_)))
-            && !already_decided(&api.service, &event).await
+            && !already_decided(&api.gate, &state, &event).await
         {
             break;
         }
     }
-    let state = api.service.get_as(who, &state.goal_id).await?;
-    Ok(Answer::Result(json!({"task": task_json(api, &state, headers).await?})))
+    let state = api.gate.get(who, &state.goal_id).await?;
+    Ok(Answer::Result(json!({"task": task_json(api, who, &state, headers).await?})))
 }
 
 /// A message's text parts (joined by newlines) and its plan, from a data part holding one.
@@ -456,13 +447,13 @@ fn read_parts(parts: &[Value]) -> Result<(String, Option<hermes_proto::TaskPlan>
 /// reason after it. The task's other states take no messages.
 async fn answer_approval(
     api: &Api,
-    who: &Principal,
+    who: &Caller,
     goal_id: &str,
     text: &str,
     has_plan: bool,
 ) -> Result<GoalState, RpcError> {
-    let state = api.service.get_as(who, goal_id).await?;
-    let pending = crate::gate::goal_approvals(&api.service, &state).await?;
+    let state = api.gate.get(who, goal_id).await?;
+    let pending = api.gate.goal_approvals(who, &state).await?;
     let Some(approval) = pending.first() else {
         let why = if is_final(&state) { "it has ended" } else { "it waits on no input" };
         return Err(RpcError::new(
@@ -484,13 +475,13 @@ async fn answer_approval(
             )));
         }
     };
-    api.service.decide_approval_as(who, goal_id, &approval.call_id, approve, rest.trim()).await?;
-    Ok(api.service.get_as(who, goal_id).await?)
+    api.gate.decide(who, goal_id, &approval.call_id, approve, rest.trim()).await?;
+    Ok(api.gate.get(who, goal_id).await?)
 }
 
-async fn cancel(api: &Api, who: &Principal, params: &Value, headers: &HeaderMap) -> Result<Answer, RpcError> {
+async fn cancel(api: &Api, who: &Caller, params: &Value, headers: &HeaderMap) -> Result<Answer, RpcError> {
     let id = task_id(params)?;
-    let before = api.service.get_as(who, id).await?;
+    let before = api.gate.get(who, id).await?;
     if is_final(&before) {
         return Err(RpcError::new(
             TASK_NOT_CANCELABLE,
@@ -501,16 +492,16 @@ async fn cancel(api: &Api, who: &Principal, params: &Value, headers: &HeaderMap)
         ));
     }
     let reason = params.pointer("/metadata/reason").and_then(Value::as_str).unwrap_or("cancelled over A2A");
-    let state = api.service.cancel_as(who, id, reason).await?;
-    Ok(Answer::Result(task_json(api, &state, headers).await?))
+    let state = api.gate.cancel(who, id, reason).await?;
+    Ok(Answer::Result(task_json(api, who, &state, headers).await?))
 }
 
-async fn list(api: &Api, who: &Principal, params: &Value, headers: &HeaderMap) -> Result<Answer, RpcError> {
+async fn list(api: &Api, who: &Caller, params: &Value, headers: &HeaderMap) -> Result<Answer, RpcError> {
     let page_size = params.get("pageSize").and_then(Value::as_u64).unwrap_or(50).clamp(1, 100) as usize;
     let context = params.get("contextId").and_then(Value::as_str).filter(|c| !c.is_empty());
     let status = params.get("status").and_then(Value::as_str).filter(|s| *s != "TASK_STATE_UNSPECIFIED");
     let after = params.get("pageToken").and_then(Value::as_str).filter(|t| !t.is_empty());
-    let mut goals = api.service.list_as(who, usize::MAX).await?;
+    let mut goals = api.gate.list(who, usize::MAX).await?;
     goals.retain(|g| context.is_none_or(|c| context_id(g) == c));
     let mut tasks = Vec::new();
     for goal in goals {
@@ -533,7 +524,7 @@ async fn list(api: &Api, who: &Principal, params: &Value, headers: &HeaderMap) -
     let next = if more { tasks.last().map(|g| g.goal_id.clone()).unwrap_or_default() } else { String::new() };
     let mut out = Vec::with_capacity(tasks.len());
     for goal in &tasks {
-        out.push(task_json(api, goal, headers).await?);
+        out.push(task_json(api, who, goal, headers).await?);
     }
     Ok(Answer::Result(
         json!({"tasks": out, "nextPageToken": next, "pageSize": page_size, "totalSize": total}),
@@ -642,9 +633,13 @@ fn output_artifact(state: &GoalState, base: &str, output_json: &str) -> Option<V
 }
 
 /// The task for a goal, as A2A 1.0 shapes it.
-async fn task_json(api: &Api, state: &GoalState, headers: &HeaderMap) -> Result<Value, RpcError> {
-    let pending =
-        if is_final(state) { Vec::new() } else { crate::gate::goal_approvals(&api.service, state).await? };
+async fn task_json(
+    api: &Api,
+    who: &Caller,
+    state: &GoalState,
+    headers: &HeaderMap,
+) -> Result<Value, RpcError> {
+    let pending = if is_final(state) { Vec::new() } else { api.gate.goal_approvals(who, state).await? };
     Ok(task_value(state, &pending, &base_url(headers)))
 }
 
@@ -691,24 +686,20 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, RpcError> {
 /// The task's stream: from the task as it stands, or after event `resume`.
 async fn subscribe(
     api: &Api,
-    who: &Principal,
+    who: &Caller,
     state: GoalState,
     base: String,
     resume: Option<u64>,
-    client: &str,
 ) -> Result<TaskStream, RpcError> {
     let (first, after) = match resume {
         Some(after) => (None, after),
         None => {
-            let pending = if is_final(&state) {
-                Vec::new()
-            } else {
-                crate::gate::goal_approvals(&api.service, &state).await?
-            };
+            let pending =
+                if is_final(&state) { Vec::new() } else { api.gate.goal_approvals(who, &state).await? };
             (Some((state.event_seq, json!({"task": task_value(&state, &pending, &base)}))), state.event_seq)
         }
     };
-    let events = api.service.watch_as(who, &state.goal_id, after, client).await?;
+    let events = api.gate.watch(who, &state.goal_id, after).await?;
     Ok(TaskStream { first, state, base, events: Box::pin(events) })
 }
 
@@ -736,16 +727,16 @@ fn stream_answer(api: &Api, id: Value, stream: TaskStream) -> Response {
         }
     };
     let head = futures::stream::iter(first.map(|(seq, task)| frame(seq, task)));
-    let service = api.service.clone();
+    let gate = api.gate.clone();
     let tail = futures::stream::unfold((events, false, state), move |(mut events, done, state)| {
-        let (frame, id, base, service) = (frame.clone(), id.clone(), base.clone(), service.clone());
+        let (frame, id, base, gate) = (frame.clone(), id.clone(), base.clone(), gate.clone());
         async move {
             if done {
                 return None;
             }
             match events.next().await? {
                 Ok(event) => {
-                    let decided = already_decided(&service, &event).await;
+                    let decided = already_decided(&gate, &state, &event).await;
                     let (responses, end) = stream_responses(&state, &event, &base, decided);
                     let frames: Vec<SseEvent> = responses.into_iter().map(|r| frame(event.seq, r)).collect();
                     Some((frames, (events, end, state)))
@@ -766,9 +757,9 @@ fn stream_answer(api: &Api, id: Value, stream: TaskStream) -> Response {
 /// Whether `event` asks for an approval that was decided since. Approval events carry no `seq`,
 /// so a stream resumed after the task's last numbered event can still replay the request of a
 /// call decided meanwhile; that one no longer waits on anyone.
-async fn already_decided(service: &crate::GoalService, event: &Event) -> bool {
+async fn already_decided(gate: &crate::gate::Gate, goal: &GoalState, event: &Event) -> bool {
     let Some(Kind::ApprovalRequired(asked)) = &event.kind else { return false };
-    crate::gate::decided(service, &asked.call_id).await
+    gate.decided(goal, &asked.call_id).await
 }
 
 /// The A2A stream responses of one goal event, and whether the stream ends with them; `decided`

@@ -15,8 +15,8 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::GoalService;
 use crate::dead_letters::js_error;
+use crate::goals::GoalService;
 
 /// The advisory the server publishes when a message reached MaxDeliver.
 #[derive(Debug, Deserialize)]

@@ -1,6 +1,6 @@
 //! The dispatcher's background workers. Each is one named task of the service runtime, owns its
 //! own state, and is reached only through a channel (the [`Followups`](crate::effects::Followups)
-//! handles) or a NATS subscription. Workers call the [`GoalService`](crate::GoalService) to change
+//! handles) or a NATS subscription. Workers call the [`GoalService`](crate::goals::GoalService) to change
 //! goals; the service never calls a worker.
 //!
 //! - [`results`]: the results consumer, with one inbox per goal so a goal's results are applied

@@ -11,7 +11,7 @@ use hermes_proto::PlanResult;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, warn};
 
-use crate::GoalService;
+use crate::goals::GoalService;
 
 /// At most this many plan results are applied at once.
 const CONCURRENCY: usize = 64;

@@ -12,7 +12,7 @@ use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::GoalService;
+use crate::goals::GoalService;
 
 /// Reports handled at once by one dispatcher; more wait in the subscription.
 const CONCURRENCY: usize = 64;

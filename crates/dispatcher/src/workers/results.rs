@@ -21,7 +21,7 @@ use hermes_proto::TaskResult;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, warn};
 
-use crate::GoalService;
+use crate::goals::GoalService;
 
 /// Results of one goal waiting to be applied.
 #[derive(Default)]

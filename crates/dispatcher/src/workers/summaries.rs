@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use hermes_llm::repair::repair_json;
-use hermes_llm::{ChatModel, ChatRequest, Message};
+use hermes_llm::{ChatRequest, Message};
 use hermes_proto::GoalState;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -15,17 +15,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use tracing::warn;
 
-use crate::GoalService;
+use crate::goals::GoalService;
 
-/// The model that writes answers.
-#[derive(Clone)]
-pub struct Summarizer(pub Arc<dyn ChatModel>);
-
-impl std::fmt::Debug for Summarizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Summarizer({}/{})", self.0.provider(), self.0.model())
-    }
-}
+pub use crate::config::Summarizer;
 
 /// How much of each node's output goes into the prompt.
 const MAX_OUTPUT_CHARS: usize = 2000;

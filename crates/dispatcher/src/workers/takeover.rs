@@ -26,8 +26,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::GoalService;
 use crate::effects::Unserved;
+use crate::goals::GoalService;
 
 /// How often the unserved tasks are checked.
 const SWEEP: Duration = Duration::from_millis(250);

@@ -26,8 +26,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::GoalService;
 use crate::effects::Deadline;
+use crate::goals::GoalService;
 
 /// How often due timers are checked.
 const TICK: Duration = Duration::from_millis(250);
@@ -167,7 +167,7 @@ async fn rescan(service: &GoalService, schedule: &mut Schedule, why: Rescan) -> 
     for key in service.store().keys().await? {
         let Some((state, _)) = service.store().load(&key).await? else { continue };
         if !crate::engine::is_terminal(state.status)
-            && let Some(tenant) = crate::access::tenant_of(&state)
+            && let Some(tenant) = hermes_core::access::tenant_of(&state)
         {
             running.entry(tenant.to_owned()).or_default().insert(state.goal_id.clone());
         }
