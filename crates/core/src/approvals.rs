@@ -97,7 +97,7 @@ impl ApprovalStore {
     /// Every approval nobody decided yet, across goals, the soonest to expire first.
     pub async fn pending(&self) -> Result<Vec<Approval>> {
         let mut out = Vec::new();
-        for key in crate::bus::kv_keys(&self.kv, "list approvals").await? {
+        for key in crate::kv::kv_keys(&self.kv, "list approvals").await? {
             if let Some((approval, _)) = self.load(&key).await?
                 && approval.decision.is_none()
             {
@@ -112,7 +112,7 @@ impl ApprovalStore {
     pub async fn pending_nodes(&self, goal_id: &str) -> Result<HashSet<String>> {
         let mut out = HashSet::new();
         let prefix = format!("{goal_id}.");
-        for key in crate::bus::kv_keys(&self.kv, "list approvals").await? {
+        for key in crate::kv::kv_keys(&self.kv, "list approvals").await? {
             if !key.starts_with(&prefix) {
                 continue;
             }

@@ -661,34 +661,7 @@ fn consumer_config(spec: &ConsumerSpec) -> consumer::pull::Config {
     }
 }
 
-/// Every key of the bucket `kv`, sorted, read from the server's list of its stream's subjects.
-///
-/// `kv::Store::keys` is not used for this: it walks an ordered consumer that can end before it
-/// has delivered every key while other keys are being written (in a test against nats-server it
-/// missed a key in more than a quarter of listings of a three-key bucket under writes), which lost
-/// goals from `ListGoals` and deadlines from the dispatcher's rescan. Every key that exists from
-/// the start of the call to its end is listed. The list comes in pages (the server sends up to
-/// 100,000 subjects a page, and the client always asks for one more), so a key created meanwhile
-/// can come twice: keys are deduplicated. A key whose last entry is a delete or purge marker is
-/// listed too: reading it finds nothing, so callers skip it there.
-pub async fn kv_keys(kv: &kv::Store, operation: &'static str) -> Result<Vec<String>> {
-    kv_keys_matching(kv, ">", operation).await
-}
-
-/// [`kv_keys`] of the keys that match `pattern`, a subject wildcard such as `inflight.>`.
-pub async fn kv_keys_matching(kv: &kv::Store, pattern: &str, operation: &'static str) -> Result<Vec<String>> {
-    use futures::TryStreamExt as _;
-    let failed = |e: &dyn std::fmt::Display| Error::JetStream { operation, reason: e.to_string() };
-    let filter = format!("{}{pattern}", kv.prefix);
-    let mut subjects = kv.stream.info_with_subjects(&filter).await.map_err(|e| failed(&e))?;
-    let mut keys = std::collections::BTreeSet::new();
-    while let Some((subject, _)) = subjects.try_next().await.map_err(|e| failed(&e))? {
-        if let Some(key) = subject.strip_prefix(kv.prefix.as_str()) {
-            keys.insert(key.to_owned());
-        }
-    }
-    Ok(keys.into_iter().collect())
-}
+pub use crate::kv::{kv_keys, kv_keys_matching};
 
 /// The settings of an existing consumer that differ from `spec`'s, each as `name: in effect
 /// (wanted)`. [`Bus::durable_consumer`] binds to a consumer as it is: one that serves a whole pool

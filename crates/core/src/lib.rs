@@ -9,6 +9,7 @@ pub mod error;
 pub mod grpc;
 pub mod ids;
 pub mod json_ref;
+pub mod kv;
 pub mod metrics;
 pub mod plan;
 pub mod plan_file;

@@ -15,7 +15,7 @@ use prost::Message as _;
 use serde_json::Value;
 use tracing::info;
 
-use crate::tool::{TaskScope, ToolError};
+use crate::scope::{TaskScope, ToolError};
 
 /// How often a waiting call looks for the decision.
 const POLL: Duration = Duration::from_millis(100);

@@ -8,6 +8,7 @@ mod approval;
 pub mod config;
 pub mod isolate;
 pub mod record;
+pub mod scope;
 pub mod service;
 pub mod supervise;
 pub mod tool;
