@@ -21,7 +21,7 @@ export HERMES_QWEN_MODEL ?= $(QWEN_MODEL)
 export HERMES_LOCAL_EMBEDDING_DIR ?= $(LOCAL_EMBEDDING_DIR)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all tools browser models models-1.5b eval-planner nextest build test deploy-check python chaos fuzz demo bench bench-peers clean fmt lint
+.PHONY: all tools browser models models-1.5b eval-planner nextest build test install-check deploy-check python chaos fuzz demo bench bench-peers clean fmt lint
 
 all: build
 
@@ -77,21 +77,28 @@ SANDBOX_FILTER :=
 SANDBOX_NOTE := true
 endif
 
-## test: the whole suite, built once and run with nextest, then the offline checks of deploy/ and
-## helm/ (tests/deploy), the A2A endpoint driven by the official a2a-sdk (tests/a2a) and the Python
-## SDK (sdk/python: its unit tests and its tests against a real `hermes up`), against the built
-## binaries. The binaries are built first: the production-shape bus test runs every
-## service's own binary (hermes-dispatcher, hermes-registry, ...). Last, a smoke of
-## `make bench-peers` with the debug bench binary
+## test: the whole suite, built once and run with nextest, then the install scripts' checks
+## (tests/install), the offline checks of deploy/ and helm/ (tests/deploy), the A2A endpoint driven
+## by the official a2a-sdk (tests/a2a) and the Python SDK (sdk/python: its unit tests and its tests
+## against a real `hermes up`), against the built binaries. The binaries are built first: the
+## production-shape bus test runs every service's own binary (hermes-dispatcher, hermes-registry,
+## ...). Last, a smoke of `make bench-peers` with the debug bench binary
 test: tools browser models nextest
 	$(CARGO) build --workspace --bins $(FEATURES)
 	@$(SANDBOX_NOTE)
 	$(SANDBOX_ENV) $(CARGO) nextest run --workspace --no-fail-fast $(FEATURES) $(SANDBOX_FILTER)
 	@$(SANDBOX_NOTE)
+	tests/install/check.sh
 	scripts/check-deploy.sh
 	scripts/check-a2a.sh
 	scripts/check-python.sh
 	HERMES_BENCH_BIN=target/debug/hermes-bench BENCH_PEERS_SCALE=smoke scripts/bench-peers.sh "$(TOOLS)"
+
+## install-check: each install script (scripts/install-*.sh) run against a PATH that lacks each
+## tool in turn, with fakes for apt-get and the tools (no network, no root), checking its exit
+## status and what it prints (tests/install/check.sh)
+install-check:
+	tests/install/check.sh
 
 ## python: only the Python SDK's tests (sdk/python; needs the binaries built)
 python: tools

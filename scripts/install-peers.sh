@@ -23,6 +23,14 @@ debs=(
   "liblzf1=3.6-3 9854b0866201b63e04f1e446f45f01ef4a6f72c61f2250b75f944f6046cc7e8c"
 )
 
+# need <tool> <what for>: one line naming a missing tool and what needs it, then exit 1.
+need() {
+  if ! command -v "$1" >/dev/null 2>&1; then
+    echo "install-peers: $1 not found, needed $2, then rerun" >&2
+    exit 1
+  fi
+}
+
 install_redis() {
   local dest="$tools/redis"
   local stamp="$dest/.pins"
@@ -31,6 +39,10 @@ install_redis() {
   if [ "$(cat "$stamp" 2>/dev/null)" = "$pins" ] && "$dest/bin/redis-server" --version >/dev/null 2>&1; then
     return 0
   fi
+  # Named before the architecture check, which would blame the machine for a missing dpkg.
+  need dpkg "to unpack Redis from Debian's packages: run on Debian 12 (amd64)"
+  need apt-get "to download Redis from Debian's packages: run on Debian 12 (amd64)"
+  need sha256sum "to check Redis's packages: install it (Debian: apt-get install coreutils)"
   if [ "$(dpkg --print-architecture 2>/dev/null)" != "amd64" ]; then
     echo "install-peers: the Redis packages are pinned for amd64 (Debian 12); this machine is not" >&2
     exit 1
@@ -106,6 +118,7 @@ install_celery() {
   if cmp -s "$requirements" "$stamp" && "$venv/bin/python" -c "import celery, redis" 2>/dev/null; then
     return 0
   fi
+  need python3 "for Celery's venv: install it (Debian: apt-get install python3 python3-venv)"
   echo "installing the pinned Celery and redis-py into $venv" >&2
   rm -rf "$venv"
   python3 -m venv "$venv"

@@ -17,7 +17,8 @@ fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
-if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+# A string test: without `id` this takes the note's path rather than failing `[ -eq ]`.
+if [ "$(id -u 2>/dev/null)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing ${missing[*]} with apt-get" >&2
   export DEBIAN_FRONTEND=noninteractive
   # The package lists may be missing on a fresh machine; refresh them only when needed.

@@ -7,6 +7,15 @@ set -euo pipefail
 spec="$1"
 dest_dir="$2"
 shift 2
+# One line naming what is missing, rather than bash's `command not found` halfway through.
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "wheel-extract.sh: python3 not found, needed to fetch $spec: install it (Debian: apt-get install python3 python3-pip), then rerun" >&2
+  exit 1
+fi
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  echo "wheel-extract.sh: pip not found, needed to fetch $spec with python3: install it (Debian: apt-get install python3-pip), then rerun" >&2
+  exit 1
+fi
 mkdir -p "$dest_dir"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
