@@ -13,7 +13,7 @@ use hermes_core::Bus;
 use hermes_dispatcher::DispatcherConfig;
 use hermes_executor::{Agent, AgentConfig};
 use hermes_proto::{CatalogReply, CatalogRequest};
-use hermes_registry::{Registry, RegistryConfig, RegistryGrpc};
+use hermes_registry::{Registry, RegistryConfig};
 use prost::Message as _;
 use std::collections::HashMap;
 use tokio_util::sync::CancellationToken;
@@ -130,10 +130,7 @@ impl Stack {
             )
             .await?;
         cx.grpc_tls(dispatcher.grpc_tls.clone())?;
-        let registry = Registry::new(config.registry.clone());
-        let limit = cx.grpc_max_message_bytes();
-        let registry_grpc = RegistryGrpc::new(registry.clone(), cx.shutdown()).into_service();
-        cx.grpc("hermes.v1.Registry")?.add_service(registry_grpc.max_decoding_message_size(limit));
+        let registry = hermes_registry::start(config.registry.clone(), cx)?;
         let registry_run = spawn_registry(cx, &bus, &registry);
         let mut agents = HashMap::new();
         let mut expected_types = Vec::new();

@@ -225,8 +225,8 @@ impl Bus {
     }
 
     /// The `hermes_agents` bucket: agent id to last `AgentHeartbeat`.
-    pub fn agents(&self) -> &kv::Store {
-        &self.inner.agents
+    pub fn agents(&self) -> crate::agents::AgentStore {
+        crate::agents::AgentStore::new(self.inner.agents.clone())
     }
 
     /// The `hermes_approvals` bucket: call id to `Approval`.

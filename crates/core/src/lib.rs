@@ -2,6 +2,7 @@
 //! the error model, plan validation, trace-context propagation, telemetry set-up and shutdown.
 
 pub mod access;
+pub mod agents;
 pub mod approvals;
 pub mod artifacts;
 pub mod bus;

@@ -133,6 +133,13 @@ impl Gate {
         caller.require(need)
     }
 
+    /// [`Gate::enter`]'s readiness alone, before an audited operation: a call refused because
+    /// the bus is down is not an action (its record could not be stored either, and waiting for
+    /// the audit stream would hold the caller's `UNAVAILABLE` back).
+    fn ready(&self) -> Result<()> {
+        self.goals.nats_up()
+    }
+
     /// The goal, whole, if it is the caller's tenant's: for calls that show the caller some of
     /// it, or only check it exists for the caller. Another tenant's goal is `NOT_FOUND`.
     async fn goal_of(&self, caller: &Caller, goal_id: &str) -> Result<GoalState> {
@@ -191,6 +198,7 @@ impl Gate {
             goal_id = tracing::field::Empty
         );
         hermes_core::trace::follow(&span, caller.trace.as_ref());
+        self.ready()?;
         let submitted = async {
             self.enter(caller, Need::Submit)?;
             let who = &caller.principal;
@@ -232,6 +240,7 @@ impl Gate {
 
     /// Cancels a goal of the caller's tenant. Audited.
     pub(crate) async fn cancel(&self, caller: &Caller, goal_id: &str, reason: &str) -> Result<GoalState> {
+        self.ready()?;
         let cancelled = async {
             self.enter(caller, Need::Submit)?;
             self.goal_of(caller, goal_id).await?;
@@ -267,6 +276,7 @@ impl Gate {
         note: &str,
     ) -> Result<ApprovalDecision> {
         let who = &caller.principal;
+        self.ready()?;
         let decided = async {
             self.enter(caller, Need::Approve)?;
             check_id("call_id", call_id, 256, IdShape::Dotted)?;
@@ -347,6 +357,7 @@ impl Gate {
 
     /// Replays a dead letter (operators only, of its goal's tenant). Audited.
     pub(crate) async fn replay_dead_letter(&self, caller: &Caller, sequence: u64) -> Result<(String, u64)> {
+        self.ready()?;
         let replayed = async {
             let letter = self.dead_letter(caller, sequence).await?;
             if caller.principal.tenant.is_some() && letter.goal_id.is_empty() {

@@ -821,14 +821,14 @@ async fn heartbeat_loop(
             biased;
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {
-                let hb = beat(false, false).encode_to_vec();
-                if let Err(e) = shared.bus.client().publish(subject.clone(), hb.clone().into()).await {
+                let hb = beat(false, false);
+                if let Err(e) = shared.bus.client().publish(subject.clone(), hb.encode_to_vec().into()).await {
                     warn!(error = %e, "heartbeat publish failed");
                 }
                 if mirror.as_ref().is_none_or(|m| m.is_finished()) {
                     let (bus, agent_id) = (shared.bus.clone(), config.agent_id.clone());
                     mirror = Some(tokio::spawn(async move {
-                        if let Err(e) = bus.agents().put(&agent_id, hb.into()).await {
+                        if let Err(e) = bus.agents().mirror(&agent_id, &hb).await {
                             warn!(error = %e, "heartbeat mirror to kv failed");
                         }
                     }));
@@ -843,15 +843,15 @@ async fn heartbeat_loop(
         mirror.abort();
     }
     // Stop receiving new work at once, finish what is in flight, then leave.
-    let draining = beat(true, false).encode_to_vec();
-    let _ = shared.bus.client().publish(subject.clone(), draining.clone().into()).await;
-    let _ = shared.bus.agents().put(&config.agent_id, draining.into()).await;
+    let draining = beat(true, false);
+    let _ = shared.bus.client().publish(subject.clone(), draining.encode_to_vec().into()).await;
+    let _ = shared.bus.agents().mirror(&config.agent_id, &draining).await;
     let _ = shared.bus.client().flush().await;
     info!(agent = %config.agent_id, event = "agent_draining", "agent draining");
     drained.cancelled().await;
     let bye = beat(false, true).encode_to_vec();
     let _ = shared.bus.client().publish(subject, bye.into()).await;
-    let _ = shared.bus.agents().delete(&config.agent_id).await;
+    let _ = shared.bus.agents().remove(&config.agent_id).await;
     let _ = shared.bus.client().flush().await;
     info!(agent = %config.agent_id, event = "agent_deregistered", "agent deregistered");
 }

@@ -49,23 +49,25 @@ pub struct AgentSettings {
 }
 
 impl Default for AgentSettings {
+    /// The defaults of [`AgentConfig::new`](crate::AgentConfig::new), written once there.
     fn default() -> Self {
+        let d = crate::AgentConfig::new("", ".");
         AgentSettings {
             id: None,
-            pool: "default".to_owned(),
-            tools: Vec::new(),
-            tags: Vec::new(),
-            max_concurrency: 16,
-            workspace: ".".into(),
-            heartbeat_ms: 10_000,
-            ack_wait_secs: 30,
-            http_allow: Vec::new(),
-            confirm: Vec::new(),
-            approval_timeout_secs: 600,
+            pool: d.pool,
+            tools: d.tools,
+            tags: d.tags,
+            max_concurrency: d.max_concurrency,
+            workspace: d.workspace,
+            heartbeat_ms: d.heartbeat_interval.as_millis() as u64,
+            ack_wait_secs: d.ack_wait.as_secs(),
+            http_allow: d.http_allow,
+            confirm: d.confirm_tools,
+            approval_timeout_secs: d.approval_timeout.as_secs(),
             system_prompt: None,
-            max_steps: crate::agent_loop::DEFAULT_MAX_STEPS,
-            max_tokens: crate::agent_loop::DEFAULT_MAX_TOKENS,
-            max_wall_secs: 180,
+            max_steps: d.loop_settings.max_steps,
+            max_tokens: d.loop_settings.max_tokens,
+            max_wall_secs: d.loop_settings.max_wall.as_secs(),
         }
     }
 }

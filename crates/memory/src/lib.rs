@@ -515,50 +515,62 @@ pub async fn run(memory: Memory, shutdown: CancellationToken) -> anyhow::Result<
         )
         .await?;
     let mut events = consumer.messages().await?;
-    let mut sweep = tokio::time::interval(memory.config.sweep_every);
-    info!(embedder = ?memory.config.embedder.as_ref().map(|e| e.model().to_owned()), "memory service serving");
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            Some(request) = requests.next() => {
-                let memory = memory.clone();
-                tokio::spawn(async move { serve_request(&memory, request).await });
-            }
-            Some(message) = events.next() => {
-                let Ok(message) = message else { continue };
-                match hermes_core::Delivery::<Event>::decode("event", message) {
-                    Ok(delivery) => {
-                        let handled = match memory.on_event(&delivery.message, delivery.delivered()).await {
+    // Goal events are consumed as every other consumer's messages are (`consume_concurrently`,
+    // settled by `Handled`), one at a time so a session's turns are recorded in their order; a
+    // message that is no event is dead-lettered there. Requests and the sweep go on beside it.
+    let consumed = {
+        let (memory, bus, shutdown) = (memory.clone(), bus.clone(), shutdown.clone());
+        async move {
+            hermes_core::bus::consume_concurrently::<Event, _, _, _, _>(
+                &bus,
+                "event",
+                &mut events,
+                1,
+                &shutdown,
+                move |delivery| {
+                    let memory = memory.clone();
+                    async move {
+                        match memory.on_event(&delivery.message, delivery.delivered()).await {
                             Ok(()) => Handled::Done,
                             Err(e) => {
                                 warn!(goal_id = %delivery.message.goal_id, error = %e, "cannot record a goal event in memory; will retry");
                                 Handled::Retry { after: Duration::from_secs(2) }
                             }
-                        };
-                        delivery.settle(&bus, "event", handled).await;
+                        }
                     }
-                    // Undecodable events are the dispatcher's to dead-letter; memory skips them.
-                    Err(bad) => {
-                        hermes_core::Delivery::undecoded(bad.0).settle(&bus, "event", Handled::Done).await;
-                    }
+                },
+            )
+            .await
+        }
+    };
+    let serving = async {
+        let mut sweep = tokio::time::interval(memory.config.sweep_every);
+        info!(embedder = ?memory.config.embedder.as_ref().map(|e| e.model().to_owned()), "memory service serving");
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(request) = requests.next() => {
+                    let memory = memory.clone();
+                    tokio::spawn(async move { serve_request(&memory, request).await });
                 }
-            }
-            _ = sweep.tick() => {
-                match bus.artifacts().sweep_expired(now_unix_ms()).await {
-                    Ok(0) => {}
-                    Ok(n) => info!(deleted = n, "expired artifacts deleted"),
-                    Err(e) => warn!(error = %e, "artifact sweep failed"),
-                }
-                if let Some(ttl) = memory.config.memories_ttl {
-                    match memory.vectors.expire(ttl).await {
+                _ = sweep.tick() => {
+                    match bus.artifacts().sweep_expired(now_unix_ms()).await {
                         Ok(0) => {}
-                        Ok(n) => info!(deleted = n, "expired memories deleted"),
-                        Err(e) => warn!(error = %e, "memory expiry failed"),
+                        Ok(n) => info!(deleted = n, "expired artifacts deleted"),
+                        Err(e) => warn!(error = %e, "artifact sweep failed"),
+                    }
+                    if let Some(ttl) = memory.config.memories_ttl {
+                        match memory.vectors.expire(ttl).await {
+                            Ok(0) => {}
+                            Ok(n) => info!(deleted = n, "expired memories deleted"),
+                            Err(e) => warn!(error = %e, "memory expiry failed"),
+                        }
                     }
                 }
             }
         }
-    }
+    };
+    tokio::join!(consumed, serving);
     Ok(())
 }
 

@@ -320,8 +320,9 @@ impl Registry {
     /// was down): their entries are removed and they are returned, to be announced offline so a
     /// dispatcher takes over their directed work.
     pub async fn rebuild_from_kv(&self, bus: &Bus) -> (usize, Vec<AgentOffline>) {
-        let keys = match hermes_core::bus::kv_keys(bus.agents(), "list agents").await {
-            Ok(keys) => keys,
+        let agents = bus.agents();
+        let mirrored = match agents.all().await {
+            Ok(mirrored) => mirrored,
             Err(e) => {
                 warn!(error = %e, "cannot read the mirrored heartbeats; agents are known from their next heartbeat");
                 return (0, Vec::new());
@@ -330,15 +331,13 @@ impl Registry {
         let ttl_ms = self.inner.config.heartbeat_ttl.as_millis() as u64;
         let mut loaded = 0;
         let mut dead = Vec::new();
-        for key in keys {
-            let Ok(Some(bytes)) = bus.agents().get(&key).await else { continue };
-            let Ok(hb) = AgentHeartbeat::decode(bytes) else { continue };
+        for (key, hb) in mirrored {
             if now_unix_ms().saturating_sub(hb.sent_unix_ms) <= ttl_ms {
                 if self.apply_heartbeat(&key, hb).is_ok() {
                     loaded += 1;
                 }
             } else {
-                let _ = bus.agents().delete(&key).await;
+                let _ = agents.remove(&key).await;
                 dead.push(AgentOffline {
                     agent_id: key.clone(),
                     pool: hb.pool,
@@ -451,6 +450,17 @@ fn export_metrics(registry: &Registry) {
             seen.insert(key);
         }
     });
+}
+
+/// A registry with `config`, its `hermes.v1.Registry` API added to `cx`'s gRPC server (which
+/// must be listening): what `hermes-registry` and `hermes up` both start. Its table is kept by
+/// [`run`], which the caller spawns (`hermes up` keeps the handle, to restart it in tests).
+pub fn start(config: RegistryConfig, cx: &mut hermes_runtime::Context) -> anyhow::Result<Registry> {
+    let registry = Registry::new(config);
+    let limit = cx.grpc_max_message_bytes();
+    let grpc = RegistryGrpc::new(registry.clone(), cx.shutdown()).into_service();
+    cx.grpc("hermes.v1.Registry")?.add_service(grpc.max_decoding_message_size(limit));
+    Ok(registry)
 }
 
 pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> anyhow::Result<()> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use hermes_runtime::{Context, GrpcSettings, NatsSettings};
 use serde::{Deserialize, Serialize};
 
-use crate::{Registry, RegistryConfig, RegistryGrpc};
+use crate::RegistryConfig;
 
 /// Settings of `hermes-registry`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,13 +68,11 @@ impl hermes_runtime::Service for RegistryService {
 
     async fn start(settings: RegistrySettings, cx: &mut Context) -> anyhow::Result<()> {
         let bus = cx.connect(&settings.nats).await?;
-        let registry = Registry::new(settings.config());
         let limit = settings.grpc.max_message_bytes;
         cx.grpc_listen(settings.grpc.listen, limit, hermes_runtime::GRPC_LIMIT_SETTING).await?;
         cx.grpc_tls(settings.grpc.tls.load("grpc.tls")?)?;
         cx.grpc_api_tokens(&settings.api_tokens_file)?;
-        let grpc = RegistryGrpc::new(registry.clone(), cx.shutdown()).into_service();
-        cx.grpc("hermes.v1.Registry")?.add_service(grpc.max_decoding_message_size(limit));
+        let registry = crate::start(settings.config(), cx)?;
         cx.spawn("registry", move |token| crate::run(bus, registry, token));
         Ok(())
     }

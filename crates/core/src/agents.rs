@@ -1,0 +1,54 @@
+//! The one owner of the `hermes_agents` bucket: each agent's last heartbeat, mirrored there so
+//! that a registry that starts (or restarts) knows the fleet at once instead of after the next
+//! heartbeat period. Agents write their own entry and remove it when they leave; registries read
+//! every entry and remove those of agents that died unseen.
+
+use async_nats::jetstream::kv;
+use hermes_proto::AgentHeartbeat;
+use prost::Message as _;
+
+use crate::{Error, Result};
+
+/// The agents' mirrored heartbeats, by agent id. Cheap to clone.
+#[derive(Clone)]
+pub struct AgentStore {
+    kv: kv::Store,
+}
+
+fn kv_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
+    Error::JetStream { operation, reason: e.to_string() }
+}
+
+impl AgentStore {
+    pub fn new(kv: kv::Store) -> Self {
+        Self { kv }
+    }
+
+    /// Stores `heartbeat` as `agent_id`'s last.
+    pub async fn mirror(&self, agent_id: &str, heartbeat: &AgentHeartbeat) -> Result<()> {
+        self.kv
+            .put(agent_id, heartbeat.encode_to_vec().into())
+            .await
+            .map_err(|e| kv_error("mirror heartbeat", e))?;
+        Ok(())
+    }
+
+    /// Removes `agent_id`'s entry (it left, or died unseen).
+    pub async fn remove(&self, agent_id: &str) -> Result<()> {
+        self.kv.delete(agent_id).await.map_err(|e| kv_error("remove agent", e))?;
+        Ok(())
+    }
+
+    /// Every agent's last heartbeat, by agent id; an entry that does not decode is skipped.
+    pub async fn all(&self) -> Result<Vec<(String, AgentHeartbeat)>> {
+        let mut out = Vec::new();
+        for key in crate::kv::kv_keys(&self.kv, "list agents").await? {
+            // A key whose last entry is a delete marker reads as nothing.
+            let Ok(Some(bytes)) = self.kv.get(&key).await else { continue };
+            if let Ok(heartbeat) = AgentHeartbeat::decode(bytes) {
+                out.push((key, heartbeat));
+            }
+        }
+        Ok(out)
+    }
+}
