@@ -117,7 +117,7 @@ pub fn rows(footprint: &Result<Footprint, String>) {
                 format!("dispatcher after {} goals, retained in KV", f.goals),
                 mb(f.dispatcher_after)
             );
-            println!("target: an idle agent under 30 MB.");
+            println!("goal: an idle agent (supervisor and worker) at most 25 MB.");
         }
         Err(why) => println!("not measured: {why} (`make bench` builds the service binaries)"),
     }

@@ -151,6 +151,12 @@ async fn main() -> anyhow::Result<()> {
     }
     let fan_out = fan_out_wall(&grpc, &completions).await?;
     let chain = chain_wall(&grpc, &completions).await?;
+    let core = Core { floor_lat, floor_tput, floor_ops, goal_lat, goal_tput, goal_ops, fan_out, chain };
+    if core_only() {
+        stack.stop().await;
+        core.rows();
+        return Ok(());
+    }
     let http = stack.http_url().context("the bench stack serves HTTP")?;
     let console = console::goal_page(&grpc, &completions, &http, scale().console_nodes).await?;
     let mut watch_runs = Vec::new();
@@ -166,30 +172,7 @@ async fn main() -> anyhow::Result<()> {
     let footprint = footprint::measure(scale().footprint_goals, scale().in_flight).await?;
     let context_tokens = context::measure(20).await?;
 
-    println!("{:<58} {:>12} {:>12} {:>10}", "measure", "value", "floor", "ratio");
-    println!("{}", "-".repeat(95));
-    row("task round trip p50, 1 in flight (µs)", floor_lat.0, floor_lat.0);
-    row("task round trip p99, 1 in flight (µs)", floor_lat.1, floor_lat.1);
-    let in_flight = scale().in_flight;
-    row(&format!("tasks/s, {in_flight} in flight"), floor_tput, floor_tput);
-    row("hermes single-node goal p50 via gRPC, 1 in flight (µs)", goal_lat.0, floor_lat.0);
-    row("hermes single-node goal p99 via gRPC, 1 in flight (µs)", goal_lat.1, floor_lat.1);
-    row("  of which SubmitGoal returned, p50 (µs)", goal_lat.2, floor_lat.0);
-    row(&format!("hermes tasks/s, {in_flight} single-node goals in flight"), goal_tput, floor_tput);
-    row("NATS messages into the server per goal (per task for the floor)", goal_ops, floor_ops);
-    let width = scale().fan_out;
-    let floor_fan_out_ms = width as f64 / floor_tput * 1000.0;
-    row(&format!("hermes {width}-node fan-out goal wall time (ms)"), fan_out, floor_fan_out_ms);
-    let depth = scale().chain;
-    row(&format!("hermes {depth}-deep chain, per hop (ms)"), chain / depth as f64, floor_lat.0 / 1000.0);
-    println!(
-        "\nratio = value / floor. For the fan-out, the floor is {width} tasks at the floor's rate; for the\n\
-         chain, one task round trip (p50) per hop."
-    );
-    println!(
-        "targets: single-node goal p50 <= 1000 µs; >= 10000 goals/s and >= 0.25 of the floor's rate;\n\
-         a 1000-node fan-out <= 100 ms; a 50-deep chain <= 1 ms per hop."
-    );
+    core.rows();
     watch_rows(&watch_runs);
     fairness::rows(&fair);
     footprint::rows(&footprint);
@@ -363,6 +346,61 @@ fn local_model_rows() {
 /// acks and KV operations included): the bench's "NATS operations".
 fn messages_in(nats: &hermes_test_util::NatsServer) -> f64 {
     nats.monitor("/varz").and_then(|v| v["in_msgs"].as_f64()).unwrap_or(f64::NAN)
+}
+
+/// The core rows: the JetStream floor and Hermes's goals over it, measured in one run.
+struct Core {
+    floor_lat: (f64, f64),
+    floor_tput: f64,
+    floor_ops: f64,
+    goal_lat: (f64, f64, f64),
+    goal_tput: f64,
+    goal_ops: f64,
+    fan_out: f64,
+    chain: f64,
+}
+
+impl Core {
+    fn rows(&self) {
+        println!("{:<58} {:>12} {:>12} {:>10}", "measure", "value", "floor", "ratio");
+        println!("{}", "-".repeat(95));
+        row("task round trip p50, 1 in flight (µs)", self.floor_lat.0, self.floor_lat.0);
+        row("task round trip p99, 1 in flight (µs)", self.floor_lat.1, self.floor_lat.1);
+        let in_flight = scale().in_flight;
+        row(&format!("tasks/s, {in_flight} in flight"), self.floor_tput, self.floor_tput);
+        row("hermes single-node goal p50 via gRPC, 1 in flight (µs)", self.goal_lat.0, self.floor_lat.0);
+        row("hermes single-node goal p99 via gRPC, 1 in flight (µs)", self.goal_lat.1, self.floor_lat.1);
+        row("  of which SubmitGoal returned, p50 (µs)", self.goal_lat.2, self.floor_lat.0);
+        row(
+            &format!("hermes tasks/s, {in_flight} single-node goals in flight"),
+            self.goal_tput,
+            self.floor_tput,
+        );
+        row("NATS messages into the server per goal (per task for the floor)", self.goal_ops, self.floor_ops);
+        let width = scale().fan_out;
+        let floor_fan_out_ms = width as f64 / self.floor_tput * 1000.0;
+        row(&format!("hermes {width}-node fan-out goal wall time (ms)"), self.fan_out, floor_fan_out_ms);
+        let depth = scale().chain;
+        row(
+            &format!("hermes {depth}-deep chain, per hop (ms)"),
+            self.chain / depth as f64,
+            self.floor_lat.0 / 1000.0,
+        );
+        println!(
+            "\nratio = value / floor. For the fan-out, the floor is {width} tasks at the floor's rate; for the\n\
+             chain, one task round trip (p50) per hop."
+        );
+        println!(
+            "targets: single-node goal p50 <= 1000 µs; >= 10000 goals/s and >= 0.25 of the floor's rate;\n\
+             a 1000-node fan-out <= 100 ms; a 50-deep chain <= 1 ms per hop."
+        );
+    }
+}
+
+/// `HERMES_BENCH_ROWS=core`: only the floor's and the goals' rows (latency, throughput, messages
+/// per goal, fan-out, chain), for measuring a change to the engine quickly.
+fn core_only() -> bool {
+    std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "core")
 }
 
 /// `HERMES_BENCH_ROWS=peers`: only the shapes `make bench-peers` sets beside Celery.

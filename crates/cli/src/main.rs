@@ -308,6 +308,8 @@ fn main() {
             hermes_runtime::main_with_args::<hermes_cli::up::UpService>(service_args("hermes up", args))
         }
         Command::Agent { args } => {
+            // A lean idle agent (`hermes_executor::lean`), for this process and its worker.
+            hermes_executor::lean::lean();
             hermes_executor::supervise::supervise_unless_child("hermes");
             hermes_executor::isolate::enable();
             hermes_runtime::main_with_args::<hermes_executor::service::ExecutorService>(service_args(

@@ -7,6 +7,7 @@ pub mod agent_loop;
 mod approval;
 pub mod config;
 pub mod isolate;
+pub mod lean;
 pub mod record;
 pub mod scope;
 pub mod service;

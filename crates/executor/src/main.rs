@@ -5,6 +5,8 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    // A lean idle agent (`hermes_executor::lean`), for this process and its worker.
+    hermes_executor::lean::lean();
     // A child started to run one isolated tool job (a template render) does only that.
     hermes_executor::isolate::serve_if_child();
     // Runs as the child of a crash supervisor, so a task that crashes it is counted and

@@ -393,13 +393,28 @@ impl HermesAgentBuilder {
 
 /// Resident bytes of process `pid` (0 when it is gone).
 pub fn rss_of(pid: u32) -> u64 {
+    status_bytes(pid, "VmRSS")
+}
+
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `RssAnon`, `RssFile`), in bytes; 0 when the
+/// process or the field is gone.
+pub fn status_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+    kb_field(&status, field) * 1024
+}
+
+/// The anonymous memory of `pid` that transparent huge pages back (`AnonHugePages` of
+/// `/proc/<pid>/smaps_rollup`), in bytes.
+pub fn anon_huge_pages_of(pid: u32) -> u64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    kb_field(&rollup, "AnonHugePages") * 1024
+}
+
+fn kb_field(text: &str, field: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field).and_then(|rest| rest.strip_prefix(':')))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .unwrap_or(0)
-        * 1024
 }
 
 /// `pid` and its descendants.

@@ -8,6 +8,7 @@
 mod bus;
 mod cli;
 mod embedded;
+mod footprint;
 mod grpcurl;
 mod hostile;
 mod observability;
