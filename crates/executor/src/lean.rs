@@ -6,7 +6,9 @@
 //! `AnonHugePages` (`/proc/<pid>/smaps`). [`lean`] turns THP off for the process first thing in
 //! `main`, set in the binary itself rather than through the environment so that every way of
 //! starting an agent gets it, and the flag is inherited by the supervised worker. An agent's heap
-//! is small and short-lived per task, so huge pages buy it nothing.
+//! is small and short-lived per task, so huge pages buy it nothing. The binaries that run agents
+//! are also linked with packed relative relocations (their `build.rs`), so the loader's
+//! relocation table (over a megabyte) is not kept resident in both processes.
 //!
 //! The cost per slot (`max_concurrency`) is what a running task holds, not what an idle slot
 //! reserves: an idle slot is a semaphore permit. docs/performance.md has the measures, and
