@@ -78,7 +78,7 @@ impl UpAgents {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UpSettings {
-    /// `nats.url` unset or unreachable: a local nats-server is started.
+    /// `nats.url` unset: a local nats-server is started; set and unreachable: `hermes up` fails.
     pub nats: NatsSettings,
     pub metrics_listen: Option<SocketAddr>,
     pub drain_timeout_secs: u64,
@@ -149,7 +149,9 @@ impl hermes_runtime::Settings for UpSettings {
 
     fn describe(key: &str) -> Option<&'static str> {
         let own = match key {
-            "nats.url" => Some("Use this NATS server; unset or unreachable: a local nats-server is started."),
+            "nats.url" => Some(
+                "Use this NATS server; unset: a local nats-server is started (set and unreachable: hermes up fails).",
+            ),
             "data_dir" => Some("Where the local nats-server keeps its store."),
             "store_secret" => Some(
                 "Encrypt the local nats-server's store with this secret (16+ characters; never written to disk).",
@@ -210,10 +212,16 @@ impl hermes_runtime::Service for UpService {
         };
         let mut nats = settings.nats.clone();
         let mut local_credentials = None;
-        if nats.url.is_empty() || !crate::nats::reachable(&nats.url).await {
-            if !nats.url.is_empty() {
-                eprintln!("HERMES_NATS_URL {} is not reachable; starting a local nats-server", nats.url);
-            }
+        // A URL the user gave (flag, HERMES_NATS_URL or the settings file) is the bus they meant:
+        // when it is down, starting a second, local one instead would run their goals somewhere
+        // no one else sees. Only an unset nats.url gets hermes up's own server.
+        if !nats.url.is_empty() && !crate::nats::reachable(&nats.url).await {
+            anyhow::bail!(
+                "nats.url {} is not reachable (from --nats-url, HERMES_NATS_URL or the settings file): start that server or fix the URL, or leave nats.url unset and hermes up starts its own nats-server",
+                nats.url
+            );
+        }
+        if nats.url.is_empty() {
             let local =
                 crate::nats::start_local(&settings.data_dir.join("nats"), settings.store_secret.as_deref())
                     .await?;

@@ -292,6 +292,25 @@ fn an_unreachable_server_gives_a_clear_error() {
     assert!(text(&out).contains("cannot reach the dispatcher"), "{}", text(&out));
 }
 
+/// A NATS URL the user gave and that is down is an error, not a reason to start a second, local
+/// bus that no one else sees.
+#[test]
+fn hermes_up_with_an_unreachable_nats_url_fails_and_starts_no_local_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("nats://127.0.0.1:{}", hermes_test_util::free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .args(["up", "--nats-url", &url, "--data-dir"])
+        .arg(dir.path())
+        .args(["--grpc-listen", &format!("127.0.0.1:{}", hermes_test_util::free_port())])
+        .env("HERMES_NO_SUPERVISOR", "1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains(&format!("nats.url {url} is not reachable")), "{}", text(&out));
+    assert!(!text(&out).contains("hermes up: grpc"), "no stack became ready: {}", text(&out));
+    assert!(!dir.path().join("nats").exists(), "no local nats-server store was made");
+}
+
 #[test]
 fn a_nats_server_older_than_2_10_is_refused() {
     let dir = tempfile::tempdir().unwrap();

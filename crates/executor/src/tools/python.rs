@@ -133,8 +133,11 @@ source = open("snippet.py").read()
 exec(compile(source, "snippet.py", "exec"), {"__name__": "__main__"})
 "#;
 
-/// The sandbox check: with no extra processes allowed the fork must fail, and the only network
-/// interface must be the namespace's loopback.
+/// The sandbox check: with no extra processes allowed the fork must fail, the only network
+/// interface must be the namespace's loopback, the process must be one of the first of a PID
+/// namespace of its own (bubblewrap's init is 1), and its user namespace must map one user, not
+/// the host's whole range. A stand-in for bubblewrap that dropped the namespaces but kept the
+/// limits would pass the first two and fail the last two.
 const PROBE: &str = r#"
 import os, socket
 names = sorted(name for _, name in socket.if_nameindex())
@@ -147,10 +150,18 @@ else:
         os._exit(0)
     os.waitpid(pid, 0)
     forked = True
+try:
+    uid_map = open("/proc/self/uid_map").read().split()
+except OSError:
+    uid_map = ["unreadable"]
 if forked:
     print("the process limit does not hold in the sandbox")
 elif names != ["lo"]:
     print("the sandbox sees network interfaces", names)
+elif os.getpid() > 8:
+    print("the sandbox has no PID namespace of its own: its pid is", os.getpid())
+elif len(uid_map) != 3 or uid_map[2] != "1":
+    print("the sandbox has no user namespace of one user: its uid_map is", uid_map)
 else:
     print("isolated")
 "#;
