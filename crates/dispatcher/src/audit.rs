@@ -93,7 +93,8 @@ impl Audit {
             principal: who.name.clone(),
             tenant: who.tenant.clone().unwrap_or_default(),
             action: action.as_str().to_owned(),
-            target: target.to_owned(),
+            // Bounded as `detail` is: the stream keeps every record for 400 days.
+            target: target.chars().take(300).collect(),
             outcome,
             detail: detail.chars().take(500).collect(),
             origin: who.origin.clone(),
@@ -104,7 +105,7 @@ impl Audit {
             Err(e) => Err(e.to_string()),
         };
         if let Err(e) = stored {
-            warn!(error = %e, action = action.as_str(), target, principal = %who.name, "cannot store an audit record");
+            warn!(error = %e, action = action.as_str(), target = %record.target, principal = %who.name, "cannot store an audit record");
         }
     }
 

@@ -18,18 +18,31 @@
 /// in `main` of a binary that runs agents, before any thread starts. The heap the standard
 /// library set up before `main` may already sit on a huge page, so a process that had to turn the
 /// flag off starts itself again (`exec`, same arguments and environment); one that inherited the
-/// flag (the supervised worker, or the process after that `exec`) goes on at once. Where the
+/// flag (the supervised worker, or the process after that `exec`, which `HERMES_LEAN_RESTARTED`
+/// marks so that it never happens twice) goes on at once. Where the
 /// kernel refuses (not Linux, or a seccomp policy), the agent runs as before, only larger.
 pub fn lean() {
     #[cfg(target_os = "linux")]
     {
         use nix::sys::prctl::{get_thp_disable, set_thp_disable};
         use std::os::unix::process::CommandExt as _;
-        if get_thp_disable().unwrap_or(true) || set_thp_disable(true).is_err() {
+        // Once at most, whatever the kernel reports after the exec: the marker goes with it.
+        const RESTARTED: &str = "HERMES_LEAN_RESTARTED";
+        if std::env::var_os(RESTARTED).is_some()
+            || get_thp_disable().unwrap_or(true)
+            || set_thp_disable(true).is_err()
+        {
             return;
         }
         let Ok(exe) = std::env::current_exe() else { return };
-        let error = std::process::Command::new(exe).args(std::env::args_os().skip(1)).exec();
+        // Started through the dynamic loader (`ld-linux.so ./hermes-executor`), this process's
+        // executable is the loader: going on as started is better than starting the loader.
+        let is_loader = exe.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("ld-"));
+        if is_loader {
+            return;
+        }
+        let error =
+            std::process::Command::new(exe).args(std::env::args_os().skip(1)).env(RESTARTED, "1").exec();
         // Still here: the exec failed, and this process goes on with what it has.
         eprintln!("cannot restart without transparent huge pages ({error}); going on as started");
     }
