@@ -33,6 +33,8 @@ if [ "$(id -u 2>/dev/null)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     fi
   done
 else
+  target=tools
+  [ "${1:-}" = browser ] && target=browser
   echo "note: ${missing[*]} not installed: install them as root (apt-get install ${missing[*]})," \
-    "then rerun make tools; code.python needs bubblewrap, the console's browser tests need chromium" >&2
+    "then rerun make $target; code.python needs bubblewrap, the console's browser tests need chromium" >&2
 fi

@@ -181,6 +181,8 @@ system_case() {
   elif [ "$uid" != 0 ] || [ "$apt" = none ]; then
     want_rc 0
     has "note: ${want[*]} not installed"
+    # The note names the make target that installs what it lists.
+    if [ ${#args[@]} -gt 0 ]; then has "rerun make browser"; else has "rerun make tools"; fi
     [ ! -e "$log" ] || why+="apt-get was called; "
     for t in "${all_tools[@]}"; do hasnt "fake-$t"; done
   elif [ "$apt" = fail ]; then
