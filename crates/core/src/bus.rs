@@ -246,9 +246,10 @@ impl Bus {
         &self.inner.artifacts
     }
 
-    /// The `hermes_ledger` bucket: side-effect idempotency key to the recorded outcome.
-    pub fn ledger(&self) -> &kv::Store {
-        &self.inner.ledger
+    /// The `hermes_ledger` bucket: side-effect idempotency key to the recorded outcome, and the
+    /// crash markers of running tasks.
+    pub fn ledger(&self) -> crate::ledger::LedgerStore {
+        crate::ledger::LedgerStore::new(self.inner.ledger.clone())
     }
 
     /// Publishes `message` to a JetStream subject and waits for the ack. `msg_id` must be

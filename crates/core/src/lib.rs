@@ -11,6 +11,7 @@ pub mod grpc;
 pub mod ids;
 pub mod json_ref;
 pub mod kv;
+pub mod ledger;
 pub mod metrics;
 pub mod plan;
 pub mod plan_file;

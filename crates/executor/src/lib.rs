@@ -497,7 +497,7 @@ enum Crashes {
 
 /// The crash marker's key: one per node, across attempts, in the ledger bucket.
 fn crash_key(task: &TaskMessage) -> String {
-    format!("inflight.{}.{}", task.goal_id, task.node_id)
+    format!("{}{}.{}", hermes_core::ledger::CRASH_MARKER_PREFIX, task.goal_id, task.node_id)
 }
 
 /// Sets the crash marker before a task runs: `{process, agent, crashes, task_id}`. It is
@@ -541,7 +541,7 @@ async fn crash_marker(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Cras
 /// its markers show. Called at start by an agent whose supervisor reports a crash.
 pub async fn count_crashes(bus: &Bus, agent_id: &str, crashed: &str) -> Result<usize, Error> {
     let store = bus.ledger();
-    let keys = hermes_core::bus::kv_keys_matching(store, "inflight.>", "list crash markers").await?;
+    let keys = store.crash_marker_keys().await?;
     let mut counted = 0;
     for key in keys {
         let entry = match store.entry(&key).await {
@@ -552,7 +552,7 @@ pub async fn count_crashes(bus: &Bus, agent_id: &str, crashed: &str) -> Result<u
                 continue;
             }
         };
-        if entry.operation == async_nats::jetstream::kv::Operation::Put {
+        if entry.live {
             let mut marker: serde_json::Value = serde_json::from_slice(&entry.value).unwrap_or_default();
             let ours = marker.get("process").and_then(serde_json::Value::as_str) == Some(crashed)
                 && marker.get("agent").and_then(serde_json::Value::as_str) == Some(agent_id);
@@ -560,12 +560,12 @@ pub async fn count_crashes(bus: &Bus, agent_id: &str, crashed: &str) -> Result<u
                 let crashes = marker.get("crashes").and_then(serde_json::Value::as_u64).unwrap_or(0) + 1;
                 marker["crashes"] = crashes.into();
                 marker["process"] = serde_json::Value::Null;
-                match store.update(&entry.key, marker.to_string().into(), entry.revision).await {
-                    Ok(_) => {
+                match store.replace(&key, marker.to_string().into(), entry.revision).await {
+                    Ok(()) => {
                         counted += 1;
-                        warn!(key = %entry.key, crashes, event = "crash_counted", "a task was in flight when its process crashed");
+                        warn!(key = %key, crashes, event = "crash_counted", "a task was in flight when its process crashed");
                     }
-                    Err(e) => warn!(key = %entry.key, error = %e, "cannot count a crash"),
+                    Err(e) => warn!(key = %key, error = %e, "cannot count a crash"),
                 }
             }
         }
@@ -576,10 +576,10 @@ pub async fn count_crashes(bus: &Bus, agent_id: &str, crashed: &str) -> Result<u
 /// Clears the marker once the task ran to an outcome, without waiting: a lost clear costs at
 /// most one miscounted death on a later redelivery.
 fn clear_crash_marker(shared: &Shared, task: &TaskMessage) {
-    let store = shared.bus.ledger().clone();
+    let store = shared.bus.ledger();
     let key = crash_key(task);
     tokio::spawn(async move {
-        if let Err(e) = store.delete(&key).await {
+        if let Err(e) = store.remove(&key).await {
             warn!(error = %e, key, "cannot clear the crash marker");
         }
     });
@@ -611,8 +611,7 @@ async fn quarantine(shared: &Shared, delivery: &Delivery<TaskMessage>, deaths: u
         warn!(error = %e, "cannot publish the quarantined task's result; asking for redelivery");
         return Handled::Retry { after: Duration::from_secs(1) };
     }
-    let store = shared.bus.ledger().clone();
-    let _ = store.delete(&crash_key(task)).await;
+    let _ = shared.bus.ledger().remove(&crash_key(task)).await;
     Handled::Reject { reason }
 }
 

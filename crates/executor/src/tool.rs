@@ -393,14 +393,14 @@ impl ToolRegistry {
             (Some((scope, ids)), true) => Some((scope.bus.ledger(), ids.ledger_key.as_str(), scope.attempt)),
             _ => None,
         };
-        if let Some((store, key, attempt)) = ledger
-            && let Some(recorded) = claim(store, key, attempt, name).await?
+        if let Some((store, key, attempt)) = &ledger
+            && let Some(recorded) = claim(store, key, *attempt, name).await?
         {
             return recorded;
         }
         let result = self.call_with_retries(entry, name, args, ctx).await;
-        if let Some((store, key, attempt)) = ledger {
-            record(store, key, ledger_entry(attempt, &result)).await;
+        if let Some((store, key, attempt)) = &ledger {
+            record(store, key, ledger_entry(*attempt, &result)).await;
         }
         result
     }
@@ -510,7 +510,7 @@ const PENDING_GRACE: std::time::Duration = std::time::Duration::from_secs(45);
 /// acknowledgement was lost (the stream's leader died in between) is recognised as this
 /// delivery's own when tried again, and not mistaken for an earlier delivery's unknown outcome.
 async fn claim(
-    store: &async_nats::jetstream::kv::Store,
+    store: &hermes_core::ledger::LedgerStore,
     key: &str,
     attempt: u32,
     name: &str,
@@ -534,12 +534,12 @@ async fn claim(
 /// Records a call's outcome in the ledger, trying again for up to [`CLAIM_PATIENCE`] while it is
 /// unreachable: an outcome left unrecorded would make a later delivery refuse the call as one
 /// whose outcome is unknown.
-async fn record(store: &async_nats::jetstream::kv::Store, key: &str, entry: bytes::Bytes) {
+async fn record(store: &hermes_core::ledger::LedgerStore, key: &str, entry: bytes::Bytes) {
     let deadline = std::time::Instant::now() + CLAIM_PATIENCE;
     let mut pause = std::time::Duration::from_millis(100);
     loop {
         match store.put(key, entry.clone()).await {
-            Ok(_) => return,
+            Ok(()) => return,
             Err(e) if std::time::Instant::now() < deadline => {
                 tracing::warn!(key, error = %e, "cannot record a side effect in the ledger yet; trying again");
                 tokio::time::sleep(pause).await;
@@ -562,7 +562,7 @@ fn pending_entry(attempt: u32, claim_id: &str) -> bytes::Bytes {
 
 /// One try of [`claim`]: `Err` when the ledger did not answer, else what the claim decided.
 async fn claim_once(
-    store: &async_nats::jetstream::kv::Store,
+    store: &hermes_core::ledger::LedgerStore,
     key: &str,
     attempt: u32,
     name: &str,
@@ -573,8 +573,8 @@ async fn claim_once(
         message: format!("ledger: {e}"),
     };
     match store.create(key, pending_entry(attempt, claim_id)).await {
-        Ok(_) => return Ok(Ok(None)),
-        Err(e) if e.kind() == async_nats::jetstream::kv::CreateErrorKind::AlreadyExists => {}
+        Ok(true) => return Ok(Ok(None)),
+        Ok(false) => {}
         Err(e) => return Err(Transient(unavailable(&e))),
     }
     let entry = match store.entry(key).await {
@@ -606,8 +606,8 @@ async fn claim_once(
             return Ok(Ok(Some(Err(error))));
         }
         // An earlier attempt failed; this one may try again, if no other delivery claims it first.
-        return Ok(match store.update(key, pending_entry(attempt, claim_id), entry.revision).await {
-            Ok(_) => Ok(None),
+        return Ok(match store.replace(key, pending_entry(attempt, claim_id), entry.revision).await {
+            Ok(()) => Ok(None),
             Err(e) => Err(unavailable(&format!("another delivery claimed `{name}` first: {e}"))),
         });
     }
@@ -619,7 +619,7 @@ async fn claim_once(
     // outcome (a record waits out an unreachable ledger for up to `CLAIM_PATIENCE`). Wait for it,
     // as for an unreachable ledger; a claim older than `PENDING_GRACE` is one whose delivery
     // stopped before recording what happened.
-    let claimed_at_ms = (entry.created.unix_timestamp_nanos() / 1_000_000) as i128;
+    let claimed_at_ms = entry.written_unix_ms;
     let age_ms = hermes_core::now_unix_ms() as i128 - claimed_at_ms;
     if age_ms < PENDING_GRACE.as_millis() as i128 {
         let waiting = format!(

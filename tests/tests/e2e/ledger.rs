@@ -51,7 +51,7 @@ async fn a_redelivered_side_effect_is_not_repeated() {
 
     // The ledger holds the call's outcome, and the attempt that produced it, under the call's key.
     // (The bucket also holds crash markers, `inflight.*`, while tasks run.)
-    let keys = hermes_core::bus::kv_keys(t.bus.ledger(), "list the ledger").await.unwrap();
+    let keys = t.bus.ledger().keys().await.unwrap();
     let key = keys.into_iter().find(|k| !k.starts_with("inflight.")).expect("a call entry");
     assert!(key.starts_with(&format!("{goal_id}.w.0.")), "{key}");
     let stored: serde_json::Value =

@@ -72,7 +72,7 @@ async fn a_side_effect_runs_once_when_its_agent_is_killed_before_the_ack() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         // The bucket also holds the task's crash marker (`inflight.*`); look at the call entries.
-        let keys = hermes_core::bus::kv_keys(ledger, "list the ledger").await.unwrap();
+        let keys = ledger.keys().await.unwrap();
         let mut recorded = false;
         for key in keys.iter().filter(|k| !k.starts_with("inflight.")) {
             if let Ok(Some(value)) = ledger.get(key).await
