@@ -15,10 +15,6 @@ pub struct AgentStore {
     kv: kv::Store,
 }
 
-fn kv_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
-    Error::JetStream { operation, reason: e.to_string() }
-}
-
 impl AgentStore {
     pub fn new(kv: kv::Store) -> Self {
         Self { kv }
@@ -29,13 +25,13 @@ impl AgentStore {
         self.kv
             .put(agent_id, heartbeat.encode_to_vec().into())
             .await
-            .map_err(|e| kv_error("mirror heartbeat", e))?;
+            .map_err(|e| Error::jetstream("mirror heartbeat", e))?;
         Ok(())
     }
 
     /// Removes `agent_id`'s entry (it left, or died unseen).
     pub async fn remove(&self, agent_id: &str) -> Result<()> {
-        self.kv.delete(agent_id).await.map_err(|e| kv_error("remove agent", e))?;
+        self.kv.delete(agent_id).await.map_err(|e| Error::jetstream("remove agent", e))?;
         Ok(())
     }
 

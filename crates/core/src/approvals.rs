@@ -30,10 +30,6 @@ pub struct Decided {
     pub approval: Approval,
 }
 
-fn kv_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
-    Error::JetStream { operation, reason: e.to_string() }
-}
-
 impl ApprovalStore {
     pub fn new(kv: kv::Store) -> Self {
         Self { kv }
@@ -41,7 +37,7 @@ impl ApprovalStore {
 
     /// The approval of `call_id` and its revision, if there is one.
     pub async fn load(&self, call_id: &str) -> Result<Option<(Approval, u64)>> {
-        match self.kv.entry(call_id).await.map_err(|e| kv_error("load approval", e))? {
+        match self.kv.entry(call_id).await.map_err(|e| Error::jetstream("load approval", e))? {
             Some(entry) if entry.operation == kv::Operation::Put => {
                 let approval = Approval::decode(entry.value)
                     .map_err(|e| Error::Decode { kind: "Approval", reason: e.to_string() })?;
@@ -63,7 +59,7 @@ impl ApprovalStore {
                     .ok_or_else(|| Error::Unavailable(format!("approval {} vanished", approval.call_id)))?;
                 Ok((existing, revision, false))
             }
-            Err(e) => Err(kv_error("create approval", e)),
+            Err(e) => Err(Error::jetstream("create approval", e)),
         }
     }
 
@@ -88,7 +84,7 @@ impl ApprovalStore {
             match self.kv.update(call_id, approval.encode_to_vec().into(), revision).await {
                 Ok(_) => return Ok(Some(Decided { decision, recorded: true, approval })),
                 Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
-                Err(e) => return Err(kv_error("decide approval", e)),
+                Err(e) => return Err(Error::jetstream("decide approval", e)),
             }
         }
         Err(Error::Unavailable(format!("approval {call_id}: too many concurrent updates")))

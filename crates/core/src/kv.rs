@@ -22,11 +22,11 @@ pub async fn kv_keys(kv: &kv::Store, operation: &'static str) -> Result<Vec<Stri
 /// [`kv_keys`] of the keys that match `pattern`, a subject wildcard such as `inflight.>`.
 pub async fn kv_keys_matching(kv: &kv::Store, pattern: &str, operation: &'static str) -> Result<Vec<String>> {
     use futures::TryStreamExt as _;
-    let failed = |e: &dyn std::fmt::Display| Error::JetStream { operation, reason: e.to_string() };
     let filter = format!("{}{pattern}", kv.prefix);
-    let mut subjects = kv.stream.info_with_subjects(&filter).await.map_err(|e| failed(&e))?;
+    let mut subjects =
+        kv.stream.info_with_subjects(&filter).await.map_err(|e| Error::jetstream(operation, e))?;
     let mut keys = std::collections::BTreeSet::new();
-    while let Some((subject, _)) = subjects.try_next().await.map_err(|e| failed(&e))? {
+    while let Some((subject, _)) = subjects.try_next().await.map_err(|e| Error::jetstream(operation, e))? {
         if let Some(key) = subject.strip_prefix(kv.prefix.as_str()) {
             keys.insert(key.to_owned());
         }

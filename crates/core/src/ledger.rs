@@ -35,10 +35,6 @@ pub struct LedgerEntry {
     pub live: bool,
 }
 
-fn kv_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
-    Error::JetStream { operation, reason: e.to_string() }
-}
-
 impl LedgerStore {
     pub fn new(kv: kv::Store) -> Self {
         Self { kv }
@@ -50,13 +46,13 @@ impl LedgerStore {
         match self.kv.create(key, value).await {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(kv_error("create a ledger entry", e)),
+            Err(e) => Err(Error::jetstream("create a ledger entry", e)),
         }
     }
 
     /// The entry under `key`, live or a delete marker; `None` when the key never had one.
     pub async fn entry(&self, key: &str) -> Result<Option<LedgerEntry>> {
-        let entry = self.kv.entry(key).await.map_err(|e| kv_error("read a ledger entry", e))?;
+        let entry = self.kv.entry(key).await.map_err(|e| Error::jetstream("read a ledger entry", e))?;
         Ok(entry.map(|entry| LedgerEntry {
             live: entry.operation == kv::Operation::Put,
             written_unix_ms: entry.created.unix_timestamp_nanos() / 1_000_000,
@@ -67,24 +63,27 @@ impl LedgerStore {
 
     /// The live value under `key`, if any.
     pub async fn get(&self, key: &str) -> Result<Option<Bytes>> {
-        self.kv.get(key).await.map_err(|e| kv_error("read a ledger entry", e))
+        self.kv.get(key).await.map_err(|e| Error::jetstream("read a ledger entry", e))
     }
 
     /// Replaces the entry under `key` if it is still at `revision` (a compare-and-set).
     pub async fn replace(&self, key: &str, value: Bytes, revision: u64) -> Result<()> {
-        self.kv.update(key, value, revision).await.map_err(|e| kv_error("replace a ledger entry", e))?;
+        self.kv
+            .update(key, value, revision)
+            .await
+            .map_err(|e| Error::jetstream("replace a ledger entry", e))?;
         Ok(())
     }
 
     /// Writes `value` under `key`, whatever was there.
     pub async fn put(&self, key: &str, value: Bytes) -> Result<()> {
-        self.kv.put(key, value).await.map_err(|e| kv_error("write a ledger entry", e))?;
+        self.kv.put(key, value).await.map_err(|e| Error::jetstream("write a ledger entry", e))?;
         Ok(())
     }
 
     /// Removes the entry under `key` (it leaves a delete marker).
     pub async fn remove(&self, key: &str) -> Result<()> {
-        self.kv.delete(key).await.map_err(|e| kv_error("remove a ledger entry", e))?;
+        self.kv.delete(key).await.map_err(|e| Error::jetstream("remove a ledger entry", e))?;
         Ok(())
     }
 

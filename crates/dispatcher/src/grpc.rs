@@ -58,13 +58,14 @@ pub(crate) struct Api {
 type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<hermes_proto::ArtifactChunk, Status>> + Send>>;
 
-/// The caller the interceptor authenticated (`UNAUTHENTICATED` should a call arrive without).
-fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
-    request
-        .extensions()
-        .get::<Caller>()
-        .cloned()
-        .ok_or_else(|| Status::unauthenticated("the call was not authenticated"))
+/// The caller the interceptor authenticated (`UNAUTHENTICATED` should a call arrive without),
+/// taken out of the request, and the request's message.
+fn caller<T>(request: Request<T>) -> Result<(Caller, T), Status> {
+    let (_, mut extensions, message) = request.into_parts();
+    let caller = extensions
+        .remove::<Caller>()
+        .ok_or_else(|| Status::unauthenticated("the call was not authenticated"))?;
+    Ok((caller, message))
 }
 
 #[tonic::async_trait]
@@ -73,9 +74,8 @@ impl DispatcherApi for Api {
         &self,
         request: Request<SubmitGoalRequest>,
     ) -> Result<Response<SubmitGoalResponse>, Status> {
-        let caller = caller(&request)?;
-        let spec = request
-            .into_inner()
+        let (caller, req) = caller(request)?;
+        let spec = req
             .spec
             .ok_or_else(|| Error::InvalidArgument { field: "spec".into(), reason: "is required".into() })?;
         let submitted = self.gate.submit(&caller, spec).await?;
@@ -83,8 +83,7 @@ impl DispatcherApi for Api {
     }
 
     async fn get_goal(&self, request: Request<GetGoalRequest>) -> Result<Response<Goal>, Status> {
-        let caller = caller(&request)?;
-        let req = request.into_inner();
+        let (caller, req) = caller(request)?;
         let state = self.gate.get(&caller, goal_id_arg(&req.goal_id)?).await?;
         Ok(Response::new(to_goal(state)))
     }
@@ -92,16 +91,14 @@ impl DispatcherApi for Api {
     type WatchGoalStream = EventStream;
 
     async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
-        let caller = caller(&request)?;
-        let req = request.into_inner();
+        let (caller, req) = caller(request)?;
         let events = self.gate.watch(&caller, goal_id_arg(&req.goal_id)?, req.after_seq).await?;
         let events = events.map(|event| event.map_err(Status::from));
         Ok(Response::new(Box::pin(events.take_until(self.shutdown.clone().cancelled_owned()))))
     }
 
     async fn cancel_goal(&self, request: Request<CancelGoalRequest>) -> Result<Response<Goal>, Status> {
-        let caller = caller(&request)?;
-        let req = request.into_inner();
+        let (caller, req) = caller(request)?;
         let state = self.gate.cancel(&caller, goal_id_arg(&req.goal_id)?, &req.reason).await?;
         Ok(Response::new(to_goal(state)))
     }
@@ -110,8 +107,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ApproveToolCallRequest>,
     ) -> Result<Response<ApproveToolCallResponse>, Status> {
-        let caller = caller(&request)?;
-        let req = request.into_inner();
+        let (caller, req) = caller(request)?;
         let goal_id = goal_id_arg(&req.goal_id)?;
         let decision = self.gate.decide(&caller, goal_id, &req.call_id, req.approve, &req.note).await?;
         Ok(Response::new(ApproveToolCallResponse {
@@ -125,8 +121,8 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListGoalsRequest>,
     ) -> Result<Response<ListGoalsResponse>, Status> {
-        let caller = caller(&request)?;
-        let limit = list_limit(request.into_inner().limit as usize);
+        let (caller, req) = caller(request)?;
+        let limit = list_limit(req.limit as usize);
         let goals = self.gate.list(&caller, limit).await?.into_iter().map(to_goal).collect();
         Ok(Response::new(ListGoalsResponse { goals }))
     }
@@ -135,8 +131,8 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListDeadLettersRequest>,
     ) -> Result<Response<ListDeadLettersResponse>, Status> {
-        let caller = caller(&request)?;
-        let limit = request.into_inner().limit as usize;
+        let (caller, req) = caller(request)?;
+        let limit = req.limit as usize;
         let dead_letters = self.gate.dead_letters(&caller, limit).await?;
         Ok(Response::new(ListDeadLettersResponse { dead_letters }))
     }
@@ -145,8 +141,8 @@ impl DispatcherApi for Api {
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<DeadLetter>, Status> {
-        let caller = caller(&request)?;
-        let sequence = request.into_inner().sequence;
+        let (caller, req) = caller(request)?;
+        let sequence = req.sequence;
         Ok(Response::new(self.gate.dead_letter(&caller, sequence).await?))
     }
 
@@ -154,8 +150,8 @@ impl DispatcherApi for Api {
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<ReplayDeadLetterResponse>, Status> {
-        let caller = caller(&request)?;
-        let sequence = request.into_inner().sequence;
+        let (caller, req) = caller(request)?;
+        let sequence = req.sequence;
         let (subject, sequence) = self.gate.replay_dead_letter(&caller, sequence).await?;
         Ok(Response::new(ReplayDeadLetterResponse { subject, sequence }))
     }
@@ -164,8 +160,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListAuditRequest>,
     ) -> Result<Response<ListAuditResponse>, Status> {
-        let caller = caller(&request)?;
-        let req = request.into_inner();
+        let (caller, req) = caller(request)?;
         let records = self.gate.audit(&caller, req.limit as usize, req.after_seq).await?;
         Ok(Response::new(ListAuditResponse { records }))
     }
@@ -174,9 +169,8 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::ListModelExchangesRequest>,
     ) -> Result<Response<hermes_proto::ListModelExchangesResponse>, Status> {
-        let caller = caller(&request)?;
-        let goal_id = request.into_inner().goal_id;
-        let (exchanges, tool_exchanges) = self.gate.exchanges(&caller, goal_id_arg(&goal_id)?).await?;
+        let (caller, req) = caller(request)?;
+        let (exchanges, tool_exchanges) = self.gate.exchanges(&caller, goal_id_arg(&req.goal_id)?).await?;
         Ok(Response::new(hermes_proto::ListModelExchangesResponse { exchanges, tool_exchanges }))
     }
 
@@ -186,8 +180,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::GoalArtifactRequest>,
     ) -> Result<Response<ChunkStream>, Status> {
-        let caller = caller(&request)?;
-        let req = request.into_inner();
+        let (caller, req) = caller(request)?;
         let (_, bytes) = self.gate.artifact(&caller, goal_id_arg(&req.goal_id)?, &req.r#ref).await?;
         let chunks = hermes_core::artifacts::grpc_chunks(bytes).map(Ok);
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))

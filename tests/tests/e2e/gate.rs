@@ -337,6 +337,14 @@ fn http_outcome(what: &str, status: reqwest::StatusCode, body: &str) -> Result<(
     }
 }
 
+/// `request` with `token` as its bearer, or without credentials.
+fn bearer(request: reqwest::RequestBuilder, token: Option<&str>) -> reqwest::RequestBuilder {
+    match token {
+        Some(token) => request.bearer_auth(token),
+        None => request,
+    }
+}
+
 async fn http(t: &Sandbox, fx: &Fixture, token: Option<&str>, op: Op) -> Outcome {
     let base = t.http_url();
     let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
@@ -364,12 +372,8 @@ async fn http(t: &Sandbox, fx: &Fixture, token: Option<&str>, op: Op) -> Outcome
         Op::Sessions => client.get(format!("{base}/v1/sessions")),
         Op::Exchanges => unreachable!("{op:?} has no HTTP route"),
     };
-    let request = match token {
-        Some(token) => request.bearer_auth(token),
-        None => request,
-    };
     let what = format!("HTTP {op:?} as {token:?}");
-    let reply = request.send().await.unwrap();
+    let reply = bearer(request, token).send().await.unwrap();
     let status = reply.status();
     // An event stream goes on: its status is the answer.
     let body =
@@ -421,12 +425,8 @@ async fn a2a(t: &Sandbox, fx: &Fixture, token: Option<&str>, op: Op, case: usize
     let request = client
         .post(format!("{}/a2a", t.http_url()))
         .json(&json!({"jsonrpc": "2.0", "id": case, "method": method, "params": params}));
-    let request = match token {
-        Some(token) => request.bearer_auth(token),
-        None => request,
-    };
     let what = format!("A2A {op:?} as {token:?}");
-    let reply = request.send().await.unwrap();
+    let reply = bearer(request, token).send().await.unwrap();
     let status = reply.status();
     let streams = reply
         .headers()
