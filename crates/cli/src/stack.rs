@@ -94,6 +94,10 @@ impl Stoppable {
     }
 
     async fn stop(self) {
+        self.halt().await;
+    }
+
+    async fn halt(&self) {
         self.stop.cancel();
         self.done.cancelled().await;
     }
@@ -183,6 +187,12 @@ impl Stack {
         let old = std::mem::replace(&mut self.parts.registry_run, run);
         old.stop().await;
         self.parts.registry = fresh;
+    }
+
+    /// Stops the registry's NATS side, as a registry outage would: nothing answers catalogue or
+    /// route requests and no agent is announced offline until [`Stack::restart_registry`].
+    pub async fn stop_registry(&mut self) {
+        self.parts.registry_run.halt().await;
     }
 
     /// The in-process registry's live table.

@@ -5,8 +5,10 @@
 //!   with a create before a side-effecting tool runs, then replaced by the call's outcome, so a
 //!   redelivery or a later attempt reuses the outcome instead of running the call again
 //!   (`hermes_executor`'s tool registry decides what the entries mean);
-//! - **crash markers**, under `inflight.<goal>.<node>`: set while a task runs and cleared after,
-//!   so a supervisor can count the tasks a crashed process was running.
+//! - **crash markers**, under `inflight.<goal>.<node>`: how many processes the node's task was
+//!   running in when they crashed, written by the process that follows a crash (the Rust
+//!   executor's supervisor knows what its worker ran without writing here; the Python SDK's
+//!   worker still sets a marker while each task runs) and cleared once the task runs to an end.
 //!
 //! The values are the executor's JSON; this module owns the bucket's operations and their errors.
 
@@ -85,11 +87,6 @@ impl LedgerStore {
     pub async fn remove(&self, key: &str) -> Result<()> {
         self.kv.delete(key).await.map_err(|e| Error::jetstream("remove a ledger entry", e))?;
         Ok(())
-    }
-
-    /// The keys of every crash marker ([`CRASH_MARKER_PREFIX`]), sorted.
-    pub async fn crash_marker_keys(&self) -> Result<Vec<String>> {
-        crate::kv::kv_keys_matching(&self.kv, &format!("{CRASH_MARKER_PREFIX}>"), "list crash markers").await
     }
 
     /// Every key in the ledger, sorted (side-effect entries and crash markers).

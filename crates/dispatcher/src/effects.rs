@@ -1,5 +1,6 @@
 //! The effects publisher: what follows a committed transition. The transition's events are
-//! published first, then its tasks (routed by the registry) and plan requests, in that order on
+//! published first, then its tasks (routed from the dispatcher's view of the agents, see
+//! [`routing`]) and plan requests, in that order on
 //! one connection, so a goal's events are stored by `seq` and each `TaskDispatched` before its
 //! task can produce a result. Then the workers hear what concerns them, through [`Followups`]:
 //! the goal's next deadline, a summary to write, a task no live agent serves.
@@ -109,14 +110,26 @@ struct Outgoing {
 /// Publishes committed transitions' effects.
 pub(crate) struct EffectsPublisher {
     bus: Bus,
+    agents: hermes_registry::Registry,
     limits: Limits,
     no_agent_wait: Duration,
     followups: Followups,
 }
 
 impl EffectsPublisher {
-    pub(crate) fn new(bus: Bus, limits: Limits, no_agent_wait: Duration, followups: Followups) -> Self {
-        Self { bus, limits, no_agent_wait, followups }
+    pub(crate) fn new(
+        bus: Bus,
+        agents: hermes_registry::Registry,
+        limits: Limits,
+        no_agent_wait: Duration,
+        followups: Followups,
+    ) -> Self {
+        Self { bus, agents, limits, no_agent_wait, followups }
+    }
+
+    /// The dispatcher's view of the live agents, which routes its tasks.
+    pub(crate) fn agents(&self) -> &hermes_registry::Registry {
+        &self.agents
     }
 
     pub(crate) fn followups(&self) -> &Followups {
@@ -138,7 +151,7 @@ impl EffectsPublisher {
         patience: Duration,
     ) -> Result<()> {
         self.offload_large_inputs(&mut effects.tasks).await?;
-        let decisions = routing::route(&self.bus, state, &effects.tasks).await;
+        let decisions = routing::route(&self.agents, state, &effects.tasks);
         let subjects = routing::record_decisions(
             self.bus.topology(),
             hermes_core::access::tenant_of(state),

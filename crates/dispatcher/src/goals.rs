@@ -71,7 +71,8 @@ impl GoalService {
         let store = GoalStore::new(bus.goals().clone(), max_value);
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
         let limits = limits(&config);
-        let effects = EffectsPublisher::new(bus.clone(), limits, config.no_agent_wait, followups);
+        let agents = hermes_registry::Registry::mirror(hermes_registry::RegistryConfig::default());
+        let effects = EffectsPublisher::new(bus.clone(), agents, limits, config.no_agent_wait, followups);
         let watchers = crate::watchers::WatchLimits::new(config.max_watches_per_client, config.max_watches);
         let hub = crate::fanout::EventHub::new(bus.clone());
         Self {
@@ -90,6 +91,11 @@ impl GoalService {
 
     pub(crate) fn bus(&self) -> &Bus {
         &self.bus
+    }
+
+    /// The live agents as this dispatcher sees them, which route its tasks.
+    pub(crate) fn agents(&self) -> &hermes_registry::Registry {
+        self.effects.agents()
     }
 
     /// The tenants' quotas.

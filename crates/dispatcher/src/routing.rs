@@ -1,56 +1,40 @@
-//! Where tasks go. Before a transition's tasks are published, the registry is asked (one batched
-//! request) for the best agent for each; a task goes to `hermes.task.direct.<agent>.<type>` when
-//! one was chosen and to `hermes.task.pool.<type>` otherwise. The decision, its score and the
-//! reason are put on the task's `TaskDispatched` event.
+//! Where tasks go. Before a transition's tasks are published, each is routed from the
+//! dispatcher's own view of the live agents: a [`Registry::mirror`] kept from the same heartbeats
+//! the registry follows (`hermes_registry::follow`), so routing costs no message and no round
+//! trip. A task goes to `hermes.task.direct.<agent>.<type>` when an agent was chosen and to
+//! `hermes.task.pool.<type>` otherwise. The decision, its score and the reason are put on the
+//! task's `TaskDispatched` event.
+//!
+//! The view reserves a slot on the agent it chooses and frees it when the results worker applies
+//! that agent's result; each heartbeat resets the agent's load to its own count. With several
+//! dispatcher replicas each reserves only what it routed, so between heartbeats an agent may be
+//! sent more than its free slots: it pulls them as slots free up, and the rest of the fleet's
+//! agents score higher meanwhile.
 //!
 //! What happens when an agent goes away, or no agent serves a type, is the takeover worker's
-//! (`workers/takeover.rs`).
+//! (`workers/takeover.rs`), which also removes the agent from the view.
 
-use std::time::Duration;
-
-use hermes_core::Bus;
 use hermes_core::topology::Topology;
 use hermes_proto::event::Kind;
 use hermes_proto::{Event, GoalState, RouteDecision, RouteQuery, TaskMessage};
-use tracing::{info, warn};
+use hermes_registry::Registry;
+use tracing::info;
 
-/// Asks the registry where each task goes. When the registry cannot be reached every task goes to
-/// its pool, which capable agents pull from anyway.
-pub(crate) async fn route(bus: &Bus, state: &GoalState, tasks: &[TaskMessage]) -> Vec<RouteDecision> {
-    if tasks.is_empty() {
-        return Vec::new();
-    }
+/// Decides where each task goes, reserving a slot on each chosen agent.
+pub(crate) fn route(agents: &Registry, state: &GoalState, tasks: &[TaskMessage]) -> Vec<RouteDecision> {
     let plan_nodes = state.plan.as_ref().map(|p| p.nodes.as_slice()).unwrap_or_default();
-    let queries = tasks
+    let nodes: std::collections::HashMap<&str, &hermes_proto::TaskNode> =
+        plan_nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+    tasks
         .iter()
         .map(|task| {
-            let node = plan_nodes.iter().find(|n| n.id == task.node_id);
-            RouteQuery {
+            let node = nodes.get(task.node_id.as_str());
+            agents.route(&RouteQuery {
                 task_type: task.task_type.clone(),
                 tags: node.map(|n| n.tags.clone()).unwrap_or_default(),
                 tools: node.map(|n| n.tools.clone()).unwrap_or_default(),
                 model: node.map(|n| n.model.clone()).unwrap_or_default(),
-            }
-        })
-        .collect();
-    let decisions = match hermes_clients::registry::route(bus, queries, Duration::from_secs(2)).await {
-        Ok(decisions) => decisions,
-        Err(e) => {
-            warn!(error = %e, "no routing from the registry; using the pools");
-            Vec::new()
-        }
-    };
-    if decisions.len() == tasks.len() {
-        return decisions;
-    }
-    tasks
-        .iter()
-        .map(|t| RouteDecision {
-            agent_id: String::new(),
-            score: 0.0,
-            reason: format!("pool: the registry did not answer ({})", t.task_type),
-            // Unknown, not zero: do not start the no-capable-agent clock on a registry outage.
-            capable_agents: u32::MAX,
+            })
         })
         .collect()
 }

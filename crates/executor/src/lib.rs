@@ -205,8 +205,9 @@ impl Agent {
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         // The process before this one crashed: the tasks it was running count one crash each,
         // before any of them is delivered again.
-        if let Some(crashed) = supervise::crashed_instance() {
-            let counted = count_crashes(&self.bus, &self.config.agent_id, &crashed).await?;
+        let crashed = supervise::crashed_tasks();
+        if !crashed.is_empty() {
+            let counted = count_crashes(&self.bus, &crashed).await?;
             warn!(agent = %self.config.agent_id, counted, event = "crashes_counted", "the previous process crashed");
         }
         let shared = Arc::new(Shared {
@@ -424,14 +425,18 @@ async fn handle_task(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Handl
     hermes_core::trace::follow(&span, delivery.trace.as_ref());
     async {
         info!(event = "task_received", task_type = %task.task_type, attempt = task.attempt, "task received");
-        match crash_marker(shared, delivery).await {
+        let crashed_before = match crash_marker(shared, delivery).await {
             Crashes::Quarantine(deaths) => return quarantine(shared, delivery, deaths).await,
-            Crashes::Marked => {}
-        }
+            Crashes::Counted(marker) => marker.is_some(),
+        };
+        let running = supervise::running(&crash_key(task));
         shared.in_flight.fetch_add(1, Ordering::Relaxed);
         let result = run_with_progress(shared, delivery).await;
         shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-        clear_crash_marker(shared, task);
+        drop(running);
+        if crashed_before {
+            clear_crash_marker(shared, task);
+        }
         let succeeded = result.status == TaskStatus::Succeeded as i32;
         if let Ok(mut stats) = shared.stats.lock() {
             stats.record(succeeded, result.elapsed_ms);
@@ -489,8 +494,9 @@ pub const CRASH_QUARANTINE_DEATHS: u32 = 2;
 
 /// What the crash marker of a delivery says.
 enum Crashes {
-    /// The marker is set: run the task.
-    Marked,
+    /// Run the task: its node has no marker, or one counting fewer than
+    /// [`CRASH_QUARANTINE_DEATHS`] crashes (cleared once the task has run).
+    Counted(Option<u32>),
     /// The node crashed its process this many times: dead-letter it instead of running it.
     Quarantine(u32),
 }
@@ -500,74 +506,64 @@ fn crash_key(task: &TaskMessage) -> String {
     format!("{}{}.{}", hermes_core::ledger::CRASH_MARKER_PREFIX, task.goal_id, task.node_id)
 }
 
-/// Sets the crash marker before a task runs: `{process, agent, crashes, task_id}`. It is
-/// cleared when the task ends. When the process crashes instead, its supervisor starts a new one
-/// that counts a crash on every marker the crashed process left ([`count_crashes`]); a
-/// redelivery (or a later attempt, on any agent) that finds [`CRASH_QUARANTINE_DEATHS`] crashes
-/// quarantines the task. A process killed from outside (`kill -9` of the agent, a deleted pod)
-/// is not a crash and counts nothing. Only redeliveries and later attempts read the marker, so a
-/// first delivery costs one write.
+/// The crashes counted on a task's node so far. A node's crash marker `{crashes, task_id}` exists
+/// only once a process crashed while running it: the crash supervisor knows what its worker
+/// process runs without a write to the bus (see [`supervise`]), and the next process counts one
+/// crash on each task it had in flight ([`count_crashes`]). Only a redelivery or a later attempt
+/// can find one, so a first delivery reads nothing.
 async fn crash_marker(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Crashes {
     let task = &delivery.message;
-    let key = crash_key(task);
-    let store = shared.bus.ledger();
-    let mut crashes = 0;
-    if delivery.delivered() > 1 || task.attempt > 1 {
-        match store.get(&key).await {
-            Ok(Some(bytes)) => {
-                let marker: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-                crashes = marker.get("crashes").and_then(serde_json::Value::as_u64).unwrap_or(0) as u32;
-            }
-            Ok(None) => {}
-            Err(e) => warn!(error = %e, "cannot read the crash marker"),
+    if delivery.delivered() == 1 && task.attempt <= 1 {
+        return Crashes::Counted(None);
+    }
+    match shared.bus.ledger().get(&crash_key(task)).await {
+        Ok(Some(bytes)) => match marker_crashes(&bytes) {
+            crashes if crashes >= CRASH_QUARANTINE_DEATHS => Crashes::Quarantine(crashes),
+            crashes => Crashes::Counted(Some(crashes)),
+        },
+        Ok(None) => Crashes::Counted(None),
+        Err(e) => {
+            warn!(error = %e, "cannot read the crash marker");
+            Crashes::Counted(None)
         }
     }
-    if crashes >= CRASH_QUARANTINE_DEATHS {
-        return Crashes::Quarantine(crashes);
-    }
-    let marker = serde_json::json!({
-        "process": supervise::process_instance(),
-        "agent": shared.agent_id,
-        "crashes": crashes,
-        "task_id": task.task_id,
-    });
-    if let Err(e) = store.put(&key, marker.to_string().into()).await {
-        warn!(error = %e, "cannot set the crash marker; a crash of this task would not be counted");
-    }
-    Crashes::Marked
 }
 
-/// Counts one crash on every task that process `crashed` was running for agent `agent_id`, as
-/// its markers show. Called at start by an agent whose supervisor reports a crash.
-pub async fn count_crashes(bus: &Bus, agent_id: &str, crashed: &str) -> Result<usize, Error> {
+/// The crashes a marker counts (a marker any agent wrote: `{"crashes": n, ...}`).
+fn marker_crashes(bytes: &[u8]) -> u32 {
+    let marker: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
+    marker.get("crashes").and_then(serde_json::Value::as_u64).unwrap_or(0) as u32
+}
+
+/// Counts one crash on each task in `keys`, the crash markers of the tasks the previous process
+/// had in flight when it crashed. Called by the first agent of a process whose supervisor handed
+/// it such keys, before it takes any task.
+pub async fn count_crashes(bus: &Bus, keys: &[String]) -> Result<usize, Error> {
     let store = bus.ledger();
-    let keys = store.crash_marker_keys().await?;
     let mut counted = 0;
     for key in keys {
-        let entry = match store.entry(&key).await {
-            Ok(Some(entry)) => entry,
-            Ok(None) => continue,
-            Err(e) => {
-                warn!(key = %key, error = %e, "cannot read a crash marker");
-                continue;
-            }
+        let Some(node) = key.strip_prefix(hermes_core::ledger::CRASH_MARKER_PREFIX) else {
+            warn!(key = %key, "the supervisor handed over a key that is not a crash marker");
+            continue;
         };
-        if entry.live {
-            let mut marker: serde_json::Value = serde_json::from_slice(&entry.value).unwrap_or_default();
-            let ours = marker.get("process").and_then(serde_json::Value::as_str) == Some(crashed)
-                && marker.get("agent").and_then(serde_json::Value::as_str) == Some(agent_id);
-            if ours {
-                let crashes = marker.get("crashes").and_then(serde_json::Value::as_u64).unwrap_or(0) + 1;
-                marker["crashes"] = crashes.into();
-                marker["process"] = serde_json::Value::Null;
-                match store.replace(&key, marker.to_string().into(), entry.revision).await {
-                    Ok(()) => {
-                        counted += 1;
-                        warn!(key = %key, crashes, event = "crash_counted", "a task was in flight when its process crashed");
-                    }
-                    Err(e) => warn!(key = %key, error = %e, "cannot count a crash"),
-                }
+        let written = match store.entry(key).await {
+            Ok(Some(entry)) if entry.live => {
+                let crashes = marker_crashes(&entry.value) + 1;
+                let marker = serde_json::json!({"crashes": crashes, "node": node});
+                store.replace(key, marker.to_string().into(), entry.revision).await.map(|()| crashes)
             }
+            Ok(_) => {
+                let marker = serde_json::json!({"crashes": 1, "node": node});
+                store.put(key, marker.to_string().into()).await.map(|()| 1)
+            }
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(crashes) => {
+                counted += 1;
+                warn!(key = %key, crashes, event = "crash_counted", "a task was in flight when its process crashed");
+            }
+            Err(e) => warn!(key = %key, error = %e, "cannot count a crash"),
         }
     }
     Ok(counted)

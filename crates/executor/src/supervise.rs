@@ -10,41 +10,177 @@
 //!   forwards): the supervisor exits with its code;
 //! - the child dies of SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS or SIGKILL (the OOM
 //!   killer; a SIGKILL an operator sends to the supervisor instead takes both down and counts as
-//!   nothing): the supervisor starts a new child and tells it which process instance crashed
-//!   (`HERMES_CRASHED_INSTANCE`).
+//!   nothing): the supervisor starts a new child and hands it the tasks the crashed one ran.
 //!
-//! The new child's agents then count a crash on every task that instance had in flight (the
-//! crash markers, see the executor's crate docs); a task counted twice is quarantined to the DLQ.
-//! So a `kill -9` of a whole agent, a node drained or a pod deleted is never mistaken for a
-//! poison message. `HERMES_NO_SUPERVISOR=1` runs the process unsupervised (crashes are then not
-//! counted, and the process manager's restart applies).
+//! The supervisor knows which tasks the child had in flight without any write to the bus: the child
+//! tells it on a pipe it inherits (`HERMES_SUPERVISOR_TASKS_FD`), one line when a task starts
+//! (`+key`) and one when it ends (`-key`), a few microseconds each. When the child crashes, the
+//! supervisor reads the pipe to its end and hands the keys still in flight to the next child in a
+//! memory file (`HERMES_CRASHED_TASKS_FD`); that child counts one crash on each in the ledger's
+//! crash markers before it takes any task ([`crashed_tasks`]), and a task counted twice is
+//! quarantined to the DLQ. So a `kill -9` of a whole agent, a node drained or a pod deleted is
+//! never mistaken for a poison message, and a task that runs normally costs no ledger write.
+//! `HERMES_NO_SUPERVISOR=1` runs the process unsupervised (crashes are then not counted, and the
+//! process manager's restart applies).
 
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead as _, Read as _, Seek as _, Write as _};
+use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
 use std::process::ExitStatus;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::unistd::pipe;
 
 /// Set in the supervised child.
 pub const SUPERVISED_ENV: &str = "HERMES_SUPERVISED";
-/// This process's instance id, given by the supervisor; agents record it in crash markers.
-pub const INSTANCE_ENV: &str = "HERMES_PROCESS_INSTANCE";
-/// The instance that crashed before this one started.
-pub const CRASHED_ENV: &str = "HERMES_CRASHED_INSTANCE";
 /// `1`: run without a supervisor.
 pub const NO_SUPERVISOR_ENV: &str = "HERMES_NO_SUPERVISOR";
+/// The child's end of the pipe on which it tells the supervisor which tasks it runs.
+pub const TASKS_FD_ENV: &str = "HERMES_SUPERVISOR_TASKS_FD";
+/// A memory file holding the keys of the tasks the previous child had in flight when it crashed,
+/// one per line.
+pub const CRASHED_TASKS_FD_ENV: &str = "HERMES_CRASHED_TASKS_FD";
 
-/// This process's instance id: the supervisor's choice, or a fresh one when unsupervised.
-pub fn process_instance() -> &'static str {
-    static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    INSTANCE.get_or_init(|| {
-        std::env::var(INSTANCE_ENV)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+/// The pipe to the supervisor, in a supervised child: taken from the environment once, and closed
+/// on exec, so the processes a tool starts do not hold it.
+fn tasks_pipe() -> Option<&'static Mutex<File>> {
+    static PIPE: OnceLock<Option<Mutex<File>>> = OnceLock::new();
+    PIPE.get_or_init(|| inherited(TASKS_FD_ENV, std::fs::OpenOptions::new().write(true)).map(Mutex::new))
+        .as_ref()
+}
+
+/// The file the descriptor named by `env` refers to, opened again (closed on exec, as Rust opens
+/// files) through `/proc/self/fd`, and the inherited descriptor closed; `None` when the variable
+/// is unset or names no open descriptor.
+fn inherited(env: &str, options: &std::fs::OpenOptions) -> Option<File> {
+    let fd: RawFd = std::env::var(env).ok()?.parse().ok()?;
+    if fd < 3 {
+        return None;
+    }
+    let file = options.open(format!("/proc/self/fd/{fd}")).ok()?;
+    let _ = nix::unistd::close(fd);
+    Some(file)
+}
+
+/// Tells the supervisor that the task keyed `key` runs in this process, until the returned guard
+/// is dropped. `None` when the process is not supervised (its crashes are not counted) or the key
+/// cannot be told (a newline in it, or over a pipe's atomic write).
+pub fn running(key: &str) -> Option<Running> {
+    tell('+', key).then(|| Running { key: key.to_owned() })
+}
+
+/// A task the supervisor knows runs here; dropping it tells the supervisor it ended.
+#[derive(Debug)]
+pub struct Running {
+    key: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        tell('-', &self.key);
+    }
+}
+
+/// Writes one line to the supervisor. A line under `PIPE_BUF` is written whole, whatever other
+/// task writes at the same time.
+fn tell(sign: char, key: &str) -> bool {
+    const PIPE_BUF: usize = 4096;
+    let Some(pipe) = tasks_pipe() else { return false };
+    if key.contains('\n') || key.len() + 2 > PIPE_BUF {
+        return false;
+    }
+    let line = format!("{sign}{key}\n");
+    let mut pipe = pipe.lock().unwrap_or_else(|p| p.into_inner());
+    pipe.write_all(line.as_bytes()).is_ok()
+}
+
+/// The keys of the tasks the previous process had in flight when it crashed, as its supervisor
+/// handed them over; empty when it did not crash. The first call takes them: a process counts
+/// its predecessor's crashes once, whichever of its agents starts first.
+pub fn crashed_tasks() -> Vec<String> {
+    predecessor().lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default()
+}
+
+/// The keys [`crashed_tasks`] hands out, read from the memory file the first time.
+fn predecessor() -> &'static Mutex<Option<Vec<String>>> {
+    static CRASHED: OnceLock<Mutex<Option<Vec<String>>>> = OnceLock::new();
+    CRASHED.get_or_init(|| {
+        let keys = inherited(CRASHED_TASKS_FD_ENV, std::fs::OpenOptions::new().read(true)).map(|mut file| {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            text.lines().filter(|k| !k.is_empty()).map(str::to_owned).collect()
+        });
+        Mutex::new(keys)
     })
 }
 
-/// The instance that crashed just before this process started, if the supervisor said so.
-pub fn crashed_instance() -> Option<String> {
-    std::env::var(CRASHED_ENV).ok().filter(|v| !v.is_empty())
+/// What the supervisor knows of its child's tasks: the keys in flight, in the order they started.
+#[derive(Default)]
+struct InFlight {
+    started: u64,
+    keys: HashMap<String, u64>,
+}
+
+impl InFlight {
+    fn apply(&mut self, line: &[u8]) {
+        let Ok(line) = std::str::from_utf8(line) else { return };
+        let line = line.trim_end_matches('\n');
+        if let Some(key) = line.strip_prefix('+') {
+            self.started += 1;
+            self.keys.insert(key.to_owned(), self.started);
+        } else if let Some(key) = line.strip_prefix('-') {
+            self.keys.remove(key);
+        }
+    }
+
+    fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<(&String, &u64)> = self.keys.iter().collect();
+        keys.sort_by_key(|(_, started)| **started);
+        keys.into_iter().map(|(key, _)| key.clone()).collect()
+    }
+}
+
+/// Reads the child's lines until every writer has closed the pipe (the child has exited).
+fn read_in_flight(read: OwnedFd) -> (Arc<Mutex<InFlight>>, std::thread::JoinHandle<()>) {
+    let in_flight = Arc::new(Mutex::new(InFlight::default()));
+    let shared = in_flight.clone();
+    let reader = std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(File::from(read));
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match lines.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => shared.lock().unwrap_or_else(|p| p.into_inner()).apply(&line),
+            }
+        }
+    });
+    (in_flight, reader)
+}
+
+/// The keys in flight when the child died, once the pipe is read to its end (or after two
+/// seconds, should something else still hold its writing end).
+async fn in_flight_at_exit(in_flight: &Mutex<InFlight>, reader: std::thread::JoinHandle<()>) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while !reader.is_finished() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    in_flight.lock().unwrap_or_else(|p| p.into_inner()).keys()
+}
+
+/// A memory file holding `keys`, one per line, for the next child (not closed on exec).
+fn crashed_tasks_file(keys: &[String]) -> std::io::Result<OwnedFd> {
+    let fd = memfd_create("hermes-crashed-tasks", MFdFlags::empty())?;
+    let mut file = File::from(fd);
+    for key in keys {
+        writeln!(file, "{key}")?;
+    }
+    file.seek(std::io::SeekFrom::Start(0))?;
+    Ok(file.into())
 }
 
 /// The signal that killed a child, when it is one a crash produces.
@@ -58,8 +194,13 @@ fn crash_signal(status: ExitStatus) -> Option<i32> {
 /// child's exit code. Call it first in `main`, before any runtime starts; `name` prefixes its
 /// messages.
 pub fn supervise_unless_child(name: &str) {
-    if std::env::var_os(SUPERVISED_ENV).is_some() || std::env::var(NO_SUPERVISOR_ENV).is_ok_and(|v| v == "1")
-    {
+    if std::env::var_os(SUPERVISED_ENV).is_some() {
+        // Taken now, before anything can start a process that would inherit them.
+        tasks_pipe();
+        predecessor();
+        return;
+    }
+    if std::env::var(NO_SUPERVISOR_ENV).is_ok_and(|v| v == "1") {
         return;
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -86,10 +227,21 @@ async fn supervise(name: &str) -> i32 {
         return 2;
     };
     let setpriv = std::path::Path::new("/usr/bin/setpriv");
-    let mut crashed: Option<String> = None;
+    let mut crashed: Option<OwnedFd> = None;
     let mut backoff = Duration::from_millis(200);
     loop {
-        let instance = uuid::Uuid::new_v4().simple().to_string();
+        // The child's pipe: its writing end is inherited, its reading end stays here.
+        let (read, write) = match pipe() {
+            Ok(ends) => ends,
+            Err(e) => {
+                eprintln!("{name}: cannot open a pipe to its worker process: {e}");
+                return 2;
+            }
+        };
+        if let Err(e) = fcntl(&read, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)) {
+            eprintln!("{name}: cannot keep its pipe from its worker process: {e}");
+            return 2;
+        }
         // The child dies with the supervisor (the kernel sends it SIGKILL), so a `kill -9` of the
         // supervisor leaves nothing running and is not a crash.
         let mut command = if setpriv.exists() {
@@ -99,10 +251,10 @@ async fn supervise(name: &str) -> i32 {
         } else {
             tokio::process::Command::new(&exe)
         };
-        command.args(&args).env(SUPERVISED_ENV, "1").env(INSTANCE_ENV, &instance);
+        command.args(&args).env(SUPERVISED_ENV, "1").env(TASKS_FD_ENV, write.as_raw_fd().to_string());
         match &crashed {
-            Some(previous) => command.env(CRASHED_ENV, previous),
-            None => command.env_remove(CRASHED_ENV),
+            Some(file) => command.env(CRASHED_TASKS_FD_ENV, file.as_raw_fd().to_string()),
+            None => command.env_remove(CRASHED_TASKS_FD_ENV),
         };
         let mut child = match command.spawn() {
             Ok(child) => child,
@@ -111,6 +263,10 @@ async fn supervise(name: &str) -> i32 {
                 return 2;
             }
         };
+        // Only the child holds the writing end now, so the pipe ends when the child does.
+        drop(write);
+        crashed = None;
+        let (in_flight, reader) = read_in_flight(read);
         let forward = |child: &tokio::process::Child, sig: nix::sys::signal::Signal| {
             if let Some(pid) = child.id() {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
@@ -132,14 +288,49 @@ async fn supervise(name: &str) -> i32 {
         };
         match crash_signal(status) {
             Some(signal) => {
+                let keys = in_flight_at_exit(&in_flight, reader).await;
                 eprintln!(
-                    "{name}: the worker process crashed (signal {signal}); starting a new one; the tasks it was running count one crash each"
+                    "{name}: the worker process crashed (signal {signal}) with {} task(s) in flight; starting a new one, which counts one crash on each",
+                    keys.len()
                 );
-                crashed = Some(instance);
+                match crashed_tasks_file(&keys) {
+                    Ok(file) => crashed = Some(file),
+                    Err(e) => {
+                        eprintln!("{name}: cannot hand the crashed tasks to the new worker process: {e}")
+                    }
+                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
             None => return status.code().unwrap_or(1),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_supervisor_keeps_what_is_still_running_in_the_order_it_started() {
+        let mut in_flight = InFlight::default();
+        for line in
+            ["+inflight.g1.a\n", "+inflight.g1.b\n", "+inflight.g2.a\n", "-inflight.g1.a\n", "garbage\n"]
+        {
+            in_flight.apply(line.as_bytes());
+        }
+        // A line cut off by the crash ends the list without a newline.
+        in_flight.apply(b"+inflight.g3.a");
+        in_flight.apply(&[b'+', 0xff, b'\n']);
+        assert_eq!(in_flight.keys(), ["inflight.g1.b", "inflight.g2.a", "inflight.g3.a"]);
+    }
+
+    #[test]
+    fn crashed_tasks_travel_in_a_memory_file_one_per_line() {
+        let keys = vec!["inflight.g1.a".to_owned(), "inflight.g2.b".to_owned()];
+        let mut file = File::from(crashed_tasks_file(&keys).unwrap());
+        let mut text = String::new();
+        file.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "inflight.g1.a\ninflight.g2.b\n");
     }
 }

@@ -321,8 +321,6 @@ impl Memory {
         Ok(ContextReply { session, memories })
     }
 
-    /// Records what a goal event means for memory: a goal with a session adds the user's turn when
-    /// accepted and the answer when it ends; a completed goal given as text is remembered.
     /// Records a goal's events: its text as the session's user turn at `GoalAccepted`, its
     /// answer (or failure) as the assistant's turn at the end, and, with semantic memory on, the
     /// goal and answer as a memory. Everything comes from the events themselves (the session is

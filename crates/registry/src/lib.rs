@@ -96,10 +96,24 @@ struct Inner {
     assign_clock: AtomicU64,
     changes: broadcast::Sender<AgentEvent>,
     config: RegistryConfig,
+    /// A mirror ([`Registry::mirror`]) logs no agent coming and going: the registry does.
+    quiet: bool,
 }
 
 impl Registry {
     pub fn new(config: RegistryConfig) -> Self {
+        Self::with(config, false)
+    }
+
+    /// A table kept from the same heartbeats by another service, to route without asking the
+    /// registry (a dispatcher's routing view, kept by [`follow`]): it logs nothing of agents
+    /// coming and going, which the registry does, and it learns that an agent went offline from
+    /// the registry's notice ([`Registry::forget`]) rather than deciding it.
+    pub fn mirror(config: RegistryConfig) -> Self {
+        Self::with(config, true)
+    }
+
+    fn with(config: RegistryConfig, quiet: bool) -> Self {
         let (changes, _) = broadcast::channel(4096);
         Self {
             inner: Arc::new(Inner {
@@ -108,6 +122,7 @@ impl Registry {
                 assign_clock: AtomicU64::new(0),
                 changes,
                 config,
+                quiet,
             }),
         }
     }
@@ -164,7 +179,9 @@ impl Registry {
             self.inner.by_type.entry(task_type.clone()).or_default().insert(id.clone());
         }
         if is_new {
-            info!(agent = %id, event = "agent_online", "agent registered");
+            if !self.inner.quiet {
+                info!(agent = %id, event = "agent_online", "agent registered");
+            }
             if let Some(agent) = self.inner.agents.get(&id) {
                 let _ = self.inner.changes.send(AgentEvent {
                     change: AgentChange::Online as i32,
@@ -183,7 +200,9 @@ impl Registry {
                 ids.remove(agent_id);
             }
         }
-        warn!(agent = %agent_id, reason, event = "agent_offline", "agent offline");
+        if !self.inner.quiet {
+            warn!(agent = %agent_id, reason, event = "agent_offline", "agent offline");
+        }
         let mut info = agent.info();
         info.online = false;
         let _ = self.inner.changes.send(AgentEvent {
@@ -210,6 +229,11 @@ impl Registry {
             .map(|a| a.key().clone())
             .collect();
         expired.iter().filter_map(|id| self.remove(id, "ttl_expired")).collect()
+    }
+
+    /// Removes an agent the registry announced offline.
+    pub fn forget(&self, agent_id: &str) {
+        self.remove(agent_id, "offline");
     }
 
     /// A result from `agent_id` came back: one task fewer in flight there.
@@ -329,6 +353,14 @@ impl Registry {
             }
         };
         let ttl_ms = self.inner.config.heartbeat_ttl.as_millis() as u64;
+        if self.inner.quiet {
+            // A mirror loads what is live and leaves the rest to the registry.
+            let live = mirrored
+                .into_iter()
+                .filter(|(_, hb)| now_unix_ms().saturating_sub(hb.sent_unix_ms) <= ttl_ms);
+            let loaded = live.filter(|(key, hb)| self.apply_heartbeat(key, hb.clone()).is_ok()).count();
+            return (loaded, Vec::new());
+        }
         let mut loaded = 0;
         let mut dead = Vec::new();
         for (key, hb) in mirrored {
@@ -418,6 +450,29 @@ fn validate_heartbeat(subject_agent: &str, hb: &AgentHeartbeat) -> Result<(), he
     }
     if let Some(tool) = hb.tools.iter().find(|t| t.params_schema_json.len() > MAX_SCHEMA_BYTES) {
         return Err(bad(format!("tool `{}` has a schema over {MAX_SCHEMA_BYTES} bytes", tool.name)));
+    }
+    Ok(())
+}
+
+/// Keeps a [`Registry::mirror`] current from the agents' heartbeats until `shutdown` is cancelled;
+/// load it first with [`Registry::rebuild_from_kv`]. Agents leave it when they deregister or when
+/// its owner [`forget`](Registry::forget)s them on the registry's offline notice; results free
+/// the slots routing reserved when the owner calls [`Registry::task_finished`].
+pub async fn follow(bus: Bus, mirror: Registry, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let mut heartbeats = bus.client().subscribe(bus.topology().all_heartbeats()).await?;
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            msg = heartbeats.next() => {
+                let Some(msg) = msg else { break };
+                let subject_agent = msg.subject.rsplit('.').next().unwrap_or_default();
+                if let Ok(hb) = AgentHeartbeat::decode(msg.payload) {
+                    // A heartbeat the registry rejects is rejected here too; the registry logs it.
+                    let _ = mirror.apply_heartbeat(subject_agent, hb);
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -305,15 +305,52 @@ async fn a_restarted_registry_routes_at_once_from_kv() {
     let mut h = start(vec![slow], Duration::from_secs(30), Duration::from_secs(5)).await;
     h.sandbox.stack().restart_registry().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let plan = TaskPlan {
-        nodes: vec![node("a", "math.evaluate", serde_json::json!({"expression": "1+1"}), &[])],
+    let query = hermes_proto::RouteQuery { task_type: "math.evaluate".into(), ..Default::default() };
+    let decisions =
+        hermes_clients::registry::route(&h.sandbox.bus, vec![query], Duration::from_secs(2)).await.unwrap();
+    assert_eq!(decisions[0].agent_id, "steady", "routed to the pool instead: {decisions:?}");
+    h.sandbox.stop().await;
+}
+
+/// Each dispatcher routes from its own view of the agents: no route request goes to the registry,
+/// and with the registry down tasks still go to the live agent directly, with a reason, instead of
+/// waiting for an answer and falling back to the pool. (Submits still check plans against the
+/// registry's catalogue, cached for `catalog_ttl`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dispatcher_routes_from_its_own_view_while_the_registry_is_down() {
+    let mut h =
+        start(vec![agent("steady", 8, &["math.evaluate"])], Duration::from_secs(30), Duration::from_secs(5))
+            .await;
+    let nats = async_nats::connect(&h.nats_url).await.unwrap();
+    let mut route_requests = nats.subscribe(h.sandbox.bus.topology().route()).await.unwrap();
+    nats.flush().await.unwrap();
+    let plan = || TaskPlan {
+        nodes: vec![
+            node("a", "math.evaluate", serde_json::json!({"expression": "1+1"}), &[]),
+            node("b", "math.evaluate", serde_json::json!({"expression": "2+2"}), &["a"]),
+        ],
         ..Default::default()
     };
-    let goal = h.submit(plan).await;
+    let warm = h.submit(plan()).await;
+    assert!(completed(&h.events(&warm, Duration::from_secs(10)).await));
+    h.sandbox.stack().stop_registry().await;
+    let started = Instant::now();
+    let goal = h.submit(plan()).await;
     let events = h.events(&goal, Duration::from_secs(10)).await;
     assert!(completed(&events));
-    let dispatches = dispatched_to(&events);
-    assert_eq!(dispatches[0].2, "steady", "routed to the pool instead: {dispatches:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "routing waited for the registry: {:?}",
+        started.elapsed()
+    );
+    for (_, event) in &events {
+        if let Some(Kind::TaskDispatched(d)) = &event.kind {
+            assert_eq!(d.agent_id, "steady", "routed to the pool instead: {d:?}");
+            assert!(d.reason.starts_with("capability"), "{d:?}");
+        }
+    }
+    let asked = tokio::time::timeout(Duration::from_millis(200), route_requests.next()).await;
+    assert!(asked.is_err(), "a route request went to the registry: {asked:?}");
     h.sandbox.stop().await;
 }
 

@@ -143,7 +143,10 @@ async fn sessions_memories_artifacts_and_dead_letters_are_each_tenants_own() {
     assert!(a_prompt.contains("# Memory\nRecalled from earlier goals"), "{a_prompt}");
     assert!(a_prompt.contains("Answer: April revenue: toys 17"), "{a_prompt}");
 
-    // Over HTTP, each tenant's `chat` session holds its own goals' turns only.
+    // Over HTTP, each tenant's `chat` session holds its own goals' turns only. Memory records a
+    // goal's turns from its events, after the goal ends and before it remembers the goal.
+    remembered(&t, "team-a", &a2).await;
+    remembered(&t, "team-b", &b1).await;
     let base = t.http_url();
     let a_session = http_json(format!("{base}/v1/sessions/chat"), SUBMITTER_A).await;
     let b_session = http_json(format!("{base}/v1/sessions/chat"), SUBMITTER_B).await;

@@ -571,6 +571,16 @@ async fn a_task_that_crashes_its_agent_lands_in_the_dlq_after_two_deaths() {
     let agents = agents_config(dir.path(), &ws, 1);
     let data = dir.path().join("data");
     let mut up = start_up(Some(&nats.url()), &data, &agents);
+    // A task that runs to its end costs the ledger nothing: the worker tells its supervisor what
+    // it runs on a pipe, and crash markers are written only after a crash.
+    let mut c = client(&up.grpc).await;
+    let out = outcome(&mut c, one_node("math.evaluate", json!({"expression": "1 + 1"}))).await.unwrap();
+    assert_eq!(out["value"], 2.0);
+    let ledger = hermes_core::topology::Topology::default().ledger_bucket();
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let mut ledger = js.get_stream(format!("KV_{ledger}")).await.unwrap();
+    let written = ledger.info().await.unwrap().state.last_sequence;
+    assert_eq!(written, 0, "a task that ran normally wrote to the ledger");
     let spec = GoalSpec {
         plan: Some(one_node("test.abort", json!({}))),
         idempotency_key: "crashes-its-agent".into(),
@@ -614,6 +624,10 @@ async fn a_task_that_crashes_its_agent_lands_in_the_dlq_after_two_deaths() {
     };
     let deaths = crashes_reported(&data);
     assert!((1..=2).contains(&deaths), "the worker crashed {deaths} times");
+    assert!(
+        std::fs::read_to_string(stderr_log(&data)).unwrap_or_default().contains("with 1 task(s) in flight"),
+        "the supervisor did not know the task its worker ran"
+    );
     let mut c = client(&up.grpc).await;
     let error = failed.error.unwrap();
     assert_eq!(error.code, "POISON_MESSAGE", "{error:?}");

@@ -136,8 +136,15 @@ async fn drain(service: &GoalService, inboxes: &Inboxes, held: &Held, goal_id: &
             hermes_core::trace::link(&span, other.trace.as_ref());
         }
         let applied = service.apply_results(goal_id, &results).instrument(span).await;
-        if let Err(e) = &applied {
-            warn!(goal_id, error = %e, results = batch.len(), "cannot apply results; will retry");
+        match &applied {
+            // The slots routing reserved are free again (a result delivered twice frees one
+            // too many until the agent's next heartbeat sets its load).
+            Ok(_) => {
+                for result in results.iter().filter(|r| r.routed) {
+                    service.agents().task_finished(&result.agent_id);
+                }
+            }
+            Err(e) => warn!(goal_id, error = %e, results = batch.len(), "cannot apply results; will retry"),
         }
         for delivery in &batch {
             let handled = match &applied {

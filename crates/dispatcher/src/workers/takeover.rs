@@ -1,7 +1,7 @@
 //! The takeover worker: what happens when an agent goes away, or no agent serves a task type.
 //!
-//! When the registry announces an agent offline, the worker takes over that agent's directed
-//! work: it deletes the agent's consumer, drains the agent's subject with a consumer of its own
+//! When the registry announces an agent offline, the worker removes it from the dispatcher's
+//! routing view and takes over its directed work: it deletes the agent's consumer, drains the agent's subject with a consumer of its own
 //! and gives every task that is still the current attempt of its node a new attempt routed
 //! elsewhere ([`GoalService::reassign`]). The old attempt's result, should it ever arrive, is then
 //! stale and ignored. Only tasks sent before the takeover began are taken: an agent that comes
@@ -64,6 +64,8 @@ pub(crate) async fn run(
                     continue;
                 }
                 let Ok(notice) = hermes_proto::AgentOffline::decode(msg.payload) else { continue };
+                // Out of the routing view first, so no attempt the takeover makes goes back to it.
+                service.agents().forget(&notice.agent_id);
                 let service = service.clone();
                 tokio::spawn(async move {
                     // A takeover cut short (the cluster without a leader for the goals bucket)
