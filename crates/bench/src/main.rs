@@ -13,8 +13,7 @@ use futures::StreamExt;
 use hermes_cli::stack::{Stack, StackConfig};
 use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::event::Kind;
-use hermes_proto::{Event, GoalSpec, SubmitGoalRequest, TaskNode, TaskPlan};
-use prost::Message as _;
+use hermes_proto::{GoalSpec, SubmitGoalRequest, TaskNode, TaskPlan};
 use tokio::sync::{Mutex, Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -581,15 +580,17 @@ impl Completions {
         let inner = this.clone();
         tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
-                let Ok(event) = Event::decode(msg.payload) else { continue };
-                if matches!(event.kind, Some(Kind::GoalCompleted(_)) | Some(Kind::GoalFailed(_))) {
-                    let waiter = inner.waiters.lock().await.remove(&event.goal_id);
-                    match waiter {
-                        Some(tx) => {
-                            let _ = tx.send(());
-                        }
-                        None => {
-                            inner.early.lock().await.insert(event.goal_id);
+                let Ok(events) = hermes_core::events::decode(&msg.payload) else { continue };
+                for event in events {
+                    if matches!(event.kind, Some(Kind::GoalCompleted(_)) | Some(Kind::GoalFailed(_))) {
+                        let waiter = inner.waiters.lock().await.remove(&event.goal_id);
+                        match waiter {
+                            Some(tx) => {
+                                let _ = tx.send(());
+                            }
+                            None => {
+                                inner.early.lock().await.insert(event.goal_id);
+                            }
                         }
                     }
                 }

@@ -1,6 +1,6 @@
-//! Clients of the registry: [`route`], which asks it where tasks should go, and [`Catalog`], a
-//! cached view of its capability catalogue, used by the dispatcher and the planner to validate
-//! plans. The catalogue is refreshed
+//! Clients of the registry: [`route`], which asks it where tasks should go (dispatchers route from
+//! their own view instead, see `hermes_registry::Registry::mirror`), and [`Catalog`], a cached
+//! view of its capability catalogue, used by the dispatcher and the planner to validate plans. The catalogue is refreshed
 //! at most once per `ttl`, and once more on a miss, so a newly registered task type is accepted
 //! without waiting for the next refresh.
 
@@ -129,19 +129,6 @@ fn compile(raw: &str) -> Option<Arc<InputSchema>> {
     }
     let value = serde_json::from_str(raw).ok()?;
     InputSchema::compile(value).ok().map(Arc::new)
-}
-
-/// Every agent the registry knows, online or not, by id (`Registry.ListAgents` over NATS).
-/// `UNAVAILABLE` when no registry answers in time.
-pub async fn list_agents(bus: &Bus, timeout: Duration) -> Result<Vec<hermes_proto::AgentInfo>> {
-    let subject = bus.topology().agents_list();
-    let reply = tokio::time::timeout(timeout, bus.client().request(subject, Vec::new().into()))
-        .await
-        .map_err(|_| Error::Unavailable("the registry (agents request timed out)".into()))?
-        .map_err(|e| Error::Unavailable(format!("the registry ({e})")))?;
-    hermes_proto::ListAgentsResponse::decode(reply.payload)
-        .map(|r| r.agents)
-        .map_err(|e| Error::Decode { kind: "ListAgentsResponse", reason: e.to_string() })
 }
 
 /// Asks the registry to route `queries`, within `timeout`: one decision per query, in order.

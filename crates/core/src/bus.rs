@@ -264,12 +264,14 @@ impl Bus {
         self.publish_bytes(subject, Bytes::from(message.encode_to_vec()), msg_id, trace).await
     }
 
-    /// Publishes a goal event on `hermes.event.<goal_id>`, redacted (see
-    /// [`crate::redact::event`]) and with the trace context of the current span.
+    /// Publishes one goal event on `hermes.event.<goal_id>` (a batch of one, see
+    /// [`crate::events`]), redacted (see [`crate::redact::event`]) and with the trace context of
+    /// the current span.
     pub async fn publish_event(&self, event: &hermes_proto::Event, msg_id: &str) -> Result<PublishOutcome> {
         let subject = self.topology().event(&event.goal_id);
         let trace = TraceContext::current();
-        self.publish(subject, &crate::redact::event(event), msg_id, trace.as_ref()).await
+        let batch = hermes_proto::EventBatch { events: vec![crate::redact::event(event)] };
+        self.publish(subject, &batch, msg_id, trace.as_ref()).await
     }
 
     /// Publishes raw bytes; see [`Bus::publish`].
@@ -745,6 +747,11 @@ impl<M> Delivery<M> {
         if let Err(e) = result {
             warn!(kind, error = %e, "cannot settle a message; the server redelivers it after its ack wait");
         }
+    }
+
+    /// The message's payload as stored.
+    pub fn payload(&self) -> &Bytes {
+        &self.raw.payload
     }
 
     /// How many times the server has delivered this message, starting at 1.

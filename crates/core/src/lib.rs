@@ -7,6 +7,7 @@ pub mod approvals;
 pub mod artifacts;
 pub mod bus;
 pub mod error;
+pub mod events;
 pub mod grpc;
 pub mod ids;
 pub mod json_ref;

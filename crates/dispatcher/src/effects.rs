@@ -1,5 +1,5 @@
 //! The effects publisher: what follows a committed transition. The transition's events are
-//! published first, then its tasks (routed from the dispatcher's view of the agents, see
+//! published first, in one message (`hermes_core::events`), then its tasks (routed from the dispatcher's view of the agents, see
 //! [`routing`]) and plan requests, in that order on
 //! one connection, so a goal's events are stored by `seq` and each `TaskDispatched` before its
 //! task can produce a result. Then the workers hear what concerns them, through [`Followups`]:
@@ -218,12 +218,20 @@ impl EffectsPublisher {
         let root = TraceContext::parse(&state.traceparent);
         let in_span = TraceContext::current();
         let trace = in_span.clone().or_else(|| root.clone());
-        let mut outgoing = Vec::with_capacity(effects.events.len() + effects.tasks.len());
-        for event in &effects.events {
+        let mut outgoing = Vec::with_capacity(1 + effects.tasks.len());
+        // The transition's events go in one message (several for a very wide plan), named by
+        // their first event and their count, so a transition sent again is stored once.
+        let redacted: Vec<_> = effects.events.iter().map(hermes_core::redact::event).collect();
+        for (first, count, body) in hermes_core::events::batches(&redacted) {
+            let event = &redacted[first];
+            let msg_id = match count {
+                1 => engine::event_msg_id(event),
+                n => format!("{}+{}", engine::event_msg_id(event), n - 1),
+            };
             outgoing.push(Outgoing {
                 subject: topology.event(&event.goal_id),
-                body: hermes_core::redact::event(event).encode_to_vec().into(),
-                msg_id: engine::event_msg_id(event),
+                body,
+                msg_id,
                 trace: trace.clone(),
             });
         }

@@ -28,7 +28,6 @@ use dashmap::DashMap;
 use futures::StreamExt;
 use hermes_core::{Bus, Error, Result};
 use hermes_proto::Event;
-use prost::Message as _;
 use tokio::sync::{OnceCell, watch};
 use tracing::{debug, warn};
 
@@ -60,8 +59,9 @@ struct FeedState {
     events: Vec<Arc<Event>>,
     /// The stream sequence of the newest event in `events`.
     last_stream_seq: u64,
-    /// Live events that came while the history was being read, by stream sequence.
-    early: BTreeMap<u64, Arc<Event>>,
+    /// Live events that came while the history was being read, by the stream sequence of the
+    /// message that holds them (one message holds a transition's events).
+    early: BTreeMap<u64, Vec<Arc<Event>>>,
     failed: Option<String>,
 }
 
@@ -164,8 +164,8 @@ async fn run_live(
                     let Some(goal_id) = msg.subject.as_str().strip_prefix(prefix.as_str()) else { continue };
                     let Some(feed) = feeds.get(goal_id).map(|entry| entry.feed.clone()) else { continue };
                     // Events are written only by dispatchers; skip anything else.
-                    if let Ok(event) = Event::decode(msg.payload.clone()) {
-                        feed.push(info.stream_sequence, Arc::new(event));
+                    if let Ok(events) = hermes_core::events::decode(&msg.payload) {
+                        feed.push(info.stream_sequence, events.into_iter().map(Arc::new).collect());
                     }
                     continue;
                 }
@@ -203,8 +203,8 @@ async fn load_history(bus: &Bus, goal_id: &str, feed: &Feed) -> Result<()> {
         match stream.get_first_raw_message_by_subject(&subject, seq).await {
             Ok(msg) => {
                 seq = msg.sequence + 1;
-                if let Ok(event) = Event::decode(msg.payload) {
-                    history.push((msg.sequence, Arc::new(event)));
+                if let Ok(events) = hermes_core::events::decode(&msg.payload) {
+                    history.push((msg.sequence, events.into_iter().map(Arc::new).collect()));
                 }
             }
             Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => break,
@@ -228,30 +228,30 @@ impl Feed {
         self.changed.send_modify(|version| *version += 1);
     }
 
-    /// A live event: kept aside while the history loads, appended after.
-    fn push(&self, stream_seq: u64, event: Arc<Event>) {
+    /// A live message's events: kept aside while the history loads, appended after.
+    fn push(&self, stream_seq: u64, events: Vec<Arc<Event>>) {
         {
             let mut state = self.lock();
             if !state.loaded {
-                state.early.insert(stream_seq, event);
+                state.early.insert(stream_seq, events);
                 return;
             }
             if stream_seq <= state.last_stream_seq {
                 return;
             }
-            state.events.push(event);
+            state.events.extend(events);
             state.last_stream_seq = stream_seq;
         }
         self.notify();
     }
 
-    fn loaded(&self, history: Vec<(u64, Arc<Event>)>) {
+    fn loaded(&self, history: Vec<(u64, Vec<Arc<Event>>)>) {
         {
             let mut state = self.lock();
             let early = std::mem::take(&mut state.early);
-            for (stream_seq, event) in history.into_iter().chain(early) {
+            for (stream_seq, events) in history.into_iter().chain(early) {
                 if stream_seq > state.last_stream_seq {
-                    state.events.push(event);
+                    state.events.extend(events);
                     state.last_stream_seq = stream_seq;
                 }
             }

@@ -433,10 +433,11 @@ impl Gate {
         ))
     }
 
-    /// The registry's view of every agent.
+    /// Every live agent as this dispatcher routes to it: its last heartbeat, and as load its own
+    /// count then plus the tasks routed to it since, less their results.
     pub(crate) async fn agents(&self, caller: &Caller) -> Result<Vec<AgentInfo>> {
         self.enter(caller, Need::Read)?;
-        hermes_clients::registry::list_agents(&self.bus, std::time::Duration::from_secs(3)).await
+        Ok(self.goals.agents().agents())
     }
 
     /// The task types the agents online now serve, fresh from the registry.

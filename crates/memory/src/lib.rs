@@ -23,7 +23,7 @@ use hermes_llm::ChatModel;
 use hermes_llm::embed::Embedder;
 use hermes_proto::event::Kind;
 use hermes_proto::{
-    AppendTurnRequest, ContextReply, ContextRequest, Event, GetDocRequest, ListCollectionsReply,
+    AppendTurnRequest, ContextReply, ContextRequest, Event, EventBatch, GetDocRequest, ListCollectionsReply,
     ListCollectionsRequest, ListSessionsReply, ListSessionsRequest, MemoryDoc, SearchReply, SearchRequest,
     SessionRequest, SessionState, SessionTurn, UpsertReply, UpsertRequest,
 };
@@ -519,7 +519,7 @@ pub async fn run(memory: Memory, shutdown: CancellationToken) -> anyhow::Result<
     let consumed = {
         let (memory, bus, shutdown) = (memory.clone(), bus.clone(), shutdown.clone());
         async move {
-            hermes_core::bus::consume_concurrently::<Event, _, _, _, _>(
+            hermes_core::bus::consume_concurrently::<EventBatch, _, _, _, _>(
                 &bus,
                 "event",
                 &mut events,
@@ -528,13 +528,18 @@ pub async fn run(memory: Memory, shutdown: CancellationToken) -> anyhow::Result<
                 move |delivery| {
                     let memory = memory.clone();
                     async move {
-                        match memory.on_event(&delivery.message, delivery.delivered()).await {
-                            Ok(()) => Handled::Done,
-                            Err(e) => {
-                                warn!(goal_id = %delivery.message.goal_id, error = %e, "cannot record a goal event in memory; will retry");
-                                Handled::Retry { after: Duration::from_secs(2) }
+                        // A message holds a transition's events (one bare event, if stored before
+                        // batching). Only goal-level events change memory, and a transition's
+                        // last event is the one that can ask for a retry (a completion whose
+                        // acceptance is still being noted), so a retry repeats no turn.
+                        let events = hermes_core::events::decode(delivery.payload()).unwrap_or_default();
+                        for event in &events {
+                            if let Err(e) = memory.on_event(event, delivery.delivered()).await {
+                                warn!(goal_id = %event.goal_id, error = %e, "cannot record a goal event in memory; will retry");
+                                return Handled::Retry { after: Duration::from_secs(2) };
                             }
                         }
+                        Handled::Done
                     }
                 },
             )

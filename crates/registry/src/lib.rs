@@ -9,10 +9,15 @@
 //! `score = 0.6 × capability + 0.4 × availability`, where capability is 0.5 plus 0.5 × the share
 //! of the node's preferences (tags, tools, model) the agent matches (1.0 when the node states
 //! none), and availability is `1 − load / max_concurrency`. Load is kept current between
-//! heartbeats by optimistic reservation: a routed task adds one, a result seen on
-//! `hermes.result.>` from that agent removes one, and each heartbeat resets it to the agent's own
-//! count. Saturated agents are never chosen; ties go to the agent assigned least recently. When no
-//! agent can take a task the decision is the task type's pool.
+//! heartbeats by optimistic reservation: a routed task adds one, its result (for whoever follows
+//! results, [`Registry::task_finished`]) removes one, and each heartbeat resets it to the agent's
+//! own count. Saturated agents are never chosen; ties go to the agent assigned least recently.
+//! When no agent can take a task the decision is the task type's pool.
+//!
+//! Dispatchers route from a table of their own ([`Registry::mirror`], kept by [`follow`]), which
+//! frees each reservation when the dispatcher applies the result. The registry service still
+//! answers route requests for other clients; it follows no results, so the reservations it makes
+//! last until the agent's next heartbeat, and the load it lists is the agents' own count.
 
 mod grpc;
 pub mod service;
@@ -28,7 +33,7 @@ use hermes_core::topology::{validate_agent_id, validate_task_type};
 use hermes_core::{Bus, now_unix_ms};
 use hermes_proto::{
     AgentChange, AgentEvent, AgentHeartbeat, AgentInfo, AgentOffline, CatalogEntry, CatalogReply,
-    RouteDecision, RouteQuery, RouteReply, RouteRequest, TaskResult,
+    RouteDecision, RouteQuery, RouteReply, RouteRequest,
 };
 use prost::Message as _;
 use tokio::sync::broadcast;
@@ -527,9 +532,6 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
     let mut agents_list =
         bus.client().queue_subscribe(topology.agents_list(), topology.registry_queue()).await?;
     let mut routes = bus.client().queue_subscribe(topology.route(), topology.registry_queue()).await?;
-    // A plain (non-JetStream) subscription sees every result as it is published, without taking
-    // it from the dispatchers' work queue; it only releases reservations.
-    let mut results = bus.client().subscribe(topology.all_results()).await?;
     let sweep_every =
         (registry.inner.config.heartbeat_ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut sweep = tokio::time::interval(sweep_every);
@@ -587,14 +589,6 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
                         if let Err(e) = bus.client().publish(reply, body.into()).await {
                             debug!(error = %e, "route reply failed");
                         }
-                    }
-                }
-                Some(msg) = results.next() => {
-                    // Only a task the registry routed holds a reservation to free.
-                    if let Ok(result) = TaskResult::decode(msg.payload)
-                        && result.routed
-                    {
-                        registry.task_finished(&result.agent_id);
                     }
                 }
                 Some(msg) = catalog.next() => {

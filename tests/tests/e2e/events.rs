@@ -24,7 +24,6 @@ fn fan_out(width: usize) -> TaskPlan {
 /// Every stored event of a goal, in stream order, read straight from JetStream.
 async fn stored(t: &Sandbox, goal_id: &str) -> Vec<Event> {
     use async_nats::jetstream::consumer::{DeliverPolicy, pull};
-    use prost::Message as _;
     let stream = t.bus.jetstream().get_stream(t.bus.topology().events_stream()).await.unwrap();
     let consumer = stream
         .create_consumer(pull::OrderedConfig {
@@ -37,10 +36,10 @@ async fn stored(t: &Sandbox, goal_id: &str) -> Vec<Event> {
     let pending = consumer.clone().info().await.unwrap().num_pending as usize;
     let mut messages = consumer.messages().await.unwrap();
     let mut out = Vec::with_capacity(pending);
-    while out.len() < pending {
+    for _ in 0..pending {
         let msg =
             tokio::time::timeout(Duration::from_secs(10), messages.next()).await.unwrap().unwrap().unwrap();
-        out.push(Event::decode(msg.payload.clone()).unwrap());
+        out.extend(hermes_core::events::decode(&msg.payload).unwrap());
     }
     out
 }
