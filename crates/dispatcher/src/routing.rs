@@ -48,6 +48,13 @@ pub(crate) fn record_decisions(
     tasks: &[TaskMessage],
     decisions: &[RouteDecision],
 ) -> Vec<String> {
+    let mut dispatched: std::collections::HashMap<String, &mut hermes_proto::TaskDispatched> = events
+        .iter_mut()
+        .filter_map(|event| match &mut event.kind {
+            Some(Kind::TaskDispatched(d)) => Some((d.task_id.clone(), d)),
+            _ => None,
+        })
+        .collect();
     tasks
         .iter()
         .zip(decisions)
@@ -57,15 +64,11 @@ pub(crate) fn record_decisions(
             } else {
                 topology.direct_task(&decision.agent_id, &task.task_type)
             };
-            for event in events.iter_mut() {
-                if let Some(Kind::TaskDispatched(d)) = &mut event.kind
-                    && d.task_id == task.task_id
-                {
-                    d.subject = subject.clone();
-                    d.agent_id = decision.agent_id.clone();
-                    d.score = decision.score;
-                    d.reason = decision.reason.clone();
-                }
+            if let Some(d) = dispatched.get_mut(&task.task_id) {
+                d.subject = subject.clone();
+                d.agent_id = decision.agent_id.clone();
+                d.score = decision.score;
+                d.reason = decision.reason.clone();
             }
             info!(
                 goal_id = %task.goal_id,

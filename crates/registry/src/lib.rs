@@ -250,41 +250,59 @@ impl Registry {
 
     /// Decides where one task goes, and reserves a slot on the chosen agent.
     pub fn route(&self, query: &RouteQuery) -> RouteDecision {
-        let Some(ids) = self.inner.by_type.get(&query.task_type).map(|ids| ids.clone()) else {
-            return pool_decision(query, 0, "no live agent serves this task type");
-        };
-        let mut best: Option<(f64, u64, String, String)> = None;
-        let mut saturated = 0;
-        for id in &ids {
-            let Some(agent) = self.inner.agents.get(id) else { continue };
-            let max = agent.heartbeat.max_concurrency.max(1);
-            if agent.load >= max || agent.heartbeat.draining {
-                saturated += 1;
-                continue;
-            }
-            let (capability, matched, wanted) = capability(&agent.heartbeat, query);
-            let availability = 1.0 - f64::from(agent.load) / f64::from(max);
-            let score = CAPABILITY_WEIGHT * capability + AVAILABILITY_WEIGHT * availability;
-            let better = match &best {
-                None => true,
-                Some((best_score, best_assigned, _, _)) => {
-                    score > best_score + 1e-9
-                        || ((score - best_score).abs() <= 1e-9 && agent.last_assigned < *best_assigned)
-                }
-            };
-            if better {
-                let reason = format!(
-                    "capability {capability:.2} ({matched}/{wanted} preferences) x {CAPABILITY_WEIGHT} + availability {availability:.2} ({}/{max} busy) x {AVAILABILITY_WEIGHT}",
-                    agent.load
-                );
-                best = Some((score, agent.last_assigned, id.clone(), reason));
-            }
+        /// The best agent so far, with what its reason says.
+        struct Best {
+            score: f64,
+            last_assigned: u64,
+            id: String,
+            capability: (f64, usize, usize),
+            load: u32,
+            max: u32,
         }
-        let capable = ids.len() as u32;
-        let Some((score, _, agent_id, reason)) = best else {
+        let (best, capable, saturated) = {
+            let Some(ids) = self.inner.by_type.get(&query.task_type) else {
+                return pool_decision(query, 0, "no live agent serves this task type");
+            };
+            let mut best: Option<Best> = None;
+            let mut saturated = 0;
+            for id in ids.iter() {
+                let Some(agent) = self.inner.agents.get(id) else { continue };
+                let max = agent.heartbeat.max_concurrency.max(1);
+                if agent.load >= max || agent.heartbeat.draining {
+                    saturated += 1;
+                    continue;
+                }
+                let capability = capability(&agent.heartbeat, query);
+                let availability = 1.0 - f64::from(agent.load) / f64::from(max);
+                let score = CAPABILITY_WEIGHT * capability.0 + AVAILABILITY_WEIGHT * availability;
+                let better = best.as_ref().is_none_or(|b| {
+                    score > b.score + 1e-9
+                        || ((score - b.score).abs() <= 1e-9 && agent.last_assigned < b.last_assigned)
+                });
+                if better {
+                    let id = id.clone();
+                    best = Some(Best {
+                        score,
+                        last_assigned: agent.last_assigned,
+                        id,
+                        capability,
+                        load: agent.load,
+                        max,
+                    });
+                }
+            }
+            (best, ids.len() as u32, saturated)
+        };
+        let Some(Best { score, id: agent_id, capability: (capability, matched, wanted), load, max, .. }) =
+            best
+        else {
             let why = format!("all {saturated} capable agents are saturated or draining");
             return pool_decision(query, capable, &why);
         };
+        let availability = 1.0 - f64::from(load) / f64::from(max);
+        let reason = format!(
+            "capability {capability:.2} ({matched}/{wanted} preferences) x {CAPABILITY_WEIGHT} + availability {availability:.2} ({load}/{max} busy) x {AVAILABILITY_WEIGHT}"
+        );
         if let Some(mut agent) = self.inner.agents.get_mut(&agent_id) {
             agent.load += 1;
             agent.assigned += 1;
