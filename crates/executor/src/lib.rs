@@ -453,7 +453,7 @@ async fn handle_task(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Handl
             .task_duration
             .get_or_create(&labels)
             .observe(hermes_core::metrics::seconds(result.elapsed_ms));
-        match publish_result(shared, delivery, &result).await {
+        match publish_result_patiently(shared, delivery, &result).await {
             Ok(_) => {
                 if result.status == TaskStatus::Succeeded as i32 {
                     info!(event = "task_succeeded", elapsed_ms = result.elapsed_ms, "task succeeded");
@@ -471,6 +471,35 @@ async fn handle_task(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Handl
     }
     .instrument(span)
     .await
+}
+
+/// How long a task's result is published again after a failure (a JetStream cluster electing
+/// the results stream's leader answers "no stream" for several seconds) before the task is handed
+/// back for redelivery. Meanwhile the delivery is kept by progress acks: the work is done, and
+/// giving it back at once would run it again and use up its deliveries within the election.
+const RESULT_PATIENCE: Duration = Duration::from_secs(30);
+
+/// [`publish_result`], sent again after a failure for up to [`RESULT_PATIENCE`]: the result's
+/// `Nats-Msg-Id` is its task's, so a result stored the first time is not stored twice.
+async fn publish_result_patiently(
+    shared: &Shared,
+    delivery: &Delivery<TaskMessage>,
+    result: &TaskResult,
+) -> hermes_core::Result<hermes_core::PublishOutcome> {
+    let deadline = tokio::time::Instant::now() + RESULT_PATIENCE;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match publish_result(shared, delivery, result).await {
+            Ok(outcome) => return Ok(outcome),
+            Err(e) if tokio::time::Instant::now() + pause < deadline => {
+                warn!(error = %e, "cannot publish the result; sending it again");
+                tokio::time::sleep(pause).await;
+                let _ = delivery.progress().await;
+                pause = (pause * 2).min(Duration::from_secs(2)).min(shared.ack_wait / 2);
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Publishes a task's result on its goal's result subject, deduplicated by task id, in the
@@ -506,7 +535,7 @@ fn crash_key(task: &TaskMessage) -> String {
     format!("{}{}.{}", hermes_core::ledger::CRASH_MARKER_PREFIX, task.goal_id, task.node_id)
 }
 
-/// The crashes counted on a task's node so far. A node's crash marker `{crashes, task_id}` exists
+/// The crashes counted on a task's node so far. A node's crash marker `{crashes, node}` exists
 /// only once a process crashed while running it: the crash supervisor knows what its worker
 /// process runs without a write to the bus (see [`supervise`]), and the next process counts one
 /// crash on each task it had in flight ([`count_crashes`]). Only a redelivery or a later attempt
@@ -603,7 +632,7 @@ async fn quarantine(shared: &Shared, delivery: &Delivery<TaskMessage>, deaths: u
         error: Some(error),
         ..Default::default()
     };
-    if let Err(e) = publish_result(shared, delivery, &result).await {
+    if let Err(e) = publish_result_patiently(shared, delivery, &result).await {
         warn!(error = %e, "cannot publish the quarantined task's result; asking for redelivery");
         return Handled::Retry { after: Duration::from_secs(1) };
     }
