@@ -42,6 +42,7 @@ pub struct SandboxBuilder {
     extra_agents: Vec<AgentConfig>,
     heartbeat_ttl: Option<Duration>,
     no_agent_wait: Option<Duration>,
+    catalog_ttl: Option<Duration>,
     max_watches_per_client: Option<usize>,
     api_tokens: Option<String>,
     cors_allow_origins: Vec<String>,
@@ -62,6 +63,7 @@ impl Default for SandboxBuilder {
             extra_agents: Vec::new(),
             heartbeat_ttl: None,
             no_agent_wait: None,
+            catalog_ttl: None,
             max_watches_per_client: None,
             api_tokens: None,
             cors_allow_origins: Vec::new(),
@@ -139,7 +141,6 @@ impl SandboxBuilder {
         self
     }
 
-    /// How long a node waits for an agent serving its type (default the dispatcher's).
     /// Event streams one client may hold open (default the dispatcher's).
     pub fn max_watches_per_client(mut self, n: usize) -> Self {
         self.max_watches_per_client = Some(n);
@@ -152,8 +153,16 @@ impl SandboxBuilder {
         self
     }
 
+    /// How long a node waits for an agent serving its type (default the dispatcher's).
     pub fn no_agent_wait(mut self, wait: Duration) -> Self {
         self.no_agent_wait = Some(wait);
+        self
+    }
+
+    /// How long the dispatcher trusts its cached copy of the registry's catalogue (default the
+    /// dispatcher's).
+    pub fn catalog_ttl(mut self, ttl: Duration) -> Self {
+        self.catalog_ttl = Some(ttl);
         self
     }
 
@@ -205,6 +214,9 @@ impl SandboxBuilder {
         if let Some(tokens) = &self.api_tokens {
             let access = hermes_dispatcher::access::Access::parse(tokens).expect("valid API tokens");
             dispatcher.access = std::sync::Arc::new(access);
+        }
+        if let Some(ttl) = self.catalog_ttl {
+            dispatcher.catalog_ttl = ttl;
         }
         if let Some(wait) = self.no_agent_wait {
             dispatcher.no_agent_wait = wait;
