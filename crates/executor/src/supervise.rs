@@ -25,15 +25,16 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead as _, Read as _, Seek as _, Write as _};
+use std::io::{Read as _, Seek as _, Write as _};
 use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
 use std::process::ExitStatus;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::unistd::pipe;
+use tokio::io::AsyncBufReadExt as _;
 
 /// Set in the supervised child.
 pub const SUPERVISED_ENV: &str = "HERMES_SUPERVISED";
@@ -144,32 +145,53 @@ impl InFlight {
     }
 }
 
-/// Reads the child's lines until every writer has closed the pipe (the child has exited).
-fn read_in_flight(read: OwnedFd) -> (Arc<Mutex<InFlight>>, std::thread::JoinHandle<()>) {
-    let in_flight = Arc::new(Mutex::new(InFlight::default()));
-    let shared = in_flight.clone();
-    let reader = std::thread::spawn(move || {
-        let mut lines = std::io::BufReader::new(File::from(read));
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match lines.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => shared.lock().unwrap_or_else(|p| p.into_inner()).apply(&line),
-            }
-        }
-    });
-    (in_flight, reader)
+/// The supervisor's end of the child's pipe, read in its own runtime (no thread of its own: the
+/// supervisor is meant to stay small).
+struct TasksPipe {
+    lines: tokio::io::BufReader<tokio::net::unix::pipe::Receiver>,
+    line: Vec<u8>,
+    open: bool,
+    in_flight: InFlight,
 }
 
-/// The keys in flight when the child died, once the pipe is read to its end (or after two
-/// seconds, should something else still hold its writing end).
-async fn in_flight_at_exit(in_flight: &Mutex<InFlight>, reader: std::thread::JoinHandle<()>) -> Vec<String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while !reader.is_finished() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+impl TasksPipe {
+    fn new(read: OwnedFd) -> std::io::Result<Self> {
+        let receiver = tokio::net::unix::pipe::Receiver::from_owned_fd(read)?;
+        Ok(Self {
+            lines: tokio::io::BufReader::new(receiver),
+            line: Vec::new(),
+            open: true,
+            in_flight: InFlight::default(),
+        })
     }
-    in_flight.lock().unwrap_or_else(|p| p.into_inner()).keys()
+
+    /// Reads one line and applies it; the pipe is closed once every writer has gone. Safe to
+    /// cancel: a line read in part stays in `line` for the next call.
+    async fn read_line(&mut self) {
+        match self.lines.read_until(b'\n', &mut self.line).await {
+            Ok(0) | Err(_) => self.open = false,
+            Ok(_) if self.line.ends_with(b"\n") => {
+                self.in_flight.apply(&self.line);
+                self.line.clear();
+            }
+            Ok(_) => {}
+        }
+    }
+
+    /// The keys in flight when the child died, once the pipe is read to its end (or after two
+    /// seconds, should something else still hold its writing end).
+    async fn at_exit(mut self) -> Vec<String> {
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while self.open {
+                self.read_line().await;
+            }
+        })
+        .await;
+        if !self.line.is_empty() {
+            self.in_flight.apply(&self.line);
+        }
+        self.in_flight.keys()
+    }
 }
 
 /// A memory file holding `keys`, one per line, for the next child (not closed on exec).
@@ -266,7 +288,13 @@ async fn supervise(name: &str) -> i32 {
         // Only the child holds the writing end now, so the pipe ends when the child does.
         drop(write);
         crashed = None;
-        let (in_flight, reader) = read_in_flight(read);
+        let mut tasks = match TasksPipe::new(read) {
+            Ok(tasks) => tasks,
+            Err(e) => {
+                eprintln!("{name}: cannot read its pipe from its worker process: {e}");
+                return 2;
+            }
+        };
         let forward = |child: &tokio::process::Child, sig: nix::sys::signal::Signal| {
             if let Some(pid) = child.id() {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
@@ -275,6 +303,7 @@ async fn supervise(name: &str) -> i32 {
         let status = loop {
             tokio::select! {
                 status = child.wait() => break status,
+                () = tasks.read_line(), if tasks.open => {}
                 _ = term.recv() => forward(&child, nix::sys::signal::Signal::SIGTERM),
                 _ = int.recv() => forward(&child, nix::sys::signal::Signal::SIGINT),
             }
@@ -288,7 +317,7 @@ async fn supervise(name: &str) -> i32 {
         };
         match crash_signal(status) {
             Some(signal) => {
-                let keys = in_flight_at_exit(&in_flight, reader).await;
+                let keys = tasks.at_exit().await;
                 eprintln!(
                     "{name}: the worker process crashed (signal {signal}) with {} task(s) in flight; starting a new one, which counts one crash on each",
                     keys.len()
