@@ -318,7 +318,17 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
     let refused = anonymous.list_agents(hermes_proto::ListAgentsRequest {}).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
     // Memory needs an operator: no token and a viewer's are refused.
-    let memory = Channel::from_shared(format!("http://{memory_grpc}")).unwrap().connect().await.unwrap();
+    // The memory service may still be starting: it binds its port after connecting to NATS.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let memory = loop {
+        match Channel::from_shared(format!("http://{memory_grpc}")).unwrap().connect().await {
+            Ok(channel) => break channel,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "the memory service did not listen within 60 s: {e}")
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let mut memory = hermes_proto::memory_client::MemoryClient::new(memory);
     let sessions = |token: Option<&str>| {
         let mut request = tonic::Request::new(hermes_proto::ListSessionsRequest::default());
