@@ -1,8 +1,8 @@
 //! Clients of the registry: [`route`], which asks it where tasks should go (dispatchers route from
 //! their own view instead, see `hermes_registry::Registry::mirror`), and [`Catalog`], a cached
-//! view of its capability catalogue, used by the dispatcher and the planner to validate plans. The catalogue is refreshed
-//! at most once per `ttl`, and once more on a miss, so a newly registered task type is accepted
-//! without waiting for the next refresh.
+//! view of its capability catalogue, used by the dispatcher and the planner to validate plans.
+//! The catalogue is refreshed at most once per `ttl`, and once more on a miss, so a newly
+//! registered task type is accepted without waiting for the next refresh.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -270,8 +270,8 @@ impl Bus {
     pub async fn publish_event(&self, event: &hermes_proto::Event, msg_id: &str) -> Result<PublishOutcome> {
         let subject = self.topology().event(&event.goal_id);
         let trace = TraceContext::current();
-        let batch = hermes_proto::EventBatch { events: vec![crate::redact::event(event)] };
-        self.publish(subject, &batch, msg_id, trace.as_ref()).await
+        let batch = crate::events::encode(&[crate::redact::event(event)]);
+        self.publish_bytes(subject, batch, msg_id, trace.as_ref()).await
     }
 
     /// Publishes raw bytes; see [`Bus::publish`].

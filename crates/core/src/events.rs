@@ -7,6 +7,8 @@
 //! Every reader of the events stream decodes with [`decode`], which also reads a message stored
 //! before events were batched (one bare `Event`).
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use hermes_proto::{Event, EventBatch};
 use prost::Message as _;
@@ -14,18 +16,37 @@ use prost::Message as _;
 /// Most bytes of events one message carries (an event over it goes alone).
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 
+/// `EventBatch.events`'s field number in `event.proto`.
+const EVENTS_FIELD: u32 = 100;
+
 /// The events a stored message holds, in order.
 pub fn decode(payload: &[u8]) -> Result<Vec<Event>, prost::DecodeError> {
     let batch = EventBatch::decode(payload)?;
+    Ok(of(&batch, payload)?.into_owned())
+}
+
+/// The events of a stored message already decoded as `batch` (a consumer of `EventBatch`
+/// messages): its events, or, when it holds none, the bare event the payload is.
+pub fn of<'a>(batch: &'a EventBatch, payload: &[u8]) -> Result<Cow<'a, [Event]>, prost::DecodeError> {
     if !batch.events.is_empty() {
-        return Ok(batch.events);
+        return Ok(Cow::Borrowed(&batch.events));
     }
     // A bare event (written before batching) has none of the batch's fields; an empty payload
     // is no event at all.
     if payload.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Cow::Owned(Vec::new()));
     }
-    Ok(vec![Event::decode(payload)?])
+    Ok(Cow::Owned(vec![Event::decode(payload)?]))
+}
+
+/// `events` encoded as one `EventBatch`, without copying them into one first.
+pub fn encode(events: &[Event]) -> Bytes {
+    let len: usize = events.iter().map(|e| prost::encoding::message::encoded_len(EVENTS_FIELD, e)).sum();
+    let mut buf = Vec::with_capacity(len);
+    for event in events {
+        prost::encoding::message::encode(EVENTS_FIELD, event, &mut buf);
+    }
+    Bytes::from(buf)
 }
 
 /// `events` as the messages that store them: runs of consecutive events, each encoded as one
@@ -37,21 +58,16 @@ pub fn batches(events: &[Event]) -> Vec<(usize, usize, Bytes)> {
     for (i, event) in events.iter().enumerate() {
         let len = event.encoded_len();
         if i > start && size + len > MAX_BATCH_BYTES {
-            out.push(encode(events, start, i));
+            out.push((start, i - start, encode(&events[start..i])));
             start = i;
             size = 0;
         }
         size += len + 4;
     }
     if start < events.len() {
-        out.push(encode(events, start, events.len()));
+        out.push((start, events.len() - start, encode(&events[start..])));
     }
     out
-}
-
-fn encode(events: &[Event], start: usize, end: usize) -> (usize, usize, Bytes) {
-    let batch = EventBatch { events: events[start..end].to_vec() };
-    (start, end - start, Bytes::from(batch.encode_to_vec()))
 }
 
 #[cfg(test)]
@@ -81,6 +97,10 @@ mod tests {
         assert_eq!(decode(&bare).unwrap(), vec![events[0].clone()]);
         assert!(decode(&[]).unwrap().is_empty());
         assert!(decode(b"\xff\xff not protobuf").is_err());
+        // The encoder writes what prost's own encoding of the message writes.
+        assert_eq!(encode(&events), EventBatch { events: events.clone() }.encode_to_vec());
+        let batch = EventBatch::decode(&stored[0].2[..]).unwrap();
+        assert_eq!(of(&batch, &stored[0].2).unwrap().as_ref(), events.as_slice());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The effects publisher: what follows a committed transition. The transition's events are
-//! published first, in one message (`hermes_core::events`), then its tasks (routed from the dispatcher's view of the agents, see
-//! [`routing`]) and plan requests, in that order on
-//! one connection, so a goal's events are stored by `seq` and each `TaskDispatched` before its
+//! published first, in one message (`hermes_core::events`), then its tasks (routed from the
+//! dispatcher's view of the agents, see [`routing`]) and plan requests, in that order on one
+//! connection, so a goal's events are stored by `seq` and each `TaskDispatched` before its
 //! task can produce a result. Then the workers hear what concerns them, through [`Followups`]:
 //! the goal's next deadline, a summary to write, a task no live agent serves.
 //!

@@ -137,14 +137,14 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let access = config.access.clone();
     let service = Arc::new(GoalService::new(bus.clone(), config, followups, quotas, records.clone()));
     let gate = Arc::new(gate::Gate::new(service.clone(), audit, records, access));
-    // Drained in reverse: the API stops first, the results consumer (which hands back what it
-    // pulled but did not start) last.
     // The routing view is loaded before the API serves, so the first tasks go to live agents.
     let agents = service.agents().clone();
     let (loaded, _) = agents.rebuild_from_kv(&bus).await;
     tracing::debug!(agents = loaded, "routing view loaded");
     let b = bus.clone();
     cx.spawn("agents", move |stop| hermes_registry::follow(b, agents, stop));
+    // Drained in reverse: the API stops first, the results consumer (which hands back what it
+    // pulled but did not start) last.
     let s = service.clone();
     cx.spawn_loop("results", move |stop| workers::results::run(s, results, stop));
     let s = service.clone();

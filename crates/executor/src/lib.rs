@@ -576,14 +576,15 @@ pub async fn count_crashes(bus: &Bus, keys: &[String]) -> Result<usize, Error> {
             continue;
         };
         let written = match store.entry(key).await {
-            Ok(Some(entry)) if entry.live => {
-                let crashes = marker_crashes(&entry.value) + 1;
-                let marker = serde_json::json!({"crashes": crashes, "node": node});
-                store.replace(key, marker.to_string().into(), entry.revision).await.map(|()| crashes)
-            }
-            Ok(_) => {
-                let marker = serde_json::json!({"crashes": 1, "node": node});
-                store.put(key, marker.to_string().into()).await.map(|()| 1)
+            Ok(entry) => {
+                let live = entry.filter(|e| e.live);
+                let crashes = live.as_ref().map_or(0, |e| marker_crashes(&e.value)) + 1;
+                let marker = serde_json::json!({"crashes": crashes, "node": node}).to_string().into();
+                match live {
+                    Some(entry) => store.replace(key, marker, entry.revision).await,
+                    None => store.put(key, marker).await,
+                }
+                .map(|()| crashes)
             }
             Err(e) => Err(e),
         };

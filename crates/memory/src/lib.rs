@@ -532,8 +532,9 @@ pub async fn run(memory: Memory, shutdown: CancellationToken) -> anyhow::Result<
                         // batching). Only goal-level events change memory, and a transition's
                         // last event is the one that can ask for a retry (a completion whose
                         // acceptance is still being noted), so a retry repeats no turn.
-                        let events = hermes_core::events::decode(delivery.payload()).unwrap_or_default();
-                        for event in &events {
+                        let events = hermes_core::events::of(&delivery.message, delivery.payload())
+                            .unwrap_or_default();
+                        for event in events.iter() {
                             if let Err(e) = memory.on_event(event, delivery.delivered()).await {
                                 warn!(goal_id = %event.goal_id, error = %e, "cannot record a goal event in memory; will retry");
                                 return Handled::Retry { after: Duration::from_secs(2) };

@@ -236,6 +236,19 @@ impl Registry {
         expired.iter().filter_map(|id| self.remove(id, "ttl_expired")).collect()
     }
 
+    /// [`Registry::apply_heartbeat`] for a heartbeat as it arrived: its subject names the agent,
+    /// its payload is the encoded `AgentHeartbeat`.
+    pub fn apply_heartbeat_message(
+        &self,
+        subject: &str,
+        payload: &[u8],
+    ) -> Result<Option<AgentOffline>, hermes_core::Error> {
+        let subject_agent = subject.rsplit('.').next().unwrap_or_default();
+        let heartbeat = AgentHeartbeat::decode(payload)
+            .map_err(|e| hermes_core::Error::Decode { kind: "AgentHeartbeat", reason: e.to_string() })?;
+        self.apply_heartbeat(subject_agent, heartbeat)
+    }
+
     /// Removes an agent the registry announced offline.
     pub fn forget(&self, agent_id: &str) {
         self.remove(agent_id, "offline");
@@ -376,14 +389,6 @@ impl Registry {
             }
         };
         let ttl_ms = self.inner.config.heartbeat_ttl.as_millis() as u64;
-        if self.inner.quiet {
-            // A mirror loads what is live and leaves the rest to the registry.
-            let live = mirrored
-                .into_iter()
-                .filter(|(_, hb)| now_unix_ms().saturating_sub(hb.sent_unix_ms) <= ttl_ms);
-            let loaded = live.filter(|(key, hb)| self.apply_heartbeat(key, hb.clone()).is_ok()).count();
-            return (loaded, Vec::new());
-        }
         let mut loaded = 0;
         let mut dead = Vec::new();
         for (key, hb) in mirrored {
@@ -391,7 +396,8 @@ impl Registry {
                 if self.apply_heartbeat(&key, hb).is_ok() {
                     loaded += 1;
                 }
-            } else {
+            } else if !self.inner.quiet {
+                // A mirror leaves the dead to the registry, which removes and announces them.
                 let _ = agents.remove(&key).await;
                 dead.push(AgentOffline {
                     agent_id: key.clone(),
@@ -489,11 +495,8 @@ pub async fn follow(bus: Bus, mirror: Registry, shutdown: CancellationToken) -> 
             _ = shutdown.cancelled() => break,
             msg = heartbeats.next() => {
                 let Some(msg) = msg else { break };
-                let subject_agent = msg.subject.rsplit('.').next().unwrap_or_default();
-                if let Ok(hb) = AgentHeartbeat::decode(msg.payload) {
-                    // A heartbeat the registry rejects is rejected here too; the registry logs it.
-                    let _ = mirror.apply_heartbeat(subject_agent, hb);
-                }
+                // A heartbeat the registry rejects is rejected here too; the registry logs it.
+                let _ = mirror.apply_heartbeat_message(&msg.subject, &msg.payload);
             }
         }
     }
@@ -582,11 +585,7 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
                 biased;
                 _ = shutdown.cancelled() => break,
                 Some(msg) = heartbeats.next() => {
-                    let subject_agent = msg.subject.rsplit('.').next().unwrap_or_default().to_owned();
-                    let applied = AgentHeartbeat::decode(msg.payload.clone())
-                        .map_err(|e| hermes_core::Error::Decode { kind: "AgentHeartbeat", reason: e.to_string() })
-                        .and_then(|hb| registry.apply_heartbeat(&subject_agent, hb));
-                    match applied {
+                    match registry.apply_heartbeat_message(&msg.subject, &msg.payload) {
                         Ok(Some(offline)) => publish_offline(offline).await,
                         Ok(None) => {}
                         Err(reason) => {

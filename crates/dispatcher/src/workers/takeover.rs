@@ -1,8 +1,8 @@
 //! The takeover worker: what happens when an agent goes away, or no agent serves a task type.
 //!
 //! When the registry announces an agent offline, the worker removes it from the dispatcher's
-//! routing view and takes over its directed work: it deletes the agent's consumer, drains the agent's subject with a consumer of its own
-//! and gives every task that is still the current attempt of its node a new attempt routed
+//! routing view and takes over its directed work: it deletes the agent's consumer, drains the
+//! agent's subject with a consumer of its own and gives every task that is still the current attempt of its node a new attempt routed
 //! elsewhere ([`GoalService::reassign`]). The old attempt's result, should it ever arrive, is then
 //! stale and ignored. Only tasks sent before the takeover began are taken: an agent that comes
 //! back at once keeps what it was routed since. Safe on several dispatchers at once: the drain consumer is a work queue and
