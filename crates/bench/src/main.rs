@@ -137,6 +137,16 @@ async fn main() -> anyhow::Result<()> {
     let grpc = DispatcherClient::connect(stack.grpc_url()).await?;
     let completions = Completions::start(&client).await?;
 
+    if let Ok(runs) = std::env::var("HERMES_BENCH_FAN_OUTS") {
+        // The fan-out alone, again and again: for a profile of it, or its spread.
+        let floor_ms = scale().fan_out as f64 / floor_tput * 1000.0;
+        for _ in 0..runs.parse::<usize>().context("HERMES_BENCH_FAN_OUTS is a count")? {
+            let wall = fan_out_wall(&grpc, &completions).await?;
+            println!("fan-out {wall:.1} ms, {:.2}x the floor's {floor_ms:.1} ms", wall / floor_ms);
+        }
+        stack.stop().await;
+        return Ok(());
+    }
     let goal_lat = goal_latency(&grpc, &completions).await?;
     let tap = match std::env::var("HERMES_BENCH_WIRETAP") {
         Ok(_) => Some(Wiretap::start(&client).await?),

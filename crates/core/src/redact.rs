@@ -33,12 +33,35 @@ const SECRET_KEYS: [&str; 10] = [
 /// Whether a key or field name names a secret. Counts of tokens (`input_tokens`,
 /// `max_tokens`) are not secrets.
 pub fn is_secret_key(key: &str) -> bool {
+    // This runs for every field of every redacted message, so a short ASCII key (nearly all of
+    // them) is folded on the stack; only another one allocates.
+    let mut buf = [0u8; 64];
+    if key.is_ascii() && key.len() <= buf.len() {
+        let mut len = 0;
+        for b in key.bytes().filter(|b| !matches!(b, b'-' | b'_' | b' ' | b'.')) {
+            buf[len] = b.to_ascii_lowercase();
+            len += 1;
+        }
+        return names_secret(std::str::from_utf8(&buf[..len]).unwrap_or_default());
+    }
     let folded: String =
         key.chars().filter(|c| !matches!(c, '-' | '_' | ' ' | '.')).flat_map(char::to_lowercase).collect();
-    if folded.ends_with("tokens") {
-        return false;
-    }
-    SECRET_KEYS.iter().any(|s| folded.contains(s))
+    names_secret(&folded)
+}
+
+/// [`is_secret_key`] of a key already folded (lower case, no separators).
+fn names_secret(folded: &str) -> bool {
+    !folded.ends_with("tokens") && SECRET_KEYS.iter().any(|s| folded.contains(s))
+}
+
+/// Where `needle` (ASCII, lower case) next occurs in `text` at or after byte `from`, ignoring
+/// ASCII case. An ASCII match lies on character boundaries.
+fn find_ignoring_case(text: &str, from: usize, needle: &str) -> Option<usize> {
+    let (text, needle) = (text.as_bytes(), needle.as_bytes());
+    text.get(from..)?
+        .windows(needle.len())
+        .position(|window| window.eq_ignore_ascii_case(needle))
+        .map(|at| from + at)
 }
 
 fn is_word_char(c: char) -> bool {
@@ -120,11 +143,10 @@ fn debug_value_end(text: &str, start: usize) -> usize {
 /// `text` with the secrets it contains replaced by [`REDACTED`]; borrowed when there are none.
 pub fn redact_text(text: &str) -> Cow<'_, str> {
     let mut spans: Vec<(usize, usize)> = Vec::new();
-    let lower = text.to_ascii_lowercase();
     // `Bearer <credential>` anywhere.
     let mut from = 0;
-    while let Some(found) = lower[from..].find("bearer ") {
-        let start = from + found + "bearer ".len();
+    while let Some(found) = find_ignoring_case(text, from, "bearer ") {
+        let start = found + "bearer ".len();
         let end = credential_end(text, start);
         if end > start && !text[start..].starts_with(REDACTED) {
             spans.push((start, end));
@@ -133,8 +155,8 @@ pub fn redact_text(text: &str) -> Cow<'_, str> {
     }
     // `sk-...` keys as whole words.
     let mut from = 0;
-    while let Some(found) = lower[from..].find("sk-") {
-        let start = from + found;
+    while let Some(found) = find_ignoring_case(text, from, "sk-") {
+        let start = found;
         let boundary = text[..start].chars().next_back().is_none_or(|c| !is_word_char(c));
         let end = credential_end(text, start);
         if boundary && end - start >= 8 {
@@ -149,8 +171,9 @@ pub fn redact_text(text: &str) -> Cow<'_, str> {
             (None, true) => word_start = Some(i),
             (Some(start), false) => {
                 word_start = None;
-                if is_secret_key(&text[start..i])
-                    && let Some(value) = assignment_value_start(text, i)
+                // The assignment first: it is the cheaper test, and most words have none.
+                if let Some(value) = assignment_value_start(text, i)
+                    && is_secret_key(&text[start..i])
                 {
                     let end = debug_value_end(text, value);
                     if end > value && !text[value..].starts_with(REDACTED) {
@@ -204,6 +227,19 @@ pub fn redact(value: &Value) -> Value {
     }
 }
 
+/// Whether [`redact`] would change anything in `value`.
+fn needs_redaction(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map.iter().any(|(k, v)| match v {
+            Value::Null | Value::Bool(_) | Value::Number(_) => false,
+            _ => is_secret_key(k) || needs_redaction(v),
+        }),
+        Value::Array(items) => items.iter().any(needs_redaction),
+        Value::String(s) => matches!(redact_text(s), Cow::Owned(_)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
 /// JSON text with its secrets redacted; text that is not JSON is redacted as free text.
 pub fn redact_json_text(text: &str) -> String {
     redact_inputs(text, &[])
@@ -213,6 +249,10 @@ pub fn redact_json_text(text: &str) -> String {
 /// `marked` (the node's `secret_inputs`), and everything [`redact`] finds.
 pub fn redact_inputs(text: &str, marked: &[String]) -> String {
     match serde_json::from_str::<Value>(text) {
+        // Nothing to redact: the text as it came, without building a copy to print.
+        Ok(value) if !needs_redaction(&value) && marked.iter().all(|key| value.get(key).is_none()) => {
+            text.to_owned()
+        }
         Ok(value) => redact_marked(&value, marked).to_string(),
         Err(_) => redact_text(text).into_owned(),
     }
@@ -282,8 +322,14 @@ impl hermes_proto::StringVisitor for Rules {
 /// off a list.
 pub fn message<M: hermes_proto::VisitStrings + Clone>(message: &M) -> M {
     let mut copy = message.clone();
-    copy.visit_strings(&mut Rules);
+    in_place(&mut copy);
     copy
+}
+
+/// [`message`] without the copy: the secrets of every string `message` holds redacted where they
+/// are, for a message that is being published and not kept.
+pub fn in_place<M: hermes_proto::VisitStrings>(message: &mut M) {
+    message.visit_strings(&mut Rules);
 }
 
 /// A goal's state as a principal without the right to see secrets may read it ([`message`]:
@@ -411,6 +457,34 @@ mod tests {
         assert_eq!(artifact(clean.clone(), &[]), clean);
         let binary = vec![0xff, 0xfe, b'p', b'a', b's', b's'];
         assert_eq!(artifact(binary.clone(), &marked), binary);
+    }
+
+    #[test]
+    fn clean_inputs_come_back_as_they_were_written() {
+        // Nothing to redact: the same text, spacing and key order kept.
+        let clean = r#"{ "b": 1,  "a": ["x", {"n": "ok"}] }"#;
+        assert_eq!(redact_inputs(clean, &[]), clean);
+        // A secret anywhere, under an escaped key, or marked: redacted as before.
+        assert_eq!(redact_inputs(r#"{"a": {"password": "p"}}"#, &[]), r#"{"a":{"password":"[REDACTED]"}}"#);
+        assert_eq!(redact_inputs(r#"{"password": "p"}"#, &[]), r#"{"password":"[REDACTED]"}"#);
+        assert_eq!(redact_inputs(r#"{"q": "Bearer abcdefgh"}"#, &[]), r#"{"q":"Bearer [REDACTED]"}"#);
+        assert_eq!(redact_inputs(r#"{"q": "x"}"#, &["q".to_owned()]), r#"{"q":"[REDACTED]"}"#);
+    }
+
+    #[test]
+    fn keys_are_folded_alike_however_they_are_written() {
+        for key in ["API_KEY", "x-Api-Key", "session.token", "Authorization", "pass word"] {
+            assert!(is_secret_key(key), "{key}");
+        }
+        for key in ["input_tokens", "max_tokens", "node_id", "", "-_ ."] {
+            assert!(!is_secret_key(key), "{key}");
+        }
+        // Keys past the stack buffer, and keys with other than ASCII, take the allocating road.
+        assert!(is_secret_key(&format!("{}_token", "x".repeat(100))));
+        assert!(!is_secret_key(&"x".repeat(100)));
+        assert!(is_secret_key("clé_API-Key"));
+        assert!(is_secret_key("PASSWORD_ÜBER"));
+        assert!(!is_secret_key("größe"));
     }
 
     #[test]

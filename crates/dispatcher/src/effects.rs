@@ -160,8 +160,11 @@ impl EffectsPublisher {
             &decisions,
         );
         self.watch_unserved(&effects.tasks, &decisions);
-        let (outgoing, dispatch_spans) = self.messages(state, &effects, subjects, &decisions);
         metrics::record(state, &effects.events);
+        // Events are for watching a goal and are redacted for everyone; these are published and
+        // dropped, so they are redacted where they are.
+        effects.events.iter_mut().for_each(hermes_core::redact::in_place);
+        let (outgoing, dispatch_spans) = self.messages(state, &effects, subjects, &decisions);
         if let Err(e) = self.send_patiently(&state.goal_id, &outgoing, patience).await {
             // The transition is committed: its tasks must still reach the agents. The timers
             // worker publishes the goal's in-flight tasks again until that succeeds.
@@ -203,7 +206,7 @@ impl EffectsPublisher {
         }
     }
 
-    /// The messages in publishing order (events, tasks, plan requests), with one span per
+    /// The messages in publishing order (events, redacted already, tasks, plan requests), with one span per
     /// dispatched node: the agent's task span is its child. Messages continue the span this runs
     /// in (SubmitGoal, apply_plan, apply_results); work started by a timer or a restart continues
     /// the goal's root span.
@@ -221,9 +224,8 @@ impl EffectsPublisher {
         let mut outgoing = Vec::with_capacity(1 + effects.tasks.len());
         // The transition's events go in one message (several for a very wide plan), named by
         // their first event and their count, so a transition sent again is stored once.
-        let redacted: Vec<_> = effects.events.iter().map(hermes_core::redact::event).collect();
-        for (first, count, body) in hermes_core::events::batches(&redacted) {
-            let event = &redacted[first];
+        for (first, count, body) in hermes_core::events::batches(&effects.events) {
+            let event = &effects.events[first];
             let msg_id = match count {
                 1 => engine::event_msg_id(event),
                 n => format!("{}+{}", engine::event_msg_id(event), n - 1),

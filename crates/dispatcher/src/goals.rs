@@ -619,7 +619,8 @@ impl GoalService {
             .transition(goal_id, |state, effects, now| {
                 let changed = results
                     .iter()
-                    .filter(|r| match engine::apply_result(state, r, limits, now, effects) {
+                    .zip(engine::apply_results(state, results, limits, now, effects))
+                    .filter(|(r, applied)| match applied {
                         Applied::Changed => true,
                         Applied::Forged => {
                             warn!(goal_id, task_id = %r.task_id, claimed_agent = %r.agent_id, event = "forged_result",
@@ -627,7 +628,7 @@ impl GoalService {
                             false
                         }
                         Applied::WrongAttempt { issued, claimed } => {
-                            warn!(goal_id, task_id = %r.task_id, agent = %r.agent_id, issued, claimed, event = "mismatched_attempt",
+                            warn!(goal_id, task_id = %r.task_id, agent = %r.agent_id, issued = *issued, claimed = *claimed, event = "mismatched_attempt",
                                 "ignored a result that reports another attempt than the one issued");
                             false
                         }

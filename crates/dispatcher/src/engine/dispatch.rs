@@ -8,19 +8,27 @@ pub fn dispatch_ready(state: &mut GoalState, limits: Limits, now_ms: u64, effect
     if is_terminal(state.status) {
         return;
     }
-    let Some(plan) = state.plan.clone() else {
+    let Some(plan) = state.plan.as_ref() else {
         return;
     };
-    let status_of: HashMap<String, i32> = state.nodes.iter().map(|n| (n.node_id.clone(), n.status)).collect();
-    for (i, node) in plan.nodes.iter().enumerate() {
-        if state.nodes[i].status != NodeStatus::Pending as i32 {
-            continue;
-        }
-        let ready = node.depends_on.iter().all(|d| status_of.get(d) == Some(&(NodeStatus::Succeeded as i32)));
-        if !ready {
-            continue;
-        }
-        match resolve_inputs(state, &node.inputs_json) {
+    let pending = |i: &usize| state.nodes[*i].status == NodeStatus::Pending as i32;
+    // Nothing pending (a fan-out whose nodes are all out) costs one pass and no allocation.
+    if !(0..state.nodes.len()).any(|i| pending(&i)) {
+        return;
+    }
+    let succeeded: HashSet<&str> = state
+        .nodes
+        .iter()
+        .filter(|n| n.status == NodeStatus::Succeeded as i32)
+        .map(|n| n.node_id.as_str())
+        .collect();
+    let ready: Vec<usize> = (0..state.nodes.len())
+        .filter(pending)
+        .filter(|&i| plan.nodes[i].depends_on.iter().all(|d| succeeded.contains(d.as_str())))
+        .collect();
+    for i in ready {
+        let inputs = &state.plan.as_ref().expect("plan present").nodes[i].inputs_json;
+        match resolve_inputs(state, inputs) {
             Ok(inputs_json) => {
                 // A node replaced by a replan keeps counting attempts, so its task ids (which are
                 // also Nats-Msg-Ids) never repeat one used before.

@@ -15,7 +15,7 @@
 //!
 //! Shared types are here; the table tests are in `tests.rs`.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 
 use hermes_core::error::wire_error;
 use hermes_core::{ErrorCode, GoalId, TaskId, json_ref};

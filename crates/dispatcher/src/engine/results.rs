@@ -12,15 +12,54 @@ pub fn apply_result(
     now_ms: u64,
     effects: &mut Effects,
 ) -> Applied {
+    apply_results(state, std::slice::from_ref(result), limits, now_ms, effects).remove(0)
+}
+
+/// Applies several results of one goal, in order, as [`apply_result`] applies each; the nodes
+/// their successes make ready are dispatched, and the goal completed, once after all of them.
+/// A wide fan-out's batch of results thus costs one pass over the plan, not one per result.
+pub fn apply_results(
+    state: &mut GoalState,
+    results: &[TaskResult],
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> Vec<Applied> {
+    let mut succeeded = false;
+    let applied = results
+        .iter()
+        .map(|result| {
+            let (applied, success) = record_result(state, result, limits, now_ms, effects);
+            succeeded |= success;
+            applied
+        })
+        .collect();
+    if succeeded {
+        dispatch_ready(state, limits, now_ms, effects);
+        complete_if_done(state, limits, now_ms, effects);
+    }
+    applied
+}
+
+/// Records one result: the node's success (true in the second place, when what follows a
+/// success is due: dispatching its dependants, completing the goal) or its failure, retried,
+/// replanned or final.
+fn record_result(
+    state: &mut GoalState,
+    result: &TaskResult,
+    limits: Limits,
+    now_ms: u64,
+    effects: &mut Effects,
+) -> (Applied, bool) {
     let index = match authentic_attempt(state, &result.node_id, &result.task_id, &result.result_token) {
         Ok(index) => index,
-        Err(ignored) => return ignored,
+        Err(ignored) => return (ignored, false),
     };
     // The attempt number is the dispatcher's, not the agent's: a result that claims another one
     // would otherwise reset or exhaust the node's retries.
     let attempt = state.nodes[index].attempt;
     if result.attempt != attempt {
-        return Applied::WrongAttempt { issued: attempt, claimed: result.attempt };
+        return (Applied::WrongAttempt { issued: attempt, claimed: result.attempt }, false);
     }
     let goal_id = state.goal_id.clone();
     if result.status == TaskStatus::Succeeded as i32 {
@@ -46,11 +85,9 @@ pub fn apply_result(
         if let Some(tokens) = &result.tokens
             && charge(state, Some(index), tokens, limits, now_ms, effects)
         {
-            return Applied::Changed;
+            return (Applied::Changed, false);
         }
-        dispatch_ready(state, limits, now_ms, effects);
-        complete_if_done(state, limits, now_ms, effects);
-        return Applied::Changed;
+        return (Applied::Changed, true);
     }
 
     let mut error = result
@@ -80,7 +117,7 @@ pub fn apply_result(
     if let Some(tokens) = &result.tokens
         && charge(state, Some(index), tokens, limits, now_ms, effects)
     {
-        return Applied::Changed;
+        return (Applied::Changed, false);
     }
     let plan_node = &state.plan.as_ref().expect("plan present").nodes[index];
     let max_retries = if plan_node.max_retries > 0 { plan_node.max_retries } else { DEFAULT_MAX_RETRIES };
@@ -96,19 +133,19 @@ pub fn apply_result(
             }),
         );
         redispatch(state, index, next_attempt, limits, now_ms, effects);
-        return Applied::Changed;
+        return (Applied::Changed, false);
     }
     if limits.planner && from_text(state) && state.status == GoalStatus::Running as i32 {
         if state.nodes[index].replans < MAX_REPLANS {
             request_replan(state, index, error, now_ms, effects);
-            return Applied::Changed;
+            return (Applied::Changed, false);
         }
         let chain = error_chain(&state.nodes[index]);
         fail_node(state, index, chain, now_ms, effects);
-        return Applied::Changed;
+        return (Applied::Changed, false);
     }
     fail_node(state, index, error, now_ms, effects);
-    Applied::Changed
+    (Applied::Changed, false)
 }
 
 /// The error reported when a node keeps failing after its replans: every failure, in order.

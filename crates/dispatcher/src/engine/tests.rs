@@ -96,6 +96,63 @@ fn independent_nodes_dispatch_together_and_refs_resolve() {
 }
 
 #[test]
+fn a_batch_of_results_is_recorded_in_order_and_dispatches_once() {
+    let mut s = state();
+    dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
+    let mut fx = Effects::default();
+    let batch = [ok("a", 1, json!({"v": 2})), ok("a", 1, json!({"v": 9})), ok("b", 1, json!({"v": 3}))];
+    let applied = apply_results(&mut s, &batch, LIMITS, 11, &mut fx);
+    // The second is the first delivered again.
+    assert_eq!(applied, vec![Applied::Changed, Applied::Stale, Applied::Changed]);
+    // Both successes are recorded before their dependant is dispatched, once, with both outputs.
+    let kinds: Vec<&str> = fx
+        .events
+        .iter()
+        .map(|e| match &e.kind {
+            Some(Kind::TaskSucceeded(t)) if t.node_id == "a" => "a succeeded",
+            Some(Kind::TaskSucceeded(t)) if t.node_id == "b" => "b succeeded",
+            Some(Kind::TaskDispatched(t)) if t.node_id == "c" => "c dispatched",
+            other => panic!("unexpected event {other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, ["a succeeded", "b succeeded", "c dispatched"]);
+    assert_eq!(fx.tasks.len(), 1);
+    assert_eq!(serde_json::from_str::<Value>(&fx.tasks[0].inputs_json).unwrap(), json!({"x": 2, "y": 3}));
+
+    // A batch that ends the goal completes it once, after its last result.
+    let mut fx = Effects::default();
+    let applied = apply_results(
+        &mut s,
+        &[ok("c", 1, json!({"done": true})), ok("c", 1, json!({}))],
+        LIMITS,
+        12,
+        &mut fx,
+    );
+    assert_eq!(applied, vec![Applied::Changed, Applied::Stale]);
+    assert_eq!(s.status, GoalStatus::Completed as i32);
+    assert_eq!(fx.events.iter().filter(|e| is_terminal_event(e)).count(), 1);
+    assert!(is_terminal_event(fx.events.last().unwrap()));
+}
+
+#[test]
+fn a_batch_whose_later_result_fails_the_goal_dispatches_nothing_after() {
+    // a and b feed c; a succeeds and b fails for good in the same batch: the goal fails and c,
+    // whose inputs would never be whole, is not dispatched.
+    let mut s = state();
+    dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
+    let mut fx = Effects::default();
+    apply_results(
+        &mut s,
+        &[ok("a", 1, json!({"v": 2})), failed("b", 1, ErrorCode::ToolError)],
+        LIMITS,
+        11,
+        &mut fx,
+    );
+    assert_eq!(s.status, GoalStatus::Failed as i32);
+    assert!(fx.tasks.is_empty(), "{:?}", fx.tasks);
+}
+
+#[test]
 fn duplicate_and_stale_results_are_ignored() {
     let mut s = state();
     dispatch_ready(&mut s, LIMITS, 10, &mut Effects::default());
