@@ -110,11 +110,17 @@ async fn main() -> anyhow::Result<()> {
         return peer_rows(&nats, floor_lat, floor_tput).await;
     }
     // Before the stack starts: its registry would share the route queue group with this one.
-    let route_local = routing::decision_latency(scale().routing_agents, 2 * scale().routing_agents);
-    let route_nats =
-        routing::request_latency(&nats.url(), scale().routing_agents, 2_000.min(scale().routing_agents))
-            .await?;
-    let memory = routing::bytes_per_agent(scale().registry_sizes);
+    // The engine's rows alone go without them.
+    let engine_only = core_only() || std::env::var("HERMES_BENCH_REPEAT").is_ok();
+    let (route_local, route_nats, memory) = match engine_only {
+        true => ((0.0, 0.0), (0.0, 0.0), Vec::new()),
+        false => (
+            routing::decision_latency(scale().routing_agents, 2 * scale().routing_agents),
+            routing::request_latency(&nats.url(), scale().routing_agents, 2_000.min(scale().routing_agents))
+                .await?,
+            routing::bytes_per_agent(scale().registry_sizes),
+        ),
+    };
 
     let workspace = tempfile::tempdir()?;
     let dispatcher = hermes_dispatcher::DispatcherConfig {
@@ -137,12 +143,36 @@ async fn main() -> anyhow::Result<()> {
     let grpc = DispatcherClient::connect(stack.grpc_url()).await?;
     let completions = Completions::start(&client).await?;
 
-    if let Ok(runs) = std::env::var("HERMES_BENCH_FAN_OUTS") {
-        // The fan-out alone, again and again: for a profile of it, or its spread.
-        let floor_ms = scale().fan_out as f64 / floor_tput * 1000.0;
-        for _ in 0..runs.parse::<usize>().context("HERMES_BENCH_FAN_OUTS is a count")? {
-            let wall = fan_out_wall(&grpc, &completions).await?;
-            println!("fan-out {wall:.1} ms, {:.2}x the floor's {floor_ms:.1} ms", wall / floor_ms);
+    if let Ok(repeat) = std::env::var("HERMES_BENCH_REPEAT") {
+        // One engine row alone, again and again: for a profile of it, or its spread.
+        let (row, runs) = repeat.split_once(':').unwrap_or((&repeat, "10"));
+        let runs: usize = runs.parse().context("HERMES_BENCH_REPEAT is ROW or ROW:COUNT")?;
+        for _ in 0..runs {
+            match row {
+                "fan-out" => {
+                    let wall = fan_out_wall(&grpc, &completions).await?;
+                    let floor_ms = scale().fan_out as f64 / floor_tput * 1000.0;
+                    println!("fan-out {wall:.1} ms, {:.2}x the floor's {floor_ms:.1} ms", wall / floor_ms);
+                }
+                "throughput" => {
+                    let rate = goal_throughput(&grpc, &completions).await?;
+                    println!(
+                        "throughput {rate:.0} goals/s, {:.2}x the floor's {floor_tput:.0}",
+                        rate / floor_tput
+                    );
+                }
+                "latency" => {
+                    let (p50, _, submit) = goal_latency(&grpc, &completions).await?;
+                    println!(
+                        "goal p50 {p50:.0} µs ({submit:.0} µs to submit), {:.2}x the floor's {:.0} µs",
+                        p50 / floor_lat.0,
+                        floor_lat.0
+                    );
+                }
+                other => {
+                    anyhow::bail!("HERMES_BENCH_REPEAT: no row {other:?} (fan-out, throughput, latency)")
+                }
+            }
         }
         stack.stop().await;
         return Ok(());

@@ -35,3 +35,30 @@ fn the_bench_runs_every_row_at_smoke_scale() {
     let terminal = stdout.lines().find(|l| l.starts_with("40 watchers: got the terminal event")).unwrap();
     assert!(terminal.trim_end().ends_with("40/40"), "{terminal}");
 }
+
+/// `HERMES_BENCH_REPEAT` (one engine row alone, for a profile of it) runs each row it names, and
+/// names the rows it has when given another.
+#[test]
+fn one_engine_row_repeats_alone() {
+    let run = |repeat: &str| {
+        Command::new(env!("CARGO_BIN_EXE_hermes-bench"))
+            .env("HERMES_BENCH_SCALE", "smoke")
+            .env("HERMES_BENCH_REPEAT", repeat)
+            .output()
+            .expect("the bench starts")
+    };
+    for (repeat, line, count) in
+        [("fan-out:2", "fan-out ", 2), ("throughput:1", "throughput ", 1), ("latency", "goal p50 ", 10)]
+    {
+        let output = run(repeat);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{repeat}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        let rows = stdout.lines().filter(|l| l.starts_with(line) && l.contains("x the floor's")).count();
+        assert_eq!(rows, count, "{repeat}:\n{stdout}");
+        assert!(!stdout.contains("route decision"), "{repeat} ran other rows:\n{stdout}");
+    }
+    let output = run("chain:1");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no row \"chain\" (fan-out, throughput, latency)"), "{stderr}");
+}
