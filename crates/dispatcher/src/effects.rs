@@ -206,10 +206,10 @@ impl EffectsPublisher {
         }
     }
 
-    /// The messages in publishing order (events, redacted already, tasks, plan requests), with one span per
-    /// dispatched node: the agent's task span is its child. Messages continue the span this runs
-    /// in (SubmitGoal, apply_plan, apply_results); work started by a timer or a restart continues
-    /// the goal's root span.
+    /// The messages in publishing order (events, redacted already, tasks, plan requests), with one
+    /// span per dispatched node: the agent's task span is its child. Messages continue the span
+    /// this runs in (SubmitGoal, apply_plan, apply_results); work started by a timer or a restart
+    /// continues the goal's root span.
     fn messages(
         &self,
         state: &GoalState,
