@@ -466,8 +466,8 @@ mod tests {
         assert_eq!(redact_inputs(clean, &[]), clean);
         // A secret anywhere, under an escaped key, or marked: redacted as before.
         assert_eq!(redact_inputs(r#"{"a": {"password": "p"}}"#, &[]), r#"{"a":{"password":"[REDACTED]"}}"#);
-        assert_eq!(redact_inputs(r#"{"password": "p"}"#, &[]), r#"{"password":"[REDACTED]"}"#);
-        assert_eq!(redact_inputs(r#"{"q": "Bearer abcdefgh"}"#, &[]), r#"{"q":"Bearer [REDACTED]"}"#);
+        assert_eq!(redact_inputs(r#"{"pass\u0077ord": "p"}"#, &[]), r#"{"password":"[REDACTED]"}"#);
+        assert_eq!(redact_inputs(r#"{"q": "Bearer\u0020abcdefgh"}"#, &[]), r#"{"q":"Bearer [REDACTED]"}"#);
         assert_eq!(redact_inputs(r#"{"q": "x"}"#, &["q".to_owned()]), r#"{"q":"[REDACTED]"}"#);
     }
 
