@@ -19,6 +19,7 @@ const PROTO_FILES: &[&str] = &[
     "hermes/v1/memory.proto",
     "hermes/v1/record.proto",
     "hermes/v1/planner.proto",
+    "hermes/v1/webhook.proto",
     "hermes/v1/dispatcher.proto",
 ];
 

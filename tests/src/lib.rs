@@ -46,6 +46,7 @@ pub struct SandboxBuilder {
     max_watches_per_client: Option<usize>,
     api_tokens: Option<String>,
     cors_allow_origins: Vec<String>,
+    webhooks: Option<hermes_dispatcher::WebhookConfig>,
 }
 
 impl Default for SandboxBuilder {
@@ -67,6 +68,7 @@ impl Default for SandboxBuilder {
             max_watches_per_client: None,
             api_tokens: None,
             cors_allow_origins: Vec::new(),
+            webhooks: None,
         }
     }
 }
@@ -171,6 +173,12 @@ impl SandboxBuilder {
         self.start_on(NatsServer::start()).await
     }
 
+    /// How webhooks are sent (a short schedule, a local receiver allowed).
+    pub fn webhooks(mut self, config: hermes_dispatcher::WebhookConfig) -> Self {
+        self.webhooks = Some(config);
+        self
+    }
+
     /// Starts the stack on `nats`.
     pub async fn start_on(self, nats: NatsServer) -> Sandbox {
         let mut agents: Vec<AgentConfig> = (1..=self.agents)
@@ -220,6 +228,9 @@ impl SandboxBuilder {
         }
         if let Some(wait) = self.no_agent_wait {
             dispatcher.no_agent_wait = wait;
+        }
+        if let Some(webhooks) = &self.webhooks {
+            dispatcher.webhooks = webhooks.clone();
         }
         let config = StackConfig {
             nats_url: nats.url().into(),

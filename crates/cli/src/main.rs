@@ -72,6 +72,45 @@ enum DlqCommand {
     Replay { sequence: u64 },
 }
 
+/// `hermes webhooks ...` (docs/webhooks.md).
+#[derive(Subcommand, Debug)]
+enum WebhooksCommand {
+    /// Register a standing endpoint for your tenant's goals; prints its signing secret, once.
+    Add {
+        url: String,
+        /// An event type to send (repeat for several): goal.completed, goal.failed,
+        /// goal.cancelled, goal.needs_input, approval.expired. None: all of them.
+        #[arg(long = "event")]
+        events: Vec<String>,
+        /// A signing secret to use (`whsec_...`); none: one is made.
+        #[arg(long, default_value = "")]
+        secret: String,
+    },
+    /// List your tenant's standing endpoints.
+    List,
+    /// Remove a standing endpoint.
+    Remove { id: String },
+    /// Give an endpoint a new signing secret (printed once); the previous one keeps signing
+    /// beside it until the next rotation.
+    Rotate { id: String },
+    /// Deliveries with their attempts, newest first.
+    Deliveries {
+        /// Only this goal's.
+        #[arg(long, default_value = "")]
+        goal: String,
+        /// Only this endpoint's.
+        #[arg(long, default_value = "")]
+        endpoint: String,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// One JSON object a line instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send a delivered or dead-lettered delivery again.
+    Resend { id: String },
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run every service in this process (development mode); `hermes up --help` lists its
@@ -133,6 +172,17 @@ enum Command {
         /// Cost budget in US dollars, at the dispatcher's configured prices (0: none).
         #[arg(long, default_value_t = 0.0)]
         max_cost_usd: f64,
+        /// A webhook URL sent the goal's end and its waits for approval, signed (repeat for
+        /// several; docs/webhooks.md). Each one's signing secret is printed once.
+        #[arg(long = "callback")]
+        callbacks: Vec<String>,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Outbound webhooks: standing endpoints and deliveries.
+    Webhooks {
+        #[command(subcommand)]
+        command: WebhooksCommand,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -355,6 +405,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             timeout_secs,
             max_tokens,
             max_cost_usd,
+            callbacks,
             server,
         } => {
             let plan = match (&text, &plan) {
@@ -372,6 +423,10 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 timeout_ms: timeout_secs * 1000,
                 max_tokens,
                 max_cost_usd,
+                callbacks: callbacks
+                    .iter()
+                    .map(|url| hermes_proto::Callback { url: url.clone(), ..Default::default() })
+                    .collect(),
                 ..Default::default()
             };
             let mut request = tonic::Request::new(SubmitGoalRequest { spec: Some(spec) });
@@ -388,6 +443,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 println!("goal {} (already submitted with this idempotency key)", reply.goal_id);
             } else {
                 println!("goal {}", reply.goal_id);
+            }
+            for (url, secret) in callbacks.iter().zip(&reply.callback_secrets) {
+                println!("callback {url} signing secret {secret} (shown once)");
             }
             if watch {
                 use std::io::IsTerminal as _;
@@ -465,6 +523,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        Command::Webhooks { command, server } => webhooks(connect(&server).await?, command).await,
         Command::Dlq { command, server } => {
             let mut client = connect(&server).await?;
             match command {
@@ -991,4 +1050,91 @@ fn print_goal(goal: &Goal) {
     if !goal.output_json.is_empty() {
         print_output(&goal.output_json);
     }
+}
+
+/// `hermes webhooks ...`.
+async fn webhooks(
+    mut client: hermes_cli::api_client::Client,
+    command: WebhooksCommand,
+) -> anyhow::Result<i32> {
+    use hermes_proto::{
+        CreateWebhookRequest, ListWebhookDeliveriesRequest, WebhookDeliveryRequest, WebhookRequest,
+    };
+    let show = |endpoint: &hermes_proto::WebhookEndpoint| {
+        let events = if endpoint.events.is_empty() { "all".to_owned() } else { endpoint.events.join(",") };
+        let state = if endpoint.disabled {
+            format!("disabled: {}", endpoint.disabled_reason)
+        } else {
+            "active".into()
+        };
+        println!("{:<20} {:<40} {:<30} {state}", endpoint.id, endpoint.url, events);
+    };
+    match command {
+        WebhooksCommand::Add { url, events, secret } => {
+            let reply = client
+                .create_webhook(CreateWebhookRequest { url, events, secret })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            let endpoint = reply.endpoint.unwrap_or_default();
+            println!("webhook {} for {}", endpoint.id, endpoint.url);
+            println!("signing secret {} (shown once: keep it where your receiver reads it)", reply.secret);
+        }
+        WebhooksCommand::List => {
+            let list =
+                client.list_webhooks(hermes_proto::ListWebhooksRequest {}).await.map_err(status_error)?;
+            println!("{:<20} {:<40} {:<30} STATE", "ID", "URL", "EVENTS");
+            list.into_inner().endpoints.iter().for_each(show);
+        }
+        WebhooksCommand::Remove { id } => {
+            let endpoint =
+                client.delete_webhook(WebhookRequest { id }).await.map_err(status_error)?.into_inner();
+            println!("removed webhook {} ({})", endpoint.id, endpoint.url);
+        }
+        WebhooksCommand::Rotate { id } => {
+            let reply =
+                client.rotate_webhook_secret(WebhookRequest { id }).await.map_err(status_error)?.into_inner();
+            let endpoint = reply.endpoint.unwrap_or_default();
+            println!(
+                "webhook {}: new signing secret {} (shown once; the previous one still signs)",
+                endpoint.id, reply.secret
+            );
+        }
+        WebhooksCommand::Deliveries { goal, endpoint, limit, json } => {
+            let deliveries = client
+                .list_webhook_deliveries(ListWebhookDeliveriesRequest {
+                    goal_id: goal,
+                    endpoint_id: endpoint,
+                    limit,
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner()
+                .deliveries;
+            if json {
+                for d in &deliveries {
+                    println!("{}", serde_json::to_string(d)?);
+                }
+                return Ok(0);
+            }
+            println!("{:<60} {:<18} {:<14} {:>8}  LAST", "DELIVERY", "EVENT", "STATE", "ATTEMPTS");
+            for d in deliveries {
+                let last = d
+                    .attempts
+                    .last()
+                    .map(|a| match a.status {
+                        0 => format!("{} ({} ms)", a.error, a.latency_ms),
+                        status => format!("{status} ({} ms)", a.latency_ms),
+                    })
+                    .unwrap_or_default();
+                println!("{:<60} {:<18} {:<14} {:>8}  {last}", d.id, d.event_type, d.state, d.attempts.len());
+            }
+        }
+        WebhooksCommand::Resend { id } => {
+            let d =
+                client.resend_webhook_delivery(WebhookDeliveryRequest { id }).await.map_err(status_error)?;
+            println!("sending {} again", d.into_inner().id);
+        }
+    }
+    Ok(0)
 }

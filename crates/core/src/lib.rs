@@ -6,6 +6,7 @@ pub mod agents;
 pub mod approvals;
 pub mod artifacts;
 pub mod bus;
+pub mod egress;
 pub mod error;
 pub mod events;
 pub mod grpc;

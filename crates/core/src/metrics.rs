@@ -66,6 +66,10 @@ pub struct Metrics {
     pub llm_tokens: Family<Labels, Counter>,
     /// LLM call latency by provider and model.
     pub llm_duration: Durations,
+    /// Webhook delivery attempts by outcome (`delivered`, `failed`, `gone`, `refused`).
+    pub webhook_attempts: Family<Labels, Counter>,
+    /// Webhook deliveries waiting in the stream, to be sent or sent again.
+    pub webhook_queue: Gauge,
 }
 
 /// The process-wide metrics.
@@ -92,6 +96,8 @@ pub fn global() -> &'static Metrics {
             llm_calls: Family::default(),
             llm_tokens: Family::default(),
             llm_duration: Durations::new_with_constructor(duration_histogram),
+            webhook_attempts: Family::default(),
+            webhook_queue: Gauge::default(),
         };
         let m = &metrics;
         registry.register("hermes_tool_calls", "Tool calls by agent, tool and outcome", m.tool_calls.clone());
@@ -145,6 +151,16 @@ pub fn global() -> &'static Metrics {
             "hermes_llm_call_duration_seconds",
             "LLM call latency by provider and model",
             m.llm_duration.clone(),
+        );
+        registry.register(
+            "hermes_webhook_attempts",
+            "Webhook delivery attempts by outcome",
+            m.webhook_attempts.clone(),
+        );
+        registry.register(
+            "hermes_webhook_queue",
+            "Webhook deliveries waiting to be sent",
+            m.webhook_queue.clone(),
         );
         *m.registry.lock().unwrap_or_else(|p| p.into_inner()) = registry;
         metrics

@@ -90,6 +90,28 @@ impl Topology {
     pub fn all_audit(&self) -> String {
         format!("{}.audit.>", self.prefix)
     }
+    /// Webhook deliveries waiting to be sent (owned by the dispatchers; docs/webhooks.md).
+    pub fn webhooks_stream(&self) -> String {
+        self.stream_name("WEBHOOKS")
+    }
+    pub fn all_webhooks(&self) -> String {
+        format!("{}.webhook.>", self.prefix)
+    }
+    /// Where a goal's deliveries to one endpoint wait, in order.
+    pub fn webhook(&self, endpoint_id: &str, goal_id: &str) -> String {
+        format!("{}.webhook.{endpoint_id}.{goal_id}", self.prefix)
+    }
+    /// Webhook endpoints, with their signing secrets.
+    pub fn webhooks_bucket(&self) -> String {
+        self.bucket_name("webhooks")
+    }
+    /// Webhook deliveries' records, with every attempt.
+    pub fn webhook_deliveries_bucket(&self) -> String {
+        self.bucket_name("webhook_deliveries")
+    }
+    pub fn webhooks_consumer(&self) -> &'static str {
+        "webhooks"
+    }
     pub fn dlq_stream(&self) -> String {
         self.stream_name("DLQ")
     }

@@ -25,6 +25,10 @@ pub enum Action {
     Approve,
     Deny,
     Replay,
+    WebhookCreate,
+    WebhookDelete,
+    WebhookRotate,
+    WebhookResend,
 }
 
 impl Action {
@@ -35,6 +39,10 @@ impl Action {
             Action::Approve => "approval.approve",
             Action::Deny => "approval.deny",
             Action::Replay => "dead_letter.replay",
+            Action::WebhookCreate => "webhook.create",
+            Action::WebhookDelete => "webhook.delete",
+            Action::WebhookRotate => "webhook.rotate",
+            Action::WebhookResend => "webhook.resend",
         }
     }
 }

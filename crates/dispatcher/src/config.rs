@@ -55,6 +55,31 @@ pub struct DispatcherConfig {
     /// Record every model exchange of a goal (planner, summarizer, agents) and its agent loops'
     /// tool calls, for `hermes replay`.
     pub record_model_exchanges: bool,
+    /// Outbound webhooks: the retry schedule, the attempt timeout, the address filter.
+    pub webhooks: WebhookConfig,
+}
+
+/// How webhooks are sent (`[dispatcher.webhooks]`, docs/webhooks.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookConfig {
+    /// The wait before each attempt, the first usually zero; its length is the attempts made
+    /// before a delivery goes to the DLQ.
+    pub schedule: Vec<Duration>,
+    /// How long one attempt may take.
+    pub timeout: Duration,
+    /// Address entries (`10.0.0.0/8`, `127.0.0.1`) sent to despite being private, loopback or
+    /// link-local, as in `http.fetch`'s allowlist.
+    pub allow: Vec<String>,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        WebhookConfig {
+            schedule: crate::webhooks::DEFAULT_SCHEDULE.to_vec(),
+            timeout: crate::webhooks::DEFAULT_TIMEOUT,
+            allow: Vec::new(),
+        }
+    }
 }
 
 impl Default for DispatcherConfig {
@@ -78,6 +103,7 @@ impl Default for DispatcherConfig {
             access: Arc::new(access::Access::open()),
             allow_unauthenticated: false,
             record_model_exchanges: true,
+            webhooks: WebhookConfig::default(),
         }
     }
 }

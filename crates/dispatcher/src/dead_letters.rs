@@ -80,6 +80,7 @@ impl DeadLetters {
             "task" => format!("{}.task.", topology.prefix()),
             "result" => format!("{}.result.", topology.prefix()),
             "plan_request" | "plan_result" | "plan" => format!("{}.plan.", topology.prefix()),
+            "webhook" => format!("{}.webhook.", topology.prefix()),
             _ => String::new(),
         };
         if home.is_empty() || !subject.starts_with(&home) || subject.contains(['*', '>']) {

@@ -2,7 +2,8 @@
 //! published first, in one message (`hermes_core::events`), then its tasks (routed from the
 //! dispatcher's view of the agents, see [`routing`]) and plan requests, in that order on one
 //! connection, so a goal's events are stored by `seq` and each `TaskDispatched` before its
-//! task can produce a result. Then the workers hear what concerns them, through [`Followups`]:
+//! task can produce a result, and last the webhook deliveries its events make
+//! ([`crate::webhooks`]). Then the workers hear what concerns them, through [`Followups`]:
 //! the goal's next deadline, a summary to write, a task no live agent serves.
 //!
 //! The handles are defined here, on the service's side, and the workers own the receiving ends:
@@ -114,6 +115,7 @@ pub(crate) struct EffectsPublisher {
     limits: Limits,
     no_agent_wait: Duration,
     followups: Followups,
+    webhooks: crate::webhooks::Webhooks,
 }
 
 impl EffectsPublisher {
@@ -123,8 +125,9 @@ impl EffectsPublisher {
         limits: Limits,
         no_agent_wait: Duration,
         followups: Followups,
+        webhooks: crate::webhooks::Webhooks,
     ) -> Self {
-        Self { bus, agents, limits, no_agent_wait, followups }
+        Self { bus, agents, limits, no_agent_wait, followups, webhooks }
     }
 
     /// The dispatcher's view of the live agents, which routes its tasks.
@@ -164,7 +167,16 @@ impl EffectsPublisher {
         // Events are for watching a goal and are redacted for everyone; these are published and
         // dropped, so they are redacted where they are.
         effects.events.iter_mut().for_each(hermes_core::redact::in_place);
-        let (outgoing, dispatch_spans) = self.messages(state, &effects, subjects, &decisions);
+        let (mut outgoing, dispatch_spans) = self.messages(state, &effects, subjects, &decisions);
+        // The transition's webhook deliveries, after its events (docs/webhooks.md).
+        for delivery in self.webhooks.deliveries(state, &effects.events) {
+            outgoing.push(Outgoing {
+                subject: self.bus.topology().webhook(&delivery.endpoint_id, &delivery.goal_id),
+                body: delivery.encode_to_vec().into(),
+                msg_id: delivery.id,
+                trace: None,
+            });
+        }
         if let Err(e) = self.send_patiently(&state.goal_id, &outgoing, patience).await {
             // The transition is committed: its tasks must still reach the agents. The timers
             // worker publishes the goal's in-flight tasks again until that succeeds.

@@ -19,6 +19,7 @@
 //! operations, so no rule has a second implementation.
 
 pub(crate) mod site;
+mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -22,8 +22,8 @@ use hermes_core::{Bus, Error, GoalId, Result, now_unix_ms};
 use hermes_proto::event::Kind;
 use hermes_proto::plan_result::Outcome;
 use hermes_proto::{
-    AgentReport, Approval, Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup, PlanCreated,
-    PlanResult, TaskResult, TokenUsage,
+    AgentReport, Approval, Callback, Event, GoalAccepted, GoalSpec, GoalState, GoalStatus, ParallelGroup,
+    PlanCreated, PlanResult, TaskResult, TokenUsage,
 };
 use tracing::{info, warn};
 
@@ -42,6 +42,8 @@ fn total_tokens(state: &GoalState) -> u64 {
 pub struct Submitted {
     pub goal_id: String,
     pub duplicate: bool,
+    /// The signing secret of each of the spec's callbacks, on a new goal only.
+    pub callback_secrets: Vec<String>,
 }
 
 /// The goal lifecycle, shared by the gRPC adapter and the workers.
@@ -56,6 +58,7 @@ pub struct GoalService {
     hub: crate::fanout::EventHub,
     quotas: Quotas,
     records: crate::records::Records,
+    webhooks: crate::webhooks::Webhooks,
 }
 
 impl GoalService {
@@ -66,13 +69,21 @@ impl GoalService {
         followups: Followups,
         quotas: Quotas,
         records: crate::records::Records,
+        webhooks: crate::webhooks::Webhooks,
     ) -> Self {
         let max_value = bus.client().server_info().max_payload;
         let store = GoalStore::new(bus.goals().clone(), max_value);
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
         let limits = limits(&config);
         let agents = hermes_registry::Registry::mirror(hermes_registry::RegistryConfig::default());
-        let effects = EffectsPublisher::new(bus.clone(), agents, limits, config.no_agent_wait, followups);
+        let effects = EffectsPublisher::new(
+            bus.clone(),
+            agents,
+            limits,
+            config.no_agent_wait,
+            followups,
+            webhooks.clone(),
+        );
         let watchers = crate::watchers::WatchLimits::new(config.max_watches_per_client, config.max_watches);
         let hub = crate::fanout::EventHub::new(bus.clone());
         Self {
@@ -86,7 +97,13 @@ impl GoalService {
             hub,
             quotas,
             records,
+            webhooks,
         }
+    }
+
+    /// The webhook endpoints and deliveries.
+    pub(crate) fn webhooks(&self) -> &crate::webhooks::Webhooks {
+        &self.webhooks
     }
 
     pub(crate) fn bus(&self) -> &Bus {
@@ -242,6 +259,22 @@ impl GoalService {
         if !spec.session_id.is_empty() {
             hermes_core::ids::check_id("session_id", &spec.session_id, 200, IdShape::Dotted)?;
         }
+        if spec.callbacks.len() > crate::webhooks::MAX_CALLBACKS {
+            return Err(Error::InvalidArgument {
+                field: "callbacks".into(),
+                reason: format!(
+                    "names {}, over the limit of {}",
+                    spec.callbacks.len(),
+                    crate::webhooks::MAX_CALLBACKS
+                ),
+            });
+        }
+        for callback in &spec.callbacks {
+            crate::webhooks::check_endpoint(&callback.url, &callback.events)?;
+            if !callback.secret.is_empty() {
+                crate::webhooks::secret_key(&callback.secret)?;
+            }
+        }
         let goal_id = if spec.idempotency_key.is_empty() {
             GoalId::generate()
         } else {
@@ -249,7 +282,11 @@ impl GoalService {
         };
         // A retried submit must not be validated against a catalogue that changed since.
         if !spec.idempotency_key.is_empty() && self.store.load(goal_id.as_str()).await?.is_some() {
-            return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
+            return Ok(Submitted {
+                goal_id: goal_id.to_string(),
+                duplicate: true,
+                callback_secrets: Vec::new(),
+            });
         }
 
         let validated = match &plan {
@@ -275,7 +312,16 @@ impl GoalService {
             updated_unix_ms: now,
             deadline_unix_ms: now + timeout_ms,
             traceparent: trace.to_header(),
-            spec: Some(GoalSpec { plan: None, ..spec.clone() }),
+            // The callbacks' secrets are kept with their endpoints only.
+            spec: Some(GoalSpec {
+                plan: None,
+                callbacks: spec
+                    .callbacks
+                    .iter()
+                    .map(|c| Callback { secret: String::new(), ..c.clone() })
+                    .collect(),
+                ..spec.clone()
+            }),
             result_key: rand::random::<[u8; 32]>().to_vec(),
             ..Default::default()
         };
@@ -318,6 +364,13 @@ impl GoalService {
         // A place under the tenant's running-goals quota, given back if the goal is not stored.
         let tenant = tenant_of(&state).map(str::to_owned);
         self.quotas.admit(tenant.as_deref(), &state.goal_id).await?;
+        let callback_secrets = match self.store_callbacks(&state, &spec.callbacks).await {
+            Ok(secrets) => secrets,
+            Err(e) => {
+                self.quotas.release(tenant.as_deref(), &state.goal_id).await;
+                return Err(e);
+            }
+        };
         let created = self.store.create(&state).await;
         // Stored by a racing submit of the same key (`Ok(false)`), the goal keeps its place.
         if created.is_err() {
@@ -326,12 +379,47 @@ impl GoalService {
             self.effects.followups().unsent(&state.goal_id);
         }
         if !created? {
-            return Ok(Submitted { goal_id: goal_id.to_string(), duplicate: true });
+            return Ok(Submitted {
+                goal_id: goal_id.to_string(),
+                duplicate: true,
+                callback_secrets: Vec::new(),
+            });
         }
         info!(goal_id = %goal_id, nodes = state.nodes.len(), event = "goal_accepted", "goal accepted");
         tracing::Span::current().record("goal_id", state.goal_id.as_str());
         self.effects.publish(&state, effects).await?;
-        Ok(Submitted { goal_id: goal_id.to_string(), duplicate: false })
+        Ok(Submitted { goal_id: goal_id.to_string(), duplicate: false, callback_secrets })
+    }
+
+    /// Stores a new goal's callbacks as its endpoints, before the goal, so its first transition
+    /// finds them; returns each one's secret. A callback stored by an earlier try of the same
+    /// submit (whose goal was not stored) keeps its secret, which is returned.
+    async fn store_callbacks(&self, state: &GoalState, callbacks: &[Callback]) -> Result<Vec<String>> {
+        let mut secrets = Vec::with_capacity(callbacks.len());
+        for (n, callback) in callbacks.iter().enumerate() {
+            let secret = if callback.secret.is_empty() {
+                crate::webhooks::new_secret()
+            } else {
+                callback.secret.clone()
+            };
+            let endpoint = hermes_proto::WebhookEndpoint {
+                id: crate::webhooks::callback_id(&state.goal_id, n),
+                tenant: tenant_of(state).unwrap_or_default().to_owned(),
+                url: callback.url.clone(),
+                events: callback.events.clone(),
+                secrets: vec![secret.clone()],
+                goal_id: state.goal_id.clone(),
+                created_unix_ms: state.created_unix_ms,
+                ..Default::default()
+            };
+            if self.webhooks.create(&endpoint).await? {
+                secrets.push(secret);
+            } else {
+                let stored = self.webhooks.endpoint(&endpoint.id).await?.unwrap_or(endpoint);
+                secrets.push(stored.secrets.first().cloned().unwrap_or_default());
+            }
+        }
+        Ok(secrets)
     }
 
     pub async fn get(&self, goal_id: &str) -> Result<GoalState> {
@@ -492,6 +580,12 @@ impl GoalService {
             ..Default::default()
         };
         self.bus.publish_event(&event, &engine::event_msg_id(&event)).await?;
+        if crate::webhooks::event_type(&event).is_some() {
+            let state = self.get(goal_id).await?;
+            let mut events = [event];
+            events.iter_mut().for_each(hermes_core::redact::in_place);
+            self.webhooks.publish(&self.webhooks.deliveries(&state, &events)).await?;
+        }
         Ok(())
     }
 

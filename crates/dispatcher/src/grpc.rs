@@ -79,7 +79,11 @@ impl DispatcherApi for Api {
             .spec
             .ok_or_else(|| Error::InvalidArgument { field: "spec".into(), reason: "is required".into() })?;
         let submitted = self.gate.submit(&caller, spec).await?;
-        Ok(Response::new(SubmitGoalResponse { goal_id: submitted.goal_id, duplicate: submitted.duplicate }))
+        Ok(Response::new(SubmitGoalResponse {
+            goal_id: submitted.goal_id,
+            duplicate: submitted.duplicate,
+            callback_secrets: submitted.callback_secrets,
+        }))
     }
 
     async fn get_goal(&self, request: Request<GetGoalRequest>) -> Result<Response<Goal>, Status> {
@@ -172,6 +176,59 @@ impl DispatcherApi for Api {
         let (caller, req) = caller(request)?;
         let (exchanges, tool_exchanges) = self.gate.exchanges(&caller, goal_id_arg(&req.goal_id)?).await?;
         Ok(Response::new(hermes_proto::ListModelExchangesResponse { exchanges, tool_exchanges }))
+    }
+
+    async fn create_webhook(
+        &self,
+        request: Request<hermes_proto::CreateWebhookRequest>,
+    ) -> Result<Response<hermes_proto::CreateWebhookResponse>, Status> {
+        let (caller, req) = caller(request)?;
+        let (endpoint, secret) = self.gate.create_webhook(&caller, &req.url, req.events, &req.secret).await?;
+        Ok(Response::new(hermes_proto::CreateWebhookResponse { endpoint: Some(endpoint), secret }))
+    }
+
+    async fn list_webhooks(
+        &self,
+        request: Request<hermes_proto::ListWebhooksRequest>,
+    ) -> Result<Response<hermes_proto::ListWebhooksResponse>, Status> {
+        let (caller, _) = caller(request)?;
+        let endpoints = self.gate.webhooks(&caller).await?;
+        Ok(Response::new(hermes_proto::ListWebhooksResponse { endpoints }))
+    }
+
+    async fn delete_webhook(
+        &self,
+        request: Request<hermes_proto::WebhookRequest>,
+    ) -> Result<Response<hermes_proto::WebhookEndpoint>, Status> {
+        let (caller, req) = caller(request)?;
+        Ok(Response::new(self.gate.delete_webhook(&caller, &req.id).await?))
+    }
+
+    async fn rotate_webhook_secret(
+        &self,
+        request: Request<hermes_proto::WebhookRequest>,
+    ) -> Result<Response<hermes_proto::CreateWebhookResponse>, Status> {
+        let (caller, req) = caller(request)?;
+        let (endpoint, secret) = self.gate.rotate_webhook(&caller, &req.id).await?;
+        Ok(Response::new(hermes_proto::CreateWebhookResponse { endpoint: Some(endpoint), secret }))
+    }
+
+    async fn list_webhook_deliveries(
+        &self,
+        request: Request<hermes_proto::ListWebhookDeliveriesRequest>,
+    ) -> Result<Response<hermes_proto::ListWebhookDeliveriesResponse>, Status> {
+        let (caller, req) = caller(request)?;
+        let deliveries =
+            self.gate.webhook_deliveries(&caller, &req.goal_id, &req.endpoint_id, req.limit as usize).await?;
+        Ok(Response::new(hermes_proto::ListWebhookDeliveriesResponse { deliveries }))
+    }
+
+    async fn resend_webhook_delivery(
+        &self,
+        request: Request<hermes_proto::WebhookDeliveryRequest>,
+    ) -> Result<Response<hermes_proto::WebhookDelivery>, Status> {
+        let (caller, req) = caller(request)?;
+        Ok(Response::new(self.gate.resend_webhook(&caller, &req.id).await?))
     }
 
     type GetGoalArtifactStream = ChunkStream;

@@ -183,6 +183,12 @@ fn handler(id: &str) -> axum::routing::MethodRouter<Api> {
         "listAgents" => get(agents),
         "listSessions" => get(sessions),
         "getSession" => get(session),
+        "createWebhook" => post(create_webhook),
+        "listWebhooks" => get(list_webhooks),
+        "deleteWebhook" => axum::routing::delete(delete_webhook),
+        "rotateWebhook" => post(webhook_action),
+        "listWebhookDeliveries" => get(webhook_deliveries),
+        "resendWebhookDelivery" => post(webhook_delivery_action),
         "openapi" => get(openapi),
         "a2aAgentCard" => get(a2a::agent_card),
         "a2aJsonRpc" => post(a2a::rpc),
@@ -367,6 +373,25 @@ struct SubmitBody {
     max_tokens: u64,
     #[serde(default, alias = "maxCostUsd")]
     max_cost_usd: f64,
+    /// Webhooks of this goal (docs/webhooks.md); the answer's `callbackSecrets` holds each one's
+    /// signing secret, this once.
+    #[serde(default)]
+    callbacks: Vec<WebhookBody>,
+}
+
+/// A webhook endpoint: a goal's callback, or a tenant's standing endpoint (`POST /v1/webhooks`).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WebhookBody {
+    /// An http or https URL.
+    url: String,
+    /// `goal.completed`, `goal.failed`, `goal.cancelled`, `goal.needs_input`, `approval.expired`;
+    /// none: all of them.
+    #[serde(default)]
+    events: Vec<String>,
+    /// A signing secret (`whsec_...`) to use; none: one is made and returned once.
+    #[serde(default)]
+    secret: String,
 }
 
 async fn submit(
@@ -406,11 +431,20 @@ async fn submit(
         labels: body.labels,
         max_tokens: body.max_tokens,
         max_cost_usd: body.max_cost_usd,
+        callbacks: body
+            .callbacks
+            .into_iter()
+            .map(|c| hermes_proto::Callback { url: c.url, events: c.events, secret: c.secret })
+            .collect(),
     };
     let submitted = api.gate.submit(&caller, spec).await?;
     let state = api.gate.get(&caller, &submitted.goal_id).await?;
     let status = if submitted.duplicate { StatusCode::OK } else { StatusCode::CREATED };
-    let mut response = json_response(status, message_json(&to_goal(state)));
+    let mut goal = message_json(&to_goal(state));
+    if !submitted.callback_secrets.is_empty() {
+        goal["callbackSecrets"] = json!(submitted.callback_secrets);
+    }
+    let mut response = json_response(status, goal);
     if let Ok(location) = HeaderValue::from_str(&format!("/v1/goals/{}", submitted.goal_id)) {
         response.headers_mut().insert(header::LOCATION, location);
     }
@@ -740,6 +774,83 @@ async fn audit(
     let records = api.gate.audit(&caller, query.limit.unwrap_or(0), query.after.unwrap_or(0)).await?;
     let records: Vec<Value> = records.iter().map(message_json).collect();
     Ok(json_response(StatusCode::OK, json!({"records": records})))
+}
+
+/// `POST /v1/webhooks`: a standing endpoint for the caller's tenant.
+async fn create_webhook(
+    caller: Caller,
+    State(api): State<Api>,
+    headers: HeaderMap,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Answer {
+    let bytes = body_bytes(&api, body)?;
+    let body: WebhookBody = serde_json::from_value(parse_body(&headers, &bytes)?)
+        .map_err(|e| Problem::invalid(format!("not a webhook: {e}")))?;
+    let (endpoint, secret) = api.gate.create_webhook(&caller, &body.url, body.events, &body.secret).await?;
+    let answer = hermes_proto::CreateWebhookResponse { endpoint: Some(endpoint), secret };
+    Ok(json_response(StatusCode::CREATED, message_json(&answer)))
+}
+
+async fn list_webhooks(caller: Caller, State(api): State<Api>) -> Answer {
+    let endpoints: Vec<Value> = api.gate.webhooks(&caller).await?.iter().map(message_json).collect();
+    Ok(json_response(StatusCode::OK, json!({"endpoints": endpoints})))
+}
+
+async fn delete_webhook(caller: Caller, State(api): State<Api>, Path(id): Path<String>) -> Answer {
+    Ok(json_response(StatusCode::OK, message_json(&api.gate.delete_webhook(&caller, &id).await?)))
+}
+
+/// `POST /v1/webhooks/{id}:rotate`.
+async fn webhook_action(caller: Caller, State(api): State<Api>, Path(target): Path<String>) -> Answer {
+    let Some(id) = target.strip_suffix(":rotate") else {
+        return Err(no_such_action("/v1/webhooks/{id}:rotate"));
+    };
+    let (endpoint, secret) = api.gate.rotate_webhook(&caller, id).await?;
+    let answer = hermes_proto::CreateWebhookResponse { endpoint: Some(endpoint), secret };
+    Ok(json_response(StatusCode::OK, message_json(&answer)))
+}
+
+/// `GET /v1/webhooks/deliveries` filters.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct DeliveriesQuery {
+    /// Only this goal's deliveries.
+    goal_id: Option<String>,
+    /// Only this endpoint's.
+    endpoint_id: Option<String>,
+    /// At most this many (default 100, at most 1000).
+    limit: Option<usize>,
+}
+
+async fn webhook_deliveries(
+    caller: Caller,
+    State(api): State<Api>,
+    query: std::result::Result<Query<DeliveriesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Answer {
+    let query = query_arg(query)?;
+    let deliveries = api
+        .gate
+        .webhook_deliveries(
+            &caller,
+            query.goal_id.as_deref().unwrap_or_default(),
+            query.endpoint_id.as_deref().unwrap_or_default(),
+            query.limit.unwrap_or(0),
+        )
+        .await?;
+    let deliveries: Vec<Value> = deliveries.iter().map(message_json).collect();
+    Ok(json_response(StatusCode::OK, json!({"deliveries": deliveries})))
+}
+
+/// `POST /v1/webhooks/deliveries/{id}:resend`.
+async fn webhook_delivery_action(
+    caller: Caller,
+    State(api): State<Api>,
+    Path(target): Path<String>,
+) -> Answer {
+    let Some(id) = target.strip_suffix(":resend") else {
+        return Err(no_such_action("/v1/webhooks/deliveries/{id}:resend"));
+    };
+    Ok(json_response(StatusCode::OK, message_json(&api.gate.resend_webhook(&caller, id).await?)))
 }
 
 fn sequence_arg(text: &str) -> std::result::Result<u64, Problem> {

@@ -42,6 +42,7 @@ pub mod service;
 pub mod store;
 mod view;
 pub mod watchers;
+pub mod webhooks;
 pub mod workers;
 
 use std::net::SocketAddr;
@@ -51,7 +52,7 @@ use std::time::Duration;
 use hermes_core::bus::ConsumerSpec;
 use tracing::info;
 
-pub use crate::config::{DispatcherConfig, MAX_GOAL_TEXT_BYTES};
+pub use crate::config::{DispatcherConfig, MAX_GOAL_TEXT_BYTES, WebhookConfig};
 use crate::effects::FollowupInbox;
 pub use crate::goals::{GoalService, Submitted};
 pub use crate::workers::summaries::Summarizer;
@@ -125,6 +126,22 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
         })
         .await
         .context("cannot bind the plan results consumer")?;
+    let webhooks = webhooks::Webhooks::open(bus.clone()).await.context("cannot open the webhooks bucket")?;
+    let webhook_deliveries = bus
+        .durable_consumer(ConsumerSpec {
+            stream: topology.webhooks_stream(),
+            name: topology.webhooks_consumer().to_owned(),
+            filter_subject: topology.all_webhooks(),
+            ack_wait: workers::webhooks::WEBHOOK_ACK_WAIT,
+            // A delivery waits out its schedule as the delay of a nak: it is delivered as often
+            // as it is tried, and dead-lettered by the worker when its schedule runs out.
+            max_deliver: -1,
+            // Deliveries waiting for their next attempt count as pending.
+            max_ack_pending: 100_000,
+        })
+        .await
+        .context("cannot bind the webhooks consumer")?;
+    let sender = workers::webhooks::Sender::new(webhooks.clone(), &config.webhooks)?;
     let (followups, inbox) = effects::Followups::channel();
     let FollowupInbox { deadlines, summaries, unserved, unsent } = inbox;
     let audit = audit::Audit::open(bus.clone()).await.context("cannot open the audit stream")?;
@@ -135,7 +152,8 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
         .await
         .context("cannot open the records stream")?;
     let access = config.access.clone();
-    let service = Arc::new(GoalService::new(bus.clone(), config, followups, quotas, records.clone()));
+    let service =
+        Arc::new(GoalService::new(bus.clone(), config, followups, quotas, records.clone(), webhooks));
     let gate = Arc::new(gate::Gate::new(service.clone(), audit, records, access));
     // The routing view is loaded before the API serves, so the first tasks go to live agents.
     let agents = service.agents().clone();
@@ -159,6 +177,8 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     cx.spawn_loop("agent-reports", move |stop| workers::reports::run(s, stop));
     let s = service.clone();
     cx.spawn_loop("timers", move |stop| workers::timers::run(s, deadlines, unsent, stop));
+    let b = bus.clone();
+    cx.spawn_loop("webhooks", move |stop| workers::webhooks::run(sender, b, webhook_deliveries, stop));
     let b = bus.clone();
     cx.spawn_loop("queue-depth", move |stop| workers::queue_depth::run(b, stop));
     let api = grpc::server(gate.clone(), cx.shutdown(), cx.grpc_max_message_bytes());

@@ -94,3 +94,8 @@ pub(crate) fn record(state: &GoalState, events: &[Event]) {
         }
     }
 }
+
+/// Counts a webhook attempt by outcome.
+pub(crate) fn webhook_attempt(outcome: &str) {
+    metrics::global().webhook_attempts.get_or_create(&labels(&[("outcome", outcome)])).inc();
+}

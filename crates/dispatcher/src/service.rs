@@ -40,6 +40,72 @@ pub struct DispatchSettings {
     pub record_model_exchanges: bool,
     /// The HTTP API (docs/http.md).
     pub http: HttpSettings,
+    /// Outbound webhooks (docs/webhooks.md).
+    pub webhooks: WebhookSettings,
+}
+
+/// The `[dispatcher.webhooks]` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookSettings {
+    /// The wait before each attempt (`0s`, `5s`, `5m`, `2h`); as many attempts as waits.
+    pub schedule: Vec<String>,
+    /// Seconds one attempt may take.
+    pub timeout_secs: u64,
+    /// Addresses sent to although private, loopback or link-local (`10.0.0.0/8`, `127.0.0.1`).
+    pub allow: Vec<String>,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        let config = crate::config::WebhookConfig::default();
+        WebhookSettings {
+            schedule: config.schedule.iter().map(|d| format_wait(*d)).collect(),
+            timeout_secs: config.timeout.as_secs(),
+            allow: config.allow,
+        }
+    }
+}
+
+/// A wait as the schedule writes it: `0s`, `5s`, `5m`, `2h`.
+fn format_wait(wait: Duration) -> String {
+    match wait.as_secs() {
+        s if s > 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
+        s if wait.subsec_millis() == 0 => format!("{s}s"),
+        _ => format!("{}ms", wait.as_millis()),
+    }
+}
+
+/// A wait of the schedule: a number and `ms`, `s`, `m` or `h`.
+fn parse_wait(text: &str) -> anyhow::Result<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().map_err(|_| {
+        anyhow::anyhow!("dispatcher.webhooks.schedule: `{text}` is not a wait such as 5s, 5m or 2h")
+    })?;
+    Ok(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" | "" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => anyhow::bail!("dispatcher.webhooks.schedule: `{text}`: the unit is ms, s, m or h"),
+    })
+}
+
+impl WebhookSettings {
+    pub fn config(&self) -> anyhow::Result<crate::config::WebhookConfig> {
+        let schedule = self.schedule.iter().map(|w| parse_wait(w)).collect::<anyhow::Result<Vec<_>>>()?;
+        if schedule.is_empty() {
+            anyhow::bail!("dispatcher.webhooks.schedule is empty: it needs at least one attempt (`0s`)");
+        }
+        Ok(crate::config::WebhookConfig {
+            schedule,
+            timeout: Duration::from_secs(self.timeout_secs.max(1)),
+            allow: self.allow.clone(),
+        })
+    }
 }
 
 /// The `[dispatcher.http]` section: the HTTP API.
@@ -132,6 +198,7 @@ impl Default for DispatchSettings {
             allow_unauthenticated: false,
             record_model_exchanges: config.record_model_exchanges,
             http: HttpSettings::default(),
+            webhooks: WebhookSettings::default(),
         }
     }
 }
@@ -187,6 +254,13 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "dispatcher.http.allowed_hosts" => {
             "Host names the HTTP API answers to besides its listen address (`.example.com`: subdomains, `*`: any); others get 421."
         }
+        "dispatcher.webhooks.schedule" => {
+            "Waits before each webhook attempt (0s, 5s, 5m, 2h...); after the last the delivery goes to the DLQ (docs/webhooks.md)."
+        }
+        "dispatcher.webhooks.timeout_secs" => "Seconds one webhook attempt may take.",
+        "dispatcher.webhooks.allow" => {
+            "Addresses webhooks may be sent to although private or loopback (10.0.0.0/8, 127.0.0.1:*)."
+        }
         "dispatcher.http.console.enabled" => "Serve the web console at `/` (docs/console.md).",
         "dispatcher.http.console.trace_url" => {
             "The console's link to a goal's trace, with `{trace_id}` in it (Jaeger: http://jaeger:16686/trace/{trace_id})."
@@ -234,6 +308,7 @@ impl DispatchSettings {
             access: std::sync::Arc::new(hermes_core::access::Access::from_setting(&self.api_tokens_file)?),
             allow_unauthenticated: self.allow_unauthenticated,
             record_model_exchanges: self.record_model_exchanges,
+            webhooks: self.webhooks.config()?,
             summarizer: llm.summarizer_model()?.map(crate::workers::summaries::Summarizer),
             prices: crate::engine::Prices {
                 input_per_mtok: llm.price_input_per_mtok,
@@ -307,6 +382,20 @@ impl hermes_runtime::Service for DispatcherService {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_webhook_schedule_reads_and_writes_back() {
+        let settings = super::WebhookSettings::default();
+        assert_eq!(settings.schedule, ["0s", "5s", "5m", "30m", "2h", "5h", "10h", "10h"]);
+        assert_eq!(settings.config().unwrap(), crate::config::WebhookConfig::default());
+        let odd = super::WebhookSettings { schedule: vec!["250ms".into(), "1s".into()], ..settings.clone() };
+        assert_eq!(odd.config().unwrap().schedule[0], std::time::Duration::from_millis(250));
+        for bad in ["5 parsecs", "x", "5d"] {
+            let bad = super::WebhookSettings { schedule: vec![bad.into()], ..settings.clone() };
+            assert!(bad.config().is_err());
+        }
+        assert!(super::WebhookSettings { schedule: vec![], ..settings }.config().is_err());
+    }
+
     #[test]
     fn keys_do_not_clash() {
         hermes_runtime::config::check_keys::<super::DispatcherSettings>().unwrap();

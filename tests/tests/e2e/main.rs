@@ -31,3 +31,4 @@ mod replay;
 mod routing;
 #[cfg(feature = "local")]
 mod tenancy;
+mod webhooks;

@@ -4,7 +4,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{AuditQuery, EventsQuery, LimitQuery, ListQuery, ReasonBody, SubmitBody};
+use super::{
+    AuditQuery, DeliveriesQuery, EventsQuery, LimitQuery, ListQuery, ReasonBody, SubmitBody, WebhookBody,
+};
 
 /// The JSON Schema of a serde type, its definitions moved into `defs` (OpenAPI components).
 pub(super) fn schema_of<T: schemars::JsonSchema>(defs: &mut Map<String, Value>) -> Value {
@@ -193,6 +195,55 @@ pub(crate) const ROUTES: &[Route] = &[
             Reply::ListOf("records", ".hermes.v1.AuditRecord"),
         )
     },
+    Route {
+        body: Some(schema::<WebhookBody>),
+        body_required: true,
+        ..route(
+            "POST",
+            "/v1/webhooks",
+            "createWebhook",
+            "Register a standing webhook endpoint for the caller's tenant; the answer holds its signing secret, this once (docs/webhooks.md)",
+            Reply::Message(".hermes.v1.CreateWebhookResponse"),
+        )
+    },
+    route(
+        "GET",
+        "/v1/webhooks",
+        "listWebhooks",
+        "The caller's tenant's standing webhook endpoints, without their secrets",
+        Reply::ListOf("endpoints", ".hermes.v1.WebhookEndpoint"),
+    ),
+    route(
+        "DELETE",
+        "/v1/webhooks/{id}",
+        "deleteWebhook",
+        "Remove a standing webhook endpoint",
+        Reply::Message(".hermes.v1.WebhookEndpoint"),
+    ),
+    route(
+        "POST",
+        "/v1/webhooks/{id}",
+        "rotateWebhook",
+        "`POST /v1/webhooks/{id}:rotate`: a new signing secret, shown this once; the previous one still signs beside it until the next rotation",
+        Reply::Message(".hermes.v1.CreateWebhookResponse"),
+    ),
+    Route {
+        query: Some(schema::<DeliveriesQuery>),
+        ..route(
+            "GET",
+            "/v1/webhooks/deliveries",
+            "listWebhookDeliveries",
+            "Webhook deliveries of the caller's tenant's goals with every attempt, newest first",
+            Reply::ListOf("deliveries", ".hermes.v1.WebhookDelivery"),
+        )
+    },
+    route(
+        "POST",
+        "/v1/webhooks/deliveries/{id}",
+        "resendWebhookDelivery",
+        "`POST /v1/webhooks/deliveries/{id}:resend`: send a delivered or dead-lettered delivery again",
+        Reply::Message(".hermes.v1.WebhookDelivery"),
+    ),
     route(
         "GET",
         "/v1/goals/{id}/artifacts/{reference}",

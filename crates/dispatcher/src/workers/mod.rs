@@ -11,7 +11,8 @@
 //! - [`reports`]: agents' reports on the attempts they run (tool call events, approvals);
 //! - [`dlq`]: poison messages (MaxDeliver advisories) moved to the DLQ;
 //! - [`summaries`]: the written answers of goals given as text;
-//! - [`queue_depth`]: the task queues' backlog, as metrics.
+//! - [`queue_depth`]: the task queues' backlog, as metrics;
+//! - [`webhooks`]: webhook deliveries, sent signed, retried on their schedule.
 
 pub(crate) mod dlq;
 pub(crate) mod plans;
@@ -21,6 +22,7 @@ pub(crate) mod results;
 pub mod summaries;
 pub(crate) mod takeover;
 pub(crate) mod timers;
+pub(crate) mod webhooks;
 
 use std::time::Duration;
 

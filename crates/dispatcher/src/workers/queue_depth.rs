@@ -1,4 +1,5 @@
-//! The queue-depth worker: keeps `hermes_queue_pending` and `hermes_queue_ack_pending` current.
+//! The queue-depth worker: keeps `hermes_queue_pending`, `hermes_queue_ack_pending` and
+//! `hermes_webhook_queue` current.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -40,5 +41,10 @@ pub(crate) async fn run(bus: Bus, shutdown: CancellationToken) {
             m.queue_ack_pending.get_or_create(gone).set(0);
         }
         seen = now;
+        if let Ok(mut webhooks) = bus.jetstream().get_stream(bus.topology().webhooks_stream()).await
+            && let Ok(info) = webhooks.info().await
+        {
+            m.webhook_queue.set(info.state.messages as i64);
+        }
     }
 }

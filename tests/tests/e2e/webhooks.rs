@@ -1,0 +1,305 @@
+//! Outbound webhooks against a real local HTTP receiver: the Standard Webhooks signature checked
+//! by a verifier written from the specification in Python's standard library
+//! (`scripts/webhook_verify.py`, the lines docs/webhooks.md shows), retries with back-off,
+//! `Retry-After`, the DLQ and its replay, `410 Gone`, the address filter, and one goal's
+//! deliveries in order across a restart of every service.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, StatusCode};
+use hermes_dispatcher::WebhookConfig;
+use hermes_proto::{
+    Callback, CreateWebhookRequest, GoalSpec, ListDeadLettersRequest, ListWebhookDeliveriesRequest,
+    ListWebhooksRequest, SubmitGoalRequest, TaskPlan,
+};
+use hermes_tests::{Sandbox, node, repo_root};
+use serde_json::{Value, json};
+
+/// One request the receiver got.
+#[derive(Clone, Debug)]
+struct Received {
+    at: Instant,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+}
+
+impl Received {
+    fn header(&self, name: &str) -> String {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("the body is JSON")
+    }
+
+    fn event_type(&self) -> String {
+        self.json()["type"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+/// A local HTTP receiver: answers each request with the next scripted status (and
+/// `Retry-After`), 200 once the script is spent, and keeps every request.
+#[derive(Clone)]
+struct Receiver {
+    url: String,
+    got: Arc<Mutex<Vec<Received>>>,
+    script: Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>,
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        let got: Arc<Mutex<Vec<Received>>> = Default::default();
+        let script: Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>> = Default::default();
+        let (g, s) = (got.clone(), script.clone());
+        let app = axum::Router::new().fallback(move |headers: HeaderMap, body: bytes::Bytes| {
+            let (got, script) = (g.clone(), s.clone());
+            async move {
+                got.lock().unwrap().push(Received { at: Instant::now(), headers, body });
+                let (status, retry_after) = script.lock().unwrap().pop_front().unwrap_or((200, None));
+                let mut reply = HeaderMap::new();
+                if let Some(wait) = retry_after {
+                    reply.insert("retry-after", wait.parse().unwrap());
+                }
+                (StatusCode::from_u16(status).unwrap(), reply, "")
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Receiver { url, got, script }
+    }
+
+    fn answer(&self, replies: &[(u16, Option<&'static str>)]) {
+        self.script.lock().unwrap().extend(replies.iter().copied());
+    }
+
+    /// The first `n` requests, waiting up to `within` for them.
+    async fn requests(&self, n: usize, within: Duration) -> Vec<Received> {
+        let deadline = Instant::now() + within;
+        loop {
+            let got = self.got.lock().unwrap().clone();
+            if got.len() >= n {
+                return got;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{n} requests expected within {within:?}, got {}: {got:?}",
+                got.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A schedule of `waits` (ms), sent to loopback.
+fn config(waits: &[u64]) -> WebhookConfig {
+    WebhookConfig {
+        schedule: waits.iter().map(|ms| Duration::from_millis(*ms)).collect(),
+        timeout: Duration::from_secs(5),
+        allow: vec!["127.0.0.1".into()],
+    }
+}
+
+fn goal(callbacks: Vec<Callback>) -> GoalSpec {
+    let plan = TaskPlan {
+        nodes: vec![node("sum", "math.evaluate", json!({"expression": "2+3"}), &[])],
+        ..Default::default()
+    };
+    GoalSpec { plan: Some(plan), callbacks, ..Default::default() }
+}
+
+fn callback(url: &str) -> Callback {
+    Callback { url: url.to_owned(), ..Default::default() }
+}
+
+/// Runs the specification's verifier (`scripts/webhook_verify.py`) on a request.
+fn verifies(request: &Received, secret: &str, body: &[u8]) -> bool {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("python3")
+        .arg(repo_root().join("scripts/webhook_verify.py"))
+        .env("WEBHOOK_SECRET", secret)
+        .env("WEBHOOK_ID", request.header("webhook-id"))
+        .env("WEBHOOK_TIMESTAMP", request.header("webhook-timestamp"))
+        .env("WEBHOOK_SIGNATURE", request.header("webhook-signature"))
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child.stdin.take().unwrap().write_all(body).unwrap();
+    child.wait().unwrap().success()
+}
+
+async fn deliveries(sandbox: &mut Sandbox, goal_id: &str) -> Vec<hermes_proto::WebhookDelivery> {
+    let request = ListWebhookDeliveriesRequest { goal_id: goal_id.into(), ..Default::default() };
+    sandbox.client.list_webhook_deliveries(request).await.unwrap().into_inner().deliveries
+}
+
+/// Waits until every delivery of the goal is in `state`.
+async fn settled(sandbox: &mut Sandbox, goal_id: &str, state: &str) -> Vec<hermes_proto::WebhookDelivery> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let found = deliveries(sandbox, goal_id).await;
+        if !found.is_empty() && found.iter().all(|d| d.state == state) {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "deliveries never all {state}: {found:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_goals_callback_is_signed_as_the_specification_says_and_private_addresses_are_refused() {
+    let receiver = Receiver::start().await;
+    let mut sandbox = Sandbox::builder().webhooks(config(&[0, 200, 200])).start().await;
+    let request = SubmitGoalRequest { spec: Some(goal(vec![callback(&receiver.url)])) };
+    let reply = sandbox.client.submit_goal(request).await.unwrap().into_inner();
+    let secret = reply.callback_secrets.first().expect("the callback's secret is returned").clone();
+    assert!(secret.starts_with("whsec_"), "{secret}");
+
+    let request = receiver.requests(1, Duration::from_secs(20)).await.remove(0);
+    let events = sandbox.events(&reply.goal_id).await;
+    let completed = events
+        .iter()
+        .find(|e| matches!(e.kind, Some(hermes_proto::event::Kind::GoalCompleted(_))))
+        .expect("the goal completed");
+    assert_eq!(request.header("webhook-id"), format!("msg_{}_{}", reply.goal_id, completed.seq));
+    assert_eq!(request.header("content-type"), "application/json");
+    let body = request.json();
+    assert_eq!(body["type"], "goal.completed");
+    assert_eq!(body["data"]["goal_id"], reply.goal_id.as_str());
+    assert_eq!(body["data"]["status"], "completed");
+    let timestamp: u64 = request.header("webhook-timestamp").parse().expect("seconds");
+    assert!(timestamp.abs_diff(hermes_core::now_unix_ms() / 1000) < 60);
+
+    // The specification's verifier accepts it, and refuses a changed body or another secret.
+    assert!(verifies(&request, &secret, &request.body), "the verifier refused {request:?}");
+    let mut changed = request.body.to_vec();
+    changed[10] ^= 1;
+    assert!(!verifies(&request, &secret, &changed));
+    assert!(!verifies(&request, &hermes_dispatcher::webhooks::new_secret(), &request.body));
+
+    let recorded = settled(&mut sandbox, &reply.goal_id, "delivered").await;
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].attempts.len(), 1);
+    assert_eq!(recorded[0].attempts[0].status, 200);
+
+    // Cloud metadata is refused by the address filter: no attempt reaches it, and the delivery
+    // is dead-lettered at once with the reason.
+    let request = SubmitGoalRequest { spec: Some(goal(vec![callback("http://169.254.169.254/latest")])) };
+    let refused = sandbox.client.submit_goal(request).await.unwrap().into_inner().goal_id;
+    let recorded = settled(&mut sandbox, &refused, "dead_lettered").await;
+    assert!(recorded[0].attempts[0].error.contains("refused address"), "{recorded:?}");
+
+    // A malformed callback is refused at submit, naming it.
+    let request = SubmitGoalRequest { spec: Some(goal(vec![callback("ftp://example.com/x")])) };
+    let err = sandbox.client.submit_goal(request).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("only http and https"), "{}", err.message());
+    sandbox.stop().await;
+}
+
+#[tokio::test]
+async fn failures_back_off_honour_retry_after_and_end_in_the_dlq_whose_replay_delivers() {
+    let receiver = Receiver::start().await;
+    receiver.answer(&[(503, Some("2")), (500, None), (500, None)]);
+    let mut sandbox = Sandbox::builder().webhooks(config(&[0, 300, 300])).start().await;
+    let request = SubmitGoalRequest { spec: Some(goal(vec![callback(&receiver.url)])) };
+    let goal_id = sandbox.client.submit_goal(request).await.unwrap().into_inner().goal_id;
+
+    let tries = receiver.requests(3, Duration::from_secs(20)).await;
+    assert!(tries.iter().all(|t| t.header("webhook-id") == tries[0].header("webhook-id")));
+    let gaps: Vec<Duration> = tries.windows(2).map(|w| w[1].at - w[0].at).collect();
+    assert!(gaps[0] >= Duration::from_millis(1900), "Retry-After: 2 was not honoured: {gaps:?}");
+    assert!(gaps[1] >= Duration::from_millis(250), "the schedule's 300 ms was not waited: {gaps:?}");
+
+    let recorded = settled(&mut sandbox, &goal_id, "dead_lettered").await;
+    let statuses: Vec<u32> = recorded[0].attempts.iter().map(|a| a.status).collect();
+    assert_eq!(statuses, [503, 500, 500]);
+    let letters = sandbox
+        .client
+        .list_dead_letters(ListDeadLettersRequest { limit: 100 })
+        .await
+        .unwrap()
+        .into_inner()
+        .dead_letters;
+    let letter = letters.iter().find(|d| d.subject.ends_with(".webhook")).expect("a webhook dead letter");
+    assert!(letter.reason.contains("3 attempts"), "{}", letter.reason);
+
+    // `hermes dlq replay`: a new round, delivered (the receiver answers 200 now), same id.
+    let replay = hermes_proto::DeadLetterRequest { sequence: letter.sequence };
+    sandbox.client.replay_dead_letter(replay).await.unwrap();
+    let tries = receiver.requests(4, Duration::from_secs(20)).await;
+    assert_eq!(tries[3].header("webhook-id"), tries[0].header("webhook-id"));
+    let recorded = settled(&mut sandbox, &goal_id, "delivered").await;
+    assert_eq!((recorded[0].round, recorded[0].attempts.len()), (1, 4));
+    sandbox.stop().await;
+}
+
+#[tokio::test]
+async fn gone_disables_a_standing_endpoint() {
+    let receiver = Receiver::start().await;
+    receiver.answer(&[(410, None)]);
+    let mut sandbox = Sandbox::builder().webhooks(config(&[0, 200])).start().await;
+    let created = sandbox
+        .client
+        .create_webhook(CreateWebhookRequest { url: receiver.url.clone(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(created.secret.starts_with("whsec_"));
+    let endpoint = created.endpoint.unwrap();
+    assert!(endpoint.secrets.is_empty(), "an answer never shows secrets");
+    // The standing endpoint is seen by the dispatcher's mirror within a moment.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let first = sandbox.submit(goal(vec![]).plan.unwrap()).await.unwrap();
+    receiver.requests(1, Duration::from_secs(20)).await;
+    settled(&mut sandbox, &first, "endpoint_gone").await;
+    let listed = sandbox.client.list_webhooks(ListWebhooksRequest {}).await.unwrap().into_inner().endpoints;
+    assert!(listed[0].disabled && listed[0].disabled_reason.contains("410"), "{listed:?}");
+
+    // Nothing more is sent to it.
+    let second = sandbox.submit(goal(vec![]).plan.unwrap()).await.unwrap();
+    sandbox.events(&second).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(receiver.got.lock().unwrap().len(), 1);
+    sandbox.stop().await;
+}
+
+#[tokio::test]
+async fn one_goals_deliveries_arrive_in_order_across_a_restart_of_every_service() {
+    let receiver = Receiver::start().await;
+    // Down for the first four tries: the goal's later events must wait behind its first.
+    receiver.answer(&[(503, None), (503, None), (503, None), (503, None)]);
+    let workspace = tempfile::tempdir().unwrap();
+    let mut sandbox = Sandbox::builder()
+        .workspace(workspace.path())
+        .confirm(&["fs.write"], Duration::from_millis(300))
+        .webhooks(config(&[0, 400, 400, 400, 400, 400, 400]))
+        .start()
+        .await;
+    // The write waits for approval (goal.needs_input), the approval expires (approval.expired),
+    // and the goal fails (goal.failed).
+    let plan = TaskPlan {
+        nodes: vec![node("w", "fs.write", json!({"path": "x.txt", "content": "x"}), &[])],
+        ..Default::default()
+    };
+    let spec = GoalSpec { plan: Some(plan), callbacks: vec![callback(&receiver.url)], ..Default::default() };
+    let goal_id = sandbox
+        .client
+        .submit_goal(SubmitGoalRequest { spec: Some(spec) })
+        .await
+        .unwrap()
+        .into_inner()
+        .goal_id;
+    receiver.requests(2, Duration::from_secs(20)).await;
+    let mut sandbox = sandbox.restart_services().await;
+
+    let got = receiver.requests(7, Duration::from_secs(30)).await;
+    let kinds: Vec<String> = got.iter().map(Received::event_type).collect();
+    assert_eq!(kinds[..5], ["goal.needs_input"; 5], "a later event overtook the first: {kinds:?}");
+    assert_eq!(kinds[5..7], ["approval.expired", "goal.failed"], "{kinds:?}");
+    let recorded = settled(&mut sandbox, &goal_id, "delivered").await;
+    assert_eq!(recorded.len(), 3);
+    sandbox.stop().await;
+}
