@@ -7,13 +7,18 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$root/.tools/python-venv"
 requirements="$root/sdk/python/requirements.txt"
+# The tests' Standard Webhooks verifier, pinned by hash (pip's hash mode is all or nothing, so
+# it is a file and an install of its own).
+hashed="$root/sdk/python/requirements-webhooks.txt"
 stamp="$venv/.requirements"
-if ! cmp -s "$requirements" "$stamp" || ! "$venv/bin/python" -c "import grpc_tools, nats" 2>/dev/null; then
+if ! cat "$requirements" "$hashed" | cmp -s - "$stamp" \
+  || ! "$venv/bin/python" -c "import grpc_tools, nats, standardwebhooks" 2>/dev/null; then
   echo "installing the pinned packages of the Python SDK into $venv"
   rm -rf "$venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
-  cp "$requirements" "$stamp"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$hashed"
+  cat "$requirements" "$hashed" > "$stamp"
 fi
 # No build isolation: the build uses the pinned setuptools and grpcio-tools of the venv.
 rm -rf "$root/sdk/python/build"

@@ -10,7 +10,9 @@
 //! flight, then restart it; 4 `kill -9` nats-server with goals in flight, then restart it;
 //! 5 SIGSTOP an agent past AckWait and its heartbeat TTL, then SIGCONT it; 6 a poison task among
 //! healthy goals; 7 two dispatchers and three agents with random kills for a bounded time; and 3
-//! `kill -9` a planner (`hermes planner`, with the scripted model answering slowly) mid-plan.
+//! `kill -9` a planner (`hermes planner`, with the scripted model answering slowly) mid-plan; 13
+//! goals whose webhook receiver is down while the dispatcher is killed twice, every webhook
+//! delivered once it is up.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -186,6 +188,17 @@ impl Cluster {
 
     /// Submits goals that nap, then append their tag; returns (tag, goal id).
     async fn submit(&self, scenario: &str, n: usize, nap_ms: u64) -> Vec<(String, String)> {
+        self.submit_with(scenario, n, nap_ms, Vec::new()).await
+    }
+
+    /// [`Cluster::submit`], each goal naming `callbacks`.
+    async fn submit_with(
+        &self,
+        scenario: &str,
+        n: usize,
+        nap_ms: u64,
+        callbacks: Vec<hermes_proto::Callback>,
+    ) -> Vec<(String, String)> {
         let mut client = self.client().await;
         let mut out = Vec::new();
         for i in 0..n {
@@ -213,6 +226,7 @@ impl Cluster {
                 plan: Some(plan),
                 idempotency_key: tag.clone(),
                 timeout_ms: 120_000,
+                callbacks: callbacks.clone(),
                 ..Default::default()
             };
             let goal_id = client
@@ -286,6 +300,9 @@ fn start_up(nats_url: &str, replicas: &str, data: &Path) -> HermesUp {
     let mut up = HermesUp::builder(hermes_bin(), data)
         .nats_url(nats_url)
         .env("HERMES_NATS_REPLICAS", replicas)
+        // Webhooks to the scenario's local receiver, tried every second for a minute.
+        .env("HERMES_DISPATCHER__WEBHOOKS__ALLOW", "127.0.0.1")
+        .env("HERMES_DISPATCHER__WEBHOOKS__SCHEDULE", format!("0s{}", ",1s".repeat(60)))
         .args(["--agents", "0", "--no-memory", "--external-planner", "--heartbeat-ttl-secs", "1"]);
     // Its log goes to its data dir (a `hermes up` that exits at start shows it), or to
     // HERMES_CHAOS_LOGS with every event.
@@ -378,6 +395,49 @@ async fn kill_the_dispatcher(trials: usize, goals_per_trial: usize) -> Row {
         row.recovery_ms.push(killed.elapsed().as_secs_f64() * 1000.0);
         row.trials += 1;
         row.count(&cluster, &goals, &completed);
+    }
+    row
+}
+
+/// Every goal names a webhook whose receiver is down (503) while the goals run: the dispatcher is
+/// killed once while the goals run and their deliveries are published, and again while the
+/// deliveries wait out their back-off; then the receiver comes up. Each completed goal's
+/// `goal.completed` must reach it (a delivery may come twice: at least once), else the goal
+/// counts as lost. Recovery: from the first kill to the last webhook delivered.
+async fn webhooks_through_kills(trials: usize, goals_per_trial: usize) -> Row {
+    let mut row = Row { scenario: "13 webhooks: receiver down, kill -9 dispatcher", ..Default::default() };
+    let mut cluster = Cluster::start(&["a1", "a2"]).await;
+    let receiver = hermes_test_util::receiver::Receiver::start().await;
+    for trial in 0..trials {
+        receiver.set_down(true);
+        let callback = hermes_proto::Callback { url: receiver.url.clone(), ..Default::default() };
+        let goals = cluster.submit_with(&format!("s13t{trial}"), goals_per_trial, 300, vec![callback]).await;
+        let killed = Instant::now();
+        cluster.restart_up(0);
+        let completed = cluster.wait_all(&goals, Duration::from_secs(90)).await;
+        cluster.restart_up(0);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        receiver.set_down(false);
+        let delivered =
+            |receiver: &hermes_test_util::receiver::Receiver| -> std::collections::HashSet<String> {
+                let got = receiver.got.lock().unwrap().clone();
+                got.iter()
+                    .filter(|r| r.answered == 200 && r.event_type() == "goal.completed")
+                    .filter_map(|r| r.json()["data"]["goal_id"].as_str().map(str::to_owned))
+                    .collect()
+            };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while completed.iter().any(|g| !delivered(&receiver).contains(g)) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        row.recovery_ms.push(killed.elapsed().as_secs_f64() * 1000.0);
+        row.trials += 1;
+        row.count(&cluster, &goals, &completed);
+        let arrived = delivered(&receiver);
+        for goal_id in completed.iter().filter(|g| !arrived.contains(*g)) {
+            println!("goal {goal_id}: its goal.completed webhook never arrived");
+            row.lost += 1;
+        }
     }
     row
 }
@@ -1008,7 +1068,8 @@ async fn chaos() {
             "7" => random_kills(Duration::from_secs(8)).await,
             "5" => stop_an_agent_past_ack_wait(1).await,
             "3" => kill_the_planner(1).await,
-            _ => panic!("HERMES_CHAOS_ONLY: 2, 3, 5 or 7"),
+            "13" => webhooks_through_kills(1, if full { 60 } else { 15 }).await,
+            _ => panic!("HERMES_CHAOS_ONLY: 2, 3, 5, 7 or 13"),
         };
         row.print();
         return;
@@ -1021,6 +1082,7 @@ async fn chaos() {
         stop_an_agent_past_ack_wait(if full { 4 } else { 1 }).await,
         poison_task(if full { 3 } else { 1 }).await,
         random_kills(Duration::from_secs(if full { 45 } else { 8 })).await,
+        webhooks_through_kills(if full { 2 } else { 1 }, if full { 60 } else { 15 }).await,
     ];
     report(
         &rows,

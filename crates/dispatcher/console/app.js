@@ -213,6 +213,7 @@ const pages = {
   agents: agentsPage,
   'dead-letters': deadLettersPage,
   'dead-letter': deadLetterPage,
+  deliveries: deliveriesPage,
   submit: submitPage,
 };
 
@@ -887,6 +888,61 @@ async function deadLetterPage(view, [sequence]) {
       },
     }, 'Replay')), result);
   document.body.dataset.ready = 'dead-letter';
+}
+
+// ---- Webhook deliveries
+
+// Every webhook delivery of the caller's tenant's goals (of one goal at #/deliveries/<goal>), with
+// each attempt, and a button that sends a delivered or dead-lettered one again.
+function deliveriesPage(view, [goalId]) {
+  document.title = 'Deliveries · Hermes';
+  const tbody = h('tbody', { id: 'delivery-rows' });
+  const empty = h('p', { class: 'muted' });
+  const result = h('p', { id: 'resend-result', role: 'status' });
+  view.append(h('h1', {}, goalId ? 'Deliveries of ' + goalId : 'Deliveries'),
+    h('p', { class: 'muted' }, 'Webhooks sent when goals end or wait for a person, newest first, with every attempt (docs/webhooks.md).'),
+    result,
+    h('div', { class: 'table-wrap' }, h('table', {},
+      h('thead', {}, h('tr', {}, ['Event', 'Goal', 'Endpoint', 'State', 'Attempts', 'Last attempt', ''].map((c) => h('th', { scope: 'col' }, c)))),
+      tbody)), empty);
+  const lastAttempt = (d) => {
+    const a = (d.attempts || [])[(d.attempts || []).length - 1];
+    if (!a) return '–';
+    const what = a.status ? 'HTTP ' + a.status : short(a.error || 'no answer', 120);
+    return `${what}, ${num(a.latencyMs)} ms, ${ago(num(a.atUnixMs))}`;
+  };
+  const resend = (d) => h('button', {
+    type: 'button', class: 'resend', dataset: { id: d.id },
+    onclick: async (e) => {
+      e.target.disabled = true;
+      try {
+        await post('/v1/webhooks/deliveries/' + encodeURIComponent(d.id) + ':resend', {});
+        result.textContent = `Sending ${d.eventType} of ${d.goalId} again.`;
+      } catch (err) {
+        result.textContent = 'Resend failed: ' + err.message;
+        e.target.disabled = false;
+      }
+    },
+  }, 'Resend');
+  async function refresh() {
+    let list;
+    const query = goalId ? '?goal_id=' + encodeURIComponent(goalId) : '';
+    try { list = await api('/v1/webhooks/deliveries' + query); } catch (e) { notice('Cannot list deliveries: ' + e.message, true); return; }
+    const deliveries = list.deliveries || [];
+    tbody.replaceChildren(...deliveries.map((d) => h('tr', { dataset: { id: d.id, state: d.state } },
+      h('td', {}, d.eventType || ''),
+      h('td', {}, h('a', { href: '#/goal/' + encodeURIComponent(d.goalId) }, d.goalId)),
+      h('td', {}, d.endpointId || ''),
+      h('td', { class: 'state' }, (d.state || '').replace(/_/g, ' ')),
+      h('td', { class: 'num' }, String((d.attempts || []).length)),
+      h('td', {}, h('details', {}, h('summary', {}, lastAttempt(d)),
+        h('ol', {}, (d.attempts || []).map((a) => h('li', {},
+          `${new Date(num(a.atUnixMs)).toLocaleString()}: ${a.status ? 'HTTP ' + a.status : 'no answer'}, ${num(a.latencyMs)} ms${a.error ? ' (' + a.error + ')' : ''}`))))),
+      h('td', {}, d.state === 'pending' ? '' : resend(d)))));
+    empty.textContent = deliveries.length ? '' : 'No deliveries.';
+    document.body.dataset.ready = 'deliveries';
+  }
+  every(3000, refresh);
 }
 
 // ---- Submit

@@ -142,6 +142,8 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
         .await
         .context("cannot bind the webhooks consumer")?;
     let sender = workers::webhooks::Sender::new(webhooks.clone(), &config.webhooks)?;
+    let mirror = webhooks.clone();
+    cx.spawn_loop("webhook-endpoints", move |stop| mirror.mirror(stop));
     let (followups, inbox) = effects::Followups::channel();
     let FollowupInbox { deadlines, summaries, unserved, unsent } = inbox;
     let audit = audit::Audit::open(bus.clone()).await.context("cannot open the audit stream")?;

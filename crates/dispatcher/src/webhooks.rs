@@ -168,8 +168,8 @@ pub struct Webhooks {
 }
 
 impl Webhooks {
-    /// Opens (creating them when missing) the deliveries stream and the two buckets, and starts
-    /// mirroring the standing endpoints.
+    /// Opens (creating them when missing) the deliveries stream and the two buckets, and loads
+    /// the standing endpoints; [`Webhooks::mirror`] keeps them current.
     pub async fn open(bus: Bus) -> Result<Webhooks> {
         let topology = bus.topology().clone();
         let replicas = bus.config().replicas;
@@ -210,7 +210,6 @@ impl Webhooks {
             .await?;
         let webhooks = Webhooks { bus, endpoints, records, standing: Default::default() };
         webhooks.load_standing().await?;
-        tokio::spawn(webhooks.clone().mirror());
         Ok(webhooks)
     }
 
@@ -226,16 +225,21 @@ impl Webhooks {
         Ok(())
     }
 
-    /// Follows the bucket's standing endpoints, loading them whole again after a lost watch.
-    async fn mirror(self) {
-        loop {
+    /// Follows the bucket's standing endpoints until `shutdown`, loading them whole again after a
+    /// lost watch.
+    pub async fn mirror(self, shutdown: tokio_util::sync::CancellationToken) {
+        while !shutdown.is_cancelled() {
             match self.endpoints.watch("wh.>").await {
                 Ok(mut watch) => {
                     if let Err(e) = self.load_standing().await {
                         warn!(error = %e, "cannot list the webhook endpoints");
                     }
-                    while let Some(entry) = watch.next().await {
-                        let Ok(entry) = entry else { break };
+                    loop {
+                        let entry = tokio::select! {
+                            _ = shutdown.cancelled() => return,
+                            entry = watch.next() => entry,
+                        };
+                        let Some(Ok(entry)) = entry else { break };
                         let id = entry.key.replacen('.', "-", 1);
                         let mut standing = self.standing.write().unwrap_or_else(|p| p.into_inner());
                         for list in standing.values_mut() {
@@ -250,10 +254,9 @@ impl Webhooks {
                 }
                 Err(e) => warn!(error = %e, "cannot watch the webhook endpoints"),
             }
-            if self.bus.client().connection_state() == async_nats::connection::State::Disconnected {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            } else {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
     }

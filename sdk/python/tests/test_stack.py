@@ -99,7 +99,8 @@ class Stack(unittest.TestCase):
             [str(BIN), "up", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off", "--agents-config", str(agents),
              "--data-dir", str(root / "data")],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=dict(os.environ, HERMES_LLM_PROVIDER="none", **cls.otel), cwd=root)
+            env=dict(os.environ, HERMES_LLM_PROVIDER="none", HERMES_DISPATCHER__WEBHOOKS__ALLOW="127.0.0.1",
+                     HERMES_DISPATCHER__WEBHOOKS__SCHEDULE="0s,300ms,300ms", **cls.otel), cwd=root)
         ready = None
         for line in cls.up.stdout:
             if line.startswith("hermes up: grpc"):
@@ -324,6 +325,57 @@ class Stack(unittest.TestCase):
             self.client.submit()
         with self.assertRaises(errors.Timeout):
             self.client.wait(self.client.submit(plan), timeout_s=0.2)
+
+    def test_a_callback_is_accepted_by_the_standardwebhooks_package(self):
+        import http.server
+        import threading
+
+        from standardwebhooks import Webhook
+
+        got = []
+
+        class Receiver(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["content-length"]))
+                got.append((dict(self.headers), body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+            plan = hermes.Plan.from_yaml("nodes:\n  - {id: sum, task_type: math.evaluate, inputs: {expression: '6*7'}}\n")
+            goal_id = self.client.submit(plan, callbacks=[url])
+            self.assertEqual(len(goal_id.callback_secrets), 1)
+            secret = goal_id.callback_secrets[0]
+            wait_for(lambda: got, what="the webhook")
+            headers, body = got[0]
+            # The specification's reference verifier accepts it, and refuses a changed body.
+            payload = Webhook(secret).verify(body, headers)
+            self.assertEqual((payload["type"], payload["data"]["goal_id"]), ("goal.completed", goal_id))
+            with self.assertRaises(Exception):
+                Webhook(secret).verify(body.replace(b"completed", b"failed"), headers)
+            self.assertTrue(hermes.webhooks.verify(secret, headers, body))
+            self.assertFalse(hermes.webhooks.verify(secret, headers, body + b" "))
+            wait_for(lambda: [d.state for d in self.client.webhook_deliveries(goal_id=goal_id)] == ["delivered"],
+                     what="the delivery recorded as delivered")
+            # A standing endpoint: made, listed without its secret, rotated, removed.
+            created = self.client.create_webhook(url, events=["goal.failed"])
+            self.assertTrue(created.secret.startswith("whsec_"))
+            listed = self.client.list_webhooks()
+            self.assertEqual([(e.id, list(e.secrets)) for e in listed], [(created.endpoint.id, [])])
+            rotated = self.client.rotate_webhook_secret(created.endpoint.id)
+            self.assertNotEqual(rotated.secret, created.secret)
+            self.client.delete_webhook(created.endpoint.id)
+            self.assertEqual(self.client.list_webhooks(), [])
+            with self.assertRaises(errors.InvalidArgument):
+                self.client.submit(plan, callbacks=["ftp://example.com/x"])
+        finally:
+            server.shutdown()
 
     def test_inputs_are_checked_against_the_workers_schema_and_outputs_against_its_own(self):
         # The dispatcher validates a node's inputs against the schema the worker published.

@@ -1,8 +1,8 @@
 //! The web console in a real headless Chromium (Debian's `chromium` through `chromedriver`),
 //! against the stack `hermes up` runs: goals appear live, a goal's DAG follows its nodes to the
 //! answer, errors show their code, approvals are decided on the page or vanish when decided
-//! elsewhere, agents show their load, a dead letter is replayed, and a bad plan is refused with
-//! the reason. Screenshots go to `target/test-output/console/`.
+//! elsewhere, agents show their load, a dead letter is replayed, a webhook delivery is resent,
+//! and a bad plan is refused with the reason. Screenshots go to `target/test-output/console/`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -283,6 +283,51 @@ async fn the_agents_page_lists_the_stacks_agents_with_their_load() {
         "return [...document.querySelectorAll('#agent-rows td.load')].some(td => /^[1-9]\\d*\\/4$/.test(td.textContent))",
         WAIT,
         "an agent with load",
+    )
+    .await;
+    b.close().await;
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_webhook_delivery_shows_its_attempts_and_is_resent_from_the_deliveries_page() {
+    let receiver = crate::webhooks::Receiver::start().await;
+    receiver.answer(&[(500, None), (503, None)]);
+    let t = Sandbox::builder().webhooks(crate::webhooks::config(&[0, 100])).start().await;
+    let base = t.http_url();
+    let plan =
+        json!({"nodes": [{"id": "sum", "task_type": "math.evaluate", "inputs": {"expression": "1+2"}}]});
+    let response = client()
+        .post(format!("{base}/v1/goals"))
+        .json(&json!({"plan": plan, "callbacks": [{"url": receiver.url}]}))
+        .send()
+        .await
+        .unwrap();
+    let goal: Value = response.json().await.unwrap();
+    assert!(goal["callbackSecrets"][0].as_str().unwrap().starts_with("whsec_"), "{goal}");
+    receiver.requests(2, WAIT).await;
+
+    let b = browser().await;
+    b.goto(&format!("{base}/#/deliveries")).await;
+    ready(&b, "deliveries").await;
+    // Both attempts failed: dead-lettered, with each attempt listed.
+    b.wait_until(
+        "return document.querySelector('#delivery-rows tr[data-state=dead_lettered]') !== null",
+        WAIT,
+        "the dead-lettered delivery",
+    )
+    .await;
+    b.wait_text("#delivery-rows", "goal.completed", WAIT).await;
+    b.wait_text("#delivery-rows", "HTTP 503", WAIT).await;
+    b.screenshot(&screenshot_path("deliveries.png")).await;
+    b.find("#delivery-rows button.resend").await.expect("a resend button").click().await;
+    b.wait_text("#resend-result", "again", WAIT).await;
+    // The receiver answers 200 now: delivered, the page says so.
+    receiver.requests(3, WAIT).await;
+    b.wait_until(
+        "return document.querySelector('#delivery-rows tr[data-state=delivered]') !== null",
+        WAIT,
+        "the delivery delivered after its resend",
     )
     .await;
     b.close().await;

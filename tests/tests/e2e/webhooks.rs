@@ -4,97 +4,19 @@
 //! `Retry-After`, the DLQ and its replay, `410 Gone`, the address filter, and one goal's
 //! deliveries in order across a restart of every service.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, StatusCode};
 use hermes_dispatcher::WebhookConfig;
 use hermes_proto::{
     Callback, CreateWebhookRequest, GoalSpec, ListDeadLettersRequest, ListWebhookDeliveriesRequest,
     ListWebhooksRequest, SubmitGoalRequest, TaskPlan,
 };
+pub(crate) use hermes_test_util::receiver::{Received, Receiver};
 use hermes_tests::{Sandbox, node, repo_root};
-use serde_json::{Value, json};
-
-/// One request the receiver got.
-#[derive(Clone, Debug)]
-struct Received {
-    at: Instant,
-    headers: HeaderMap,
-    body: bytes::Bytes,
-}
-
-impl Received {
-    fn header(&self, name: &str) -> String {
-        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).expect("the body is JSON")
-    }
-
-    fn event_type(&self) -> String {
-        self.json()["type"].as_str().unwrap_or_default().to_owned()
-    }
-}
-
-/// A local HTTP receiver: answers each request with the next scripted status (and
-/// `Retry-After`), 200 once the script is spent, and keeps every request.
-#[derive(Clone)]
-struct Receiver {
-    url: String,
-    got: Arc<Mutex<Vec<Received>>>,
-    script: Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>,
-}
-
-impl Receiver {
-    async fn start() -> Receiver {
-        let got: Arc<Mutex<Vec<Received>>> = Default::default();
-        let script: Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>> = Default::default();
-        let (g, s) = (got.clone(), script.clone());
-        let app = axum::Router::new().fallback(move |headers: HeaderMap, body: bytes::Bytes| {
-            let (got, script) = (g.clone(), s.clone());
-            async move {
-                got.lock().unwrap().push(Received { at: Instant::now(), headers, body });
-                let (status, retry_after) = script.lock().unwrap().pop_front().unwrap_or((200, None));
-                let mut reply = HeaderMap::new();
-                if let Some(wait) = retry_after {
-                    reply.insert("retry-after", wait.parse().unwrap());
-                }
-                (StatusCode::from_u16(status).unwrap(), reply, "")
-            }
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Receiver { url, got, script }
-    }
-
-    fn answer(&self, replies: &[(u16, Option<&'static str>)]) {
-        self.script.lock().unwrap().extend(replies.iter().copied());
-    }
-
-    /// The first `n` requests, waiting up to `within` for them.
-    async fn requests(&self, n: usize, within: Duration) -> Vec<Received> {
-        let deadline = Instant::now() + within;
-        loop {
-            let got = self.got.lock().unwrap().clone();
-            if got.len() >= n {
-                return got;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{n} requests expected within {within:?}, got {}: {got:?}",
-                got.len()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
+use serde_json::json;
 
 /// A schedule of `waits` (ms), sent to loopback.
-fn config(waits: &[u64]) -> WebhookConfig {
+pub(crate) fn config(waits: &[u64]) -> WebhookConfig {
     WebhookConfig {
         schedule: waits.iter().map(|ms| Duration::from_millis(*ms)).collect(),
         timeout: Duration::from_secs(5),

@@ -221,11 +221,21 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
             tokens_file(dir.path()).to_str().unwrap(),
             "--dispatcher-planner-service",
             "true",
+            "--dispatcher-webhooks-allow",
+            "127.0.0.1",
             "--llm-provider",
             "none",
         ],
     );
     let mut client = connect(&grpc).await;
+    // A standing webhook endpoint of team-a: sent through the dispatcher's own NATS rights.
+    let receiver = hermes_test_util::receiver::Receiver::start().await;
+    let mut create = tonic::Request::new(hermes_proto::CreateWebhookRequest {
+        url: receiver.url.clone(),
+        ..Default::default()
+    });
+    create.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let created = client.create_webhook(create).await.expect("a submitter registers a webhook").into_inner();
     // The registry and memory check the same API tokens on their own ports, as in the chart.
     let tokens = tokens_file(dir.path());
     let tokens = tokens.to_str().unwrap();
@@ -383,6 +393,12 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
         "the agent loop's tool call reached the events through a dispatcher"
     );
     assert!(events.iter().any(|e| matches!(&e.kind, Some(Kind::ApprovalDecided(d)) if d.approved)));
+    // The approval's wait and the end reached the tenant's endpoint, in that order, signed.
+    let got = receiver.requests(2, Duration::from_secs(30)).await;
+    let kinds: Vec<String> = got.iter().map(|r| r.event_type()).collect();
+    assert_eq!(kinds, ["goal.needs_input", "goal.completed"], "{got:?}");
+    assert!(got[1].header("webhook-signature").starts_with("v1,"));
+    assert!(!created.secret.is_empty());
 
     // The audit trail has the submit and the approval, with where they came from.
     let records = client
@@ -412,6 +428,13 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
     attacker.publish_refused("approving a call", format!("$KV.hermes_approvals.{goal_id}.save.0.x")).await;
     attacker.publish_refused("deleting the goals", "$JS.API.STREAM.DELETE.KV_hermes_goals".into()).await;
     attacker.publish_refused("purging the events", "$JS.API.STREAM.PURGE.HERMES_EVENTS".into()).await;
+    attacker.publish_refused("forging a webhook delivery", format!("hermes.webhook.wh-x.{goal_id}")).await;
+    attacker
+        .publish_refused(
+            "reading a webhook's secret",
+            "$JS.API.DIRECT.GET.KV_hermes_webhooks.$KV.hermes_webhooks.wh.x".into(),
+        )
+        .await;
     attacker
         .publish_refused(
             "reading a goal",

@@ -13,6 +13,7 @@ import grpc
 from hermes_agents import artifacts, errors
 from hermes_agents._proto.hermes.v1 import dispatcher_pb2, dispatcher_pb2_grpc, goal_pb2
 from hermes_agents.types import EventView, GoalView, Plan
+from hermes_agents.webhooks import Submitted
 
 #: Errors after which `watch` reconnects and resumes from the last event it gave.
 _RECONNECT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
@@ -20,7 +21,8 @@ _RECONNECT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.Status
 
 
 def _spec(plan: Plan | dict | None, text: str | None, idempotency_key: str, session: str, timeout_s: float | None,
-          max_tokens: int, max_cost_usd: float, labels: dict[str, str] | None) -> goal_pb2.GoalSpec:
+          max_tokens: int, max_cost_usd: float, labels: dict[str, str] | None,
+          callbacks: list | None = None) -> goal_pb2.GoalSpec:
     if (plan is None) == (text is None):
         raise errors.InvalidArgument("give a goal as exactly one of `plan` or `text`")
     if isinstance(plan, dict):
@@ -28,7 +30,31 @@ def _spec(plan: Plan | dict | None, text: str | None, idempotency_key: str, sess
     return goal_pb2.GoalSpec(
         text=text or "", plan=plan.to_proto() if plan else None, session_id=session,
         idempotency_key=idempotency_key, timeout_ms=int((timeout_s or 0) * 1000), labels=labels or {},
-        max_tokens=max_tokens, max_cost_usd=max_cost_usd)
+        max_tokens=max_tokens, max_cost_usd=max_cost_usd, callbacks=[_callback(c) for c in callbacks or ()])
+
+
+def _callback(callback: str | dict) -> goal_pb2.Callback:
+    """A callback given as its URL, or as `{"url", "events", "secret"}`."""
+    if isinstance(callback, str):
+        return goal_pb2.Callback(url=callback)
+    return goal_pb2.Callback(url=callback["url"], events=list(callback.get("events", ())),
+                             secret=callback.get("secret", ""))
+
+
+def _submitted(reply) -> Submitted:
+    return Submitted(reply.goal_id, reply.callback_secrets, reply.duplicate)
+
+
+#: The requests of the webhook calls, shared by `Client` and `AsyncClient`.
+_WEBHOOK_REQUESTS = {
+    "create": lambda url, events=(), secret="": dispatcher_pb2.CreateWebhookRequest(
+        url=url, events=list(events), secret=secret),
+    "list": lambda: dispatcher_pb2.ListWebhooksRequest(),
+    "id": lambda endpoint_id: dispatcher_pb2.WebhookRequest(id=endpoint_id),
+    "deliveries": lambda goal_id="", endpoint_id="", limit=100: dispatcher_pb2.ListWebhookDeliveriesRequest(
+        goal_id=goal_id, endpoint_id=endpoint_id, limit=limit),
+    "delivery": lambda delivery_id: dispatcher_pb2.WebhookDeliveryRequest(id=delivery_id),
+}
 
 
 def _channel_args(server: str, tls: bool, root_certificates: bytes | None):
@@ -69,11 +95,37 @@ class Client:
 
     def submit(self, plan: Plan | dict | None = None, *, text: str | None = None, idempotency_key: str = "",
                session: str = "", timeout_s: float | None = None, max_tokens: int = 0, max_cost_usd: float = 0.0,
-               labels: dict[str, str] | None = None) -> str:
+               labels: dict[str, str] | None = None, callbacks: list | None = None) -> Submitted:
         """Submits a goal, as a plan or as text, and returns its id. The same `idempotency_key`
-        returns the first goal's id again instead of starting another."""
-        spec = _spec(plan, text, idempotency_key, session, timeout_s, max_tokens, max_cost_usd, labels)
-        return self._call(self._stub.SubmitGoal, dispatcher_pb2.SubmitGoalRequest(spec=spec)).goal_id
+        returns the first goal's id again instead of starting another. `callbacks` are webhook
+        URLs (or `{"url", "events", "secret"}`) sent the goal's end and its waits for a person;
+        the id's `callback_secrets` holds each one's signing secret, this once (docs/webhooks.md)."""
+        spec = _spec(plan, text, idempotency_key, session, timeout_s, max_tokens, max_cost_usd, labels, callbacks)
+        return _submitted(self._call(self._stub.SubmitGoal, dispatcher_pb2.SubmitGoalRequest(spec=spec)))
+
+    def create_webhook(self, url: str, events=(), secret: str = ""):
+        """Registers a standing webhook endpoint for your tenant's goals; returns the
+        `CreateWebhookResponse` (`.endpoint`, and `.secret`, shown this once)."""
+        return self._call(self._stub.CreateWebhook, _WEBHOOK_REQUESTS["create"](url, events, secret))
+
+    def list_webhooks(self) -> list:
+        """Your tenant's standing endpoints (`WebhookEndpoint`s, without secrets)."""
+        return list(self._call(self._stub.ListWebhooks, _WEBHOOK_REQUESTS["list"]()).endpoints)
+
+    def delete_webhook(self, endpoint_id: str):
+        return self._call(self._stub.DeleteWebhook, _WEBHOOK_REQUESTS["id"](endpoint_id))
+
+    def rotate_webhook_secret(self, endpoint_id: str):
+        """A new signing secret (`.secret`, shown once); the previous one keeps signing beside it."""
+        return self._call(self._stub.RotateWebhookSecret, _WEBHOOK_REQUESTS["id"](endpoint_id))
+
+    def webhook_deliveries(self, goal_id: str = "", endpoint_id: str = "", limit: int = 100) -> list:
+        """Deliveries (`WebhookDelivery`s, each with every attempt), newest first."""
+        request = _WEBHOOK_REQUESTS["deliveries"](goal_id, endpoint_id, limit)
+        return list(self._call(self._stub.ListWebhookDeliveries, request).deliveries)
+
+    def resend_webhook_delivery(self, delivery_id: str):
+        return self._call(self._stub.ResendWebhookDelivery, _WEBHOOK_REQUESTS["delivery"](delivery_id))
 
     def get(self, goal_id: str) -> GoalView:
         return GoalView.of(self._call(self._stub.GetGoal, dispatcher_pb2.GetGoalRequest(goal_id=goal_id)))
@@ -179,10 +231,29 @@ class AsyncClient:
 
     async def submit(self, plan: Plan | dict | None = None, *, text: str | None = None, idempotency_key: str = "",
                      session: str = "", timeout_s: float | None = None, max_tokens: int = 0,
-                     max_cost_usd: float = 0.0, labels: dict[str, str] | None = None) -> str:
-        spec = _spec(plan, text, idempotency_key, session, timeout_s, max_tokens, max_cost_usd, labels)
-        reply = await self._call(self._stub.SubmitGoal, dispatcher_pb2.SubmitGoalRequest(spec=spec))
-        return reply.goal_id
+                     max_cost_usd: float = 0.0, labels: dict[str, str] | None = None,
+                     callbacks: list | None = None) -> Submitted:
+        spec = _spec(plan, text, idempotency_key, session, timeout_s, max_tokens, max_cost_usd, labels, callbacks)
+        return _submitted(await self._call(self._stub.SubmitGoal, dispatcher_pb2.SubmitGoalRequest(spec=spec)))
+
+    async def create_webhook(self, url: str, events=(), secret: str = ""):
+        return await self._call(self._stub.CreateWebhook, _WEBHOOK_REQUESTS["create"](url, events, secret))
+
+    async def list_webhooks(self) -> list:
+        return list((await self._call(self._stub.ListWebhooks, _WEBHOOK_REQUESTS["list"]())).endpoints)
+
+    async def delete_webhook(self, endpoint_id: str):
+        return await self._call(self._stub.DeleteWebhook, _WEBHOOK_REQUESTS["id"](endpoint_id))
+
+    async def rotate_webhook_secret(self, endpoint_id: str):
+        return await self._call(self._stub.RotateWebhookSecret, _WEBHOOK_REQUESTS["id"](endpoint_id))
+
+    async def webhook_deliveries(self, goal_id: str = "", endpoint_id: str = "", limit: int = 100) -> list:
+        request = _WEBHOOK_REQUESTS["deliveries"](goal_id, endpoint_id, limit)
+        return list((await self._call(self._stub.ListWebhookDeliveries, request)).deliveries)
+
+    async def resend_webhook_delivery(self, delivery_id: str):
+        return await self._call(self._stub.ResendWebhookDelivery, _WEBHOOK_REQUESTS["delivery"](delivery_id))
 
     async def get(self, goal_id: str) -> GoalView:
         return GoalView.of(await self._call(self._stub.GetGoal, dispatcher_pb2.GetGoalRequest(goal_id=goal_id)))
