@@ -271,6 +271,7 @@ impl GoalService {
         }
         for callback in &spec.callbacks {
             crate::webhooks::check_endpoint(&callback.url, &callback.events)?;
+            crate::webhooks::check_format(&callback.format)?;
             if !callback.secret.is_empty() {
                 crate::webhooks::secret_key(&callback.secret)?;
             }
@@ -318,7 +319,12 @@ impl GoalService {
                 callbacks: spec
                     .callbacks
                     .iter()
-                    .map(|c| Callback { secret: String::new(), ..c.clone() })
+                    .map(|c| Callback {
+                        secret: String::new(),
+                        token: String::new(),
+                        authorization: String::new(),
+                        ..c.clone()
+                    })
                     .collect(),
                 ..spec.clone()
             }),
@@ -410,6 +416,9 @@ impl GoalService {
                 secrets: vec![secret.clone()],
                 goal_id: state.goal_id.clone(),
                 created_unix_ms: state.created_unix_ms,
+                format: callback.format.clone(),
+                token: callback.token.clone(),
+                authorization: callback.authorization.clone(),
                 ..Default::default()
             };
             if self.webhooks.create(&endpoint).await? {

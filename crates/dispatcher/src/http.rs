@@ -434,7 +434,12 @@ async fn submit(
         callbacks: body
             .callbacks
             .into_iter()
-            .map(|c| hermes_proto::Callback { url: c.url, events: c.events, secret: c.secret })
+            .map(|c| hermes_proto::Callback {
+                url: c.url,
+                events: c.events,
+                secret: c.secret,
+                ..Default::default()
+            })
             .collect(),
     };
     let submitted = api.gate.submit(&caller, spec).await?;

@@ -23,6 +23,7 @@
 //! [`service`] is the process: its settings and the runtime's `Service`.
 
 pub use hermes_core::access;
+mod a2a_view;
 pub mod audit;
 mod config;
 pub mod console;

@@ -140,6 +140,22 @@ pub fn check_endpoint(url: &str, events: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Checks an endpoint's body format: empty (Standard Webhooks) or `a2a`.
+pub fn check_format(format: &str) -> Result<()> {
+    match format {
+        "" | FORMAT_A2A => Ok(()),
+        other => Err(Error::InvalidArgument {
+            field: "format".into(),
+            reason: format!(
+                "`{other}` is not a webhook format (leave it empty, or `a2a` for A2A push notifications)"
+            ),
+        }),
+    }
+}
+
+/// The format of an A2A push-notification endpoint.
+pub const FORMAT_A2A: &str = "a2a";
+
 /// The endpoints bucket's key of an endpoint id (`wh-x` is `wh.x`, `cb-g-..-0` is `cb.g-..-0`):
 /// standing endpoints are then listed and watched as `wh.>`.
 fn key_of(id: &str) -> String {
@@ -154,6 +170,8 @@ pub fn callback_id(goal_id: &str, n: usize) -> String {
 /// The endpoint without its secrets, as answers show it.
 pub fn shown(mut endpoint: WebhookEndpoint) -> WebhookEndpoint {
     endpoint.secrets.clear();
+    endpoint.token.clear();
+    endpoint.authorization.clear();
     endpoint
 }
 
@@ -341,22 +359,28 @@ impl Webhooks {
         }
         let tenant = hermes_core::access::tenant_of(state).unwrap_or_default().to_owned();
         let callbacks: &[Callback] = state.spec.as_ref().map(|s| s.callbacks.as_slice()).unwrap_or_default();
-        let mut targets: Vec<(String, Vec<String>)> = callbacks
+        // (endpoint, event filter, body format)
+        let mut targets: Vec<(String, Vec<String>, String)> = callbacks
             .iter()
             .enumerate()
-            .map(|(n, c)| (callback_id(&state.goal_id, n), c.events.clone()))
+            .map(|(n, c)| (callback_id(&state.goal_id, n), c.events.clone(), c.format.clone()))
             .collect();
-        targets
-            .extend(self.standing_of(&tenant).into_iter().filter(|e| !e.disabled).map(|e| (e.id, e.events)));
+        targets.extend(
+            self.standing_of(&tenant).into_iter().filter(|e| !e.disabled).map(|e| (e.id, e.events, e.format)),
+        );
         let mut deliveries = Vec::new();
         for event in events {
             let Some(kind) = event_type(event) else { continue };
             let id = webhook_id(event);
-            let body = body(kind, event, state);
-            for (endpoint_id, filter) in &targets {
+            let standard = body(kind, event, state);
+            for (endpoint_id, filter, format) in &targets {
                 if !filter.is_empty() && !filter.iter().any(|f| f == kind) {
                     continue;
                 }
+                let body = match format.as_str() {
+                    FORMAT_A2A => a2a_body(event, state),
+                    _ => standard.clone(),
+                };
                 deliveries.push(WebhookDelivery {
                     id: format!("{}.{}.{endpoint_id}", state.goal_id, event_part(event)),
                     webhook_id: id.clone(),
@@ -364,7 +388,7 @@ impl Webhooks {
                     goal_id: state.goal_id.clone(),
                     tenant: tenant.clone(),
                     event_type: kind.to_owned(),
-                    body_json: body.clone(),
+                    body_json: body,
                     created_unix_ms: event.at_unix_ms,
                     state: "pending".into(),
                     ..Default::default()
@@ -458,6 +482,19 @@ impl Webhooks {
         let msg_id = format!("resend:{}:{}", record.id, hermes_core::now_unix_ms());
         self.bus.publish(subject, &message, &msg_id, None).await.map(|_| ())
     }
+}
+
+/// The body of a delivery to an A2A push-notification endpoint: an A2A 1.0 stream response, the
+/// task itself (with its output as an artifact) when the goal has ended, else the status update
+/// the event makes (input required, with the call waiting; or working, an approval expired).
+/// Artifact links are relative to the dispatcher's HTTP API.
+fn a2a_body(event: &Event, state: &GoalState) -> String {
+    let body = if crate::a2a_view::is_final(state) {
+        serde_json::json!({"task": crate::a2a_view::task_value(state, &[], "")})
+    } else {
+        crate::a2a_view::stream_responses(state, event, "", false).0.pop().unwrap_or_default()
+    };
+    body.to_string()
 }
 
 /// The body of a delivery: `{"type", "timestamp", "data"}` as the specification suggests, the

@@ -376,6 +376,7 @@ class Stack(unittest.TestCase):
                 self.client.submit(plan, callbacks=["ftp://example.com/x"])
         finally:
             server.shutdown()
+            server.server_close()
 
     def test_inputs_are_checked_against_the_workers_schema_and_outputs_against_its_own(self):
         # The dispatcher validates a node's inputs against the schema the worker published.

@@ -101,6 +101,17 @@ class Units(unittest.TestCase):
         self.assertEqual(worker.nats_options["inbox_prefix"], "_INBOX_agent")
         self.assertEqual(worker.health_listen, "0.0.0.0:9464")
 
+    def test_webhooks_verify_the_specifications_example_and_refuse_changes(self):
+        # The Standard Webhooks specification's own example (2021, hence the wide tolerance).
+        secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+        headers = {"Webhook-Id": "msg_p5jXN8AQM9LWM0D4loKWxJek", "Webhook-Timestamp": "1614265330",
+                   "Webhook-Signature": "v1,bm9ldHZhbGlk v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="}
+        body = b'{"test": 2432232314}'
+        self.assertTrue(hermes.webhooks.verify(secret, headers, body, tolerance_s=10**10))
+        self.assertFalse(hermes.webhooks.verify(secret, headers, body + b" ", tolerance_s=10**10))
+        self.assertFalse(hermes.webhooks.verify(secret, headers, body), "too old for the default tolerance")
+        self.assertFalse(hermes.webhooks.verify(secret, {}, body))
+
 
 if __name__ == "__main__":
     unittest.main()

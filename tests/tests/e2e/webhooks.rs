@@ -225,3 +225,47 @@ async fn one_goals_deliveries_arrive_in_order_across_a_restart_of_every_service(
     assert_eq!(recorded.len(), 3);
     sandbox.stop().await;
 }
+
+#[tokio::test]
+async fn an_a2a_send_with_a_push_config_has_its_task_pushed_with_its_token() {
+    let receiver = Receiver::start().await;
+    let sandbox = Sandbox::builder().webhooks(config(&[0, 200])).start().await;
+    let plan =
+        json!({"nodes": [{"id": "sum", "task_type": "math.evaluate", "inputs": {"expression": "6*7"}}]});
+    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "push-1", "role": "ROLE_USER", "parts": [{"data": plan}]},
+        "configuration": {"returnImmediately": true, "pushNotificationConfig": {
+            "url": receiver.url, "token": "tok-123",
+            "authentication": {"scheme": "Bearer", "credentials": "cred-9"}}}}});
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/a2a", sandbox.http_url()))
+        .json(&send)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let task_id = answer["result"]["task"]["id"].as_str().unwrap_or_else(|| panic!("{answer}")).to_owned();
+
+    let pushed = receiver.requests(1, Duration::from_secs(20)).await.remove(0);
+    assert_eq!(pushed.header("x-a2a-notification-token"), "tok-123");
+    assert_eq!(pushed.header("a2a-notification-token"), "tok-123");
+    assert_eq!(pushed.header("authorization"), "Bearer cred-9");
+    assert!(pushed.header("webhook-signature").starts_with("v1,"), "signed as every webhook is");
+    let body = pushed.json();
+    assert_eq!(body["task"]["id"], task_id.as_str(), "{body}");
+    assert_eq!(body["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
+    assert_eq!(body["task"]["artifacts"][0]["parts"][0]["data"]["value"], 42.0, "{body}");
+
+    // The token and the credentials are kept with the endpoint, not in the goal.
+    use prost::Message as _;
+    let stored = sandbox.bus.goals().get(task_id.as_str()).await.unwrap().expect("the goal is stored");
+    let goal = hermes_proto::GoalState::decode(stored).unwrap();
+    let callback = &goal.spec.unwrap().callbacks[0];
+    assert_eq!(
+        (callback.format.as_str(), callback.token.as_str(), callback.authorization.as_str()),
+        ("a2a", "", "")
+    );
+    sandbox.stop().await;
+}

@@ -26,10 +26,11 @@ use futures::StreamExt;
 use hermes_core::Error;
 use hermes_core::plan_file::PlanFile;
 use hermes_proto::event::Kind;
-use hermes_proto::{Approval, Event, GoalSpec, GoalState, GoalStatus};
+use hermes_proto::{Event, GoalSpec, GoalState};
 use serde_json::{Value, json};
 
 use super::{Api, HEARTBEAT, goal_id_arg, json_response};
+use crate::a2a_view::{a2a_state, context_id, is_final, stream_responses, task_value};
 use crate::gate::Caller;
 
 /// The protocol version served, as A2A names it in the card and the `A2A-Version` header.
@@ -186,7 +187,7 @@ pub(super) async fn agent_card(
         "provider": {"organization": "Hermes", "url": base},
         "version": env!("CARGO_PKG_VERSION"),
         "documentationUrl": format!("{base}/v1/openapi.json"),
-        "capabilities": {"streaming": true, "pushNotifications": false, "extendedAgentCard": false},
+        "capabilities": {"streaming": true, "pushNotifications": true, "extendedAgentCard": false},
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["application/json", "text/plain"],
         "skills": skills,
@@ -317,7 +318,7 @@ async fn call(api: &Api, who: &Caller, headers: &HeaderMap, request: &Value) -> 
         m if m.contains("PushNotification") || m.starts_with("tasks/pushNotificationConfig") => {
             Err(RpcError::new(
                 PUSH_NOT_SUPPORTED,
-                "push notifications are not supported; stream with SendStreamingMessage or SubscribeToTask",
+                "push notification configs are given with the message only (SendMessage's `configuration.pushNotificationConfig`); they cannot be set, read or removed afterwards",
             ))
         }
         "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => Err(RpcError::new(
@@ -378,6 +379,7 @@ async fn send(
             plan,
             session_id,
             idempotency_key: format!("a2a:{message_id}"),
+            callbacks: push_config(&configuration)?.into_iter().collect(),
             ..Default::default()
         };
         let submitted = api.gate.submit(who, spec).await?;
@@ -401,6 +403,34 @@ async fn send(
     }
     let state = api.gate.get(who, &state.goal_id).await?;
     Ok(Answer::Result(json!({"task": task_json(api, who, &state, headers).await?})))
+}
+
+/// The push-notification endpoint a send names (`configuration.pushNotificationConfig`: `url`,
+/// `token`, `authentication` with a `scheme` (or 0.3's `schemes`) and `credentials`), as the
+/// goal's callback in the A2A format (docs/webhooks.md).
+fn push_config(configuration: &Value) -> Result<Option<hermes_proto::Callback>, RpcError> {
+    let Some(config) = configuration.get("pushNotificationConfig").filter(|c| !c.is_null()) else {
+        return Ok(None);
+    };
+    let url = config
+        .get("url")
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| RpcError::invalid("`configuration.pushNotificationConfig.url` is required"))?;
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
+    let authentication = config.get("authentication");
+    let scheme = authentication
+        .and_then(|a| a.get("scheme").or_else(|| a.get("schemes").and_then(|s| s.get(0))))
+        .and_then(Value::as_str)
+        .unwrap_or("Bearer");
+    let credentials = text(authentication.and_then(|a| a.get("credentials")));
+    Ok(Some(hermes_proto::Callback {
+        url: url.to_owned(),
+        format: crate::webhooks::FORMAT_A2A.to_owned(),
+        token: text(config.get("token")),
+        authorization: if credentials.is_empty() { String::new() } else { format!("{scheme} {credentials}") },
+        ..Default::default()
+    }))
 }
 
 /// A message's text parts (joined by newlines) and its plan, from a data part holding one.
@@ -531,107 +561,6 @@ async fn list(api: &Api, who: &Caller, params: &Value, headers: &HeaderMap) -> R
     ))
 }
 
-fn is_final(state: &GoalState) -> bool {
-    matches!(
-        GoalStatus::try_from(state.status),
-        Ok(GoalStatus::Completed | GoalStatus::Failed | GoalStatus::Cancelled | GoalStatus::NeedsInput)
-    )
-}
-
-/// The A2A task state of a goal; `waiting` says a call of it waits for a person.
-fn a2a_state(state: &GoalState, waiting: bool) -> &'static str {
-    match GoalStatus::try_from(state.status).unwrap_or(GoalStatus::Unspecified) {
-        GoalStatus::Completed => "TASK_STATE_COMPLETED",
-        GoalStatus::Failed => "TASK_STATE_FAILED",
-        GoalStatus::Cancelled => "TASK_STATE_CANCELED",
-        GoalStatus::NeedsInput => "TASK_STATE_REJECTED",
-        _ if waiting => "TASK_STATE_INPUT_REQUIRED",
-        GoalStatus::Pending | GoalStatus::Unspecified => "TASK_STATE_SUBMITTED",
-        GoalStatus::Running | GoalStatus::Planning | GoalStatus::Replanning | GoalStatus::Summarizing => {
-            "TASK_STATE_WORKING"
-        }
-    }
-}
-
-fn context_id(state: &GoalState) -> &str {
-    match state.spec.as_ref().map(|s| s.session_id.as_str()) {
-        Some(session) if !session.is_empty() => session,
-        _ => &state.goal_id,
-    }
-}
-
-fn timestamp(unix_ms: u64) -> String {
-    chrono::DateTime::from_timestamp_millis(unix_ms as i64)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// An agent message of the task, saying `text` (and `data`, when given).
-fn agent_message(state: &GoalState, id: String, text: String, data: Option<Value>) -> Value {
-    let mut parts = vec![json!({"text": text})];
-    if let Some(data) = data {
-        parts.push(json!({"data": data, "mediaType": "application/json"}));
-    }
-    json!({"messageId": id, "contextId": context_id(state), "taskId": state.goal_id, "role": "ROLE_AGENT", "parts": parts})
-}
-
-/// What the task's status says in words: the error, the planner's reason, the call waiting.
-fn status_message(state: &GoalState, pending: &[Approval]) -> Option<Value> {
-    let id = format!("{}-status-{}", state.goal_id, state.event_seq);
-    if let Some(approval) = pending.first() {
-        return Some(approval_message(
-            state,
-            id,
-            approval.call_id.clone(),
-            &approval.tool,
-            &approval.node_id,
-            &approval.arguments_json,
-            approval.expires_unix_ms,
-        ));
-    }
-    let error = state.error.as_ref().filter(|e| !e.message.is_empty())?;
-    Some(agent_message(state, id, format!("{}: {}", error.code, error.message), None))
-}
-
-fn approval_message(
-    state: &GoalState,
-    id: String,
-    call_id: String,
-    tool: &str,
-    node: &str,
-    arguments: &str,
-    expires: u64,
-) -> Value {
-    let arguments: Value = serde_json::from_str(arguments).unwrap_or(Value::String(arguments.to_owned()));
-    let text = format!(
-        "Approval needed: node `{node}` wants to call `{tool}` with {arguments}. Reply on this task with `approve` or `deny <reason>` before {}.",
-        timestamp(expires)
-    );
-    let data = json!({"callId": call_id, "nodeId": node, "tool": tool, "arguments": arguments, "expiresAt": timestamp(expires)});
-    agent_message(state, id, text, Some(data))
-}
-
-/// The goal's output as an A2A artifact: text when it is a string, else JSON; an output kept
-/// as a Hermes artifact is a URL part to fetch it.
-fn output_artifact(state: &GoalState, base: &str, output_json: &str) -> Option<Value> {
-    if output_json.is_empty() {
-        return None;
-    }
-    let value: Value =
-        serde_json::from_str(output_json).unwrap_or_else(|_| Value::String(output_json.to_owned()));
-    let part = if let Some(reference) = hermes_core::artifacts::stub_reference(&value) {
-        let media = value.get("content_type").and_then(Value::as_str).unwrap_or("application/octet-stream");
-        json!({"url": format!("{base}/v1/goals/{}/artifacts/{reference}", state.goal_id), "mediaType": media, "filename": reference})
-    } else if let Value::String(text) = &value {
-        json!({"text": text})
-    } else {
-        json!({"data": value, "mediaType": "application/json"})
-    };
-    Some(
-        json!({"artifactId": "output", "name": "output", "description": "The goal's output", "parts": [part]}),
-    )
-}
-
 /// The task for a goal, as A2A 1.0 shapes it.
 async fn task_json(
     api: &Api,
@@ -641,25 +570,6 @@ async fn task_json(
 ) -> Result<Value, RpcError> {
     let pending = if is_final(state) { Vec::new() } else { api.gate.goal_approvals(who, state).await? };
     Ok(task_value(state, &pending, &base_url(headers)))
-}
-
-fn task_value(state: &GoalState, pending: &[Approval], base: &str) -> Value {
-    let mut status = json!({"state": a2a_state(state, !pending.is_empty()), "timestamp": timestamp(state.updated_unix_ms)});
-    if let Some(message) = status_message(state, pending) {
-        status["message"] = message;
-    }
-    let artifacts: Vec<Value> = output_artifact(state, base, &state.output_json).into_iter().collect();
-    json!({
-        "id": state.goal_id,
-        "contextId": context_id(state),
-        "status": status,
-        "artifacts": artifacts,
-        "metadata": {"hermes": {
-            "status": GoalStatus::try_from(state.status).map(|s| s.as_str_name()).unwrap_or("GOAL_STATUS_UNSPECIFIED"),
-            "eventSeq": state.event_seq.to_string(),
-            "goal": format!("{base}/v1/goals/{}", state.goal_id),
-        }},
-    })
 }
 
 /// A task's stream: the task first (unless resuming after an event), then its events.
@@ -760,87 +670,4 @@ fn stream_answer(api: &Api, id: Value, stream: TaskStream) -> Response {
 async fn already_decided(gate: &crate::gate::Gate, goal: &GoalState, event: &Event) -> bool {
     let Some(Kind::ApprovalRequired(asked)) = &event.kind else { return false };
     gate.decided(goal, &asked.call_id).await
-}
-
-/// The A2A stream responses of one goal event, and whether the stream ends with them; `decided`
-/// says an approval request was answered since.
-fn stream_responses(state: &GoalState, event: &Event, base: &str, decided: bool) -> (Vec<Value>, bool) {
-    let hermes = serde_json::to_value(event).unwrap_or(Value::Null);
-    let id = format!(
-        "{}-event-{}",
-        state.goal_id,
-        if event.seq > 0 { event.seq.to_string() } else { format!("at-{}", event.at_unix_ms) }
-    );
-    let update = |task_state: &str, text: String, data: Option<Value>| {
-        json!({"statusUpdate": {
-            "taskId": state.goal_id,
-            "contextId": context_id(state),
-            "status": {"state": task_state, "message": agent_message(state, id.clone(), text, data), "timestamp": timestamp(event.at_unix_ms)},
-            "metadata": {"hermesEvent": hermes},
-        }})
-    };
-    let working = |text: String| (vec![update("TASK_STATE_WORKING", text, None)], false);
-    let Some(kind) = &event.kind else { return (Vec::new(), false) };
-    match kind {
-        Kind::GoalAccepted(_) => working("accepted".into()),
-        Kind::PlanRequested(_) => working("planning".into()),
-        Kind::PlanCreated(p) => {
-            working(format!("planned {} step(s)", p.plan.as_ref().map_or(0, |p| p.nodes.len())))
-        }
-        Kind::PlanPatched(p) => working(format!("replanned after `{}` failed", p.failed_node_id)),
-        Kind::TaskDispatched(t) => working(format!(
-            "`{}` ({}) dispatched{}",
-            t.node_id,
-            t.task_type,
-            if t.agent_id.is_empty() { String::new() } else { format!(" to {}", t.agent_id) }
-        )),
-        Kind::TaskSucceeded(t) => working(format!("`{}` succeeded in {} ms", t.node_id, t.elapsed_ms)),
-        Kind::TaskFailed(t) => working(format!(
-            "`{}` failed: {}",
-            t.node_id,
-            t.error.as_ref().map_or("", |e| e.message.as_str())
-        )),
-        Kind::TaskRetrying(t) => working(format!("`{}` retrying", t.node_id)),
-        Kind::ToolCalled(t) => working(format!("`{}` called {}", t.node_id, t.tool)),
-        Kind::ApprovalDecided(d) => {
-            working(format!("call `{}` {}", d.call_id, if d.approved { "approved" } else { "denied" }))
-        }
-        Kind::ApprovalRequired(a) if decided => {
-            working(format!("call `{}` ({}) asked for approval and has been decided", a.call_id, a.tool))
-        }
-        Kind::ApprovalRequired(a) => {
-            let message = approval_message(
-                state,
-                id.clone(),
-                a.call_id.clone(),
-                &a.tool,
-                &a.node_id,
-                &a.arguments_json,
-                a.expires_unix_ms,
-            );
-            let update = json!({"statusUpdate": {
-                "taskId": state.goal_id,
-                "contextId": context_id(state),
-                "status": {"state": "TASK_STATE_INPUT_REQUIRED", "message": message, "timestamp": timestamp(event.at_unix_ms)},
-                "metadata": {"hermesEvent": hermes},
-            }});
-            (vec![update], true)
-        }
-        Kind::GoalCompleted(c) => {
-            let mut out = Vec::new();
-            if let Some(artifact) = output_artifact(state, base, &c.output_json) {
-                out.push(json!({"artifactUpdate": {"taskId": state.goal_id, "contextId": context_id(state), "artifact": artifact, "append": false, "lastChunk": true}}));
-            }
-            out.push(update("TASK_STATE_COMPLETED", "completed".into(), None));
-            (out, true)
-        }
-        Kind::GoalFailed(f) => {
-            let error = f.error.clone().unwrap_or_default();
-            (vec![update("TASK_STATE_FAILED", format!("{}: {}", error.code, error.message), None)], true)
-        }
-        Kind::GoalCancelled(c) => {
-            (vec![update("TASK_STATE_CANCELED", format!("cancelled: {}", c.reason), None)], true)
-        }
-        Kind::GoalNeedsInput(n) => (vec![update("TASK_STATE_REJECTED", n.explanation.clone(), None)], true),
-    }
 }

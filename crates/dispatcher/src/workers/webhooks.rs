@@ -196,9 +196,17 @@ impl Sender {
         }
         let timestamp = at_unix_ms / 1000;
         let body = message.body_json.clone();
-        let sent = self
-            .client
-            .post(&endpoint.url)
+        let mut request = self.client.post(&endpoint.url);
+        if !endpoint.token.is_empty() {
+            // A2A's SDKs read one spelling or the other.
+            request = request
+                .header("x-a2a-notification-token", &endpoint.token)
+                .header("a2a-notification-token", &endpoint.token);
+        }
+        if !endpoint.authorization.is_empty() {
+            request = request.header("authorization", &endpoint.authorization);
+        }
+        let sent = request
             .header("content-type", "application/json")
             .header("webhook-id", &message.webhook_id)
             .header("webhook-timestamp", timestamp.to_string())
