@@ -34,7 +34,7 @@ impl Received {
     }
 }
 
-/// A scripted answer: the status, and a `Retry-After`.
+/// A scripted answer: the status, and a `Retry-After` (a `Location` for a 3xx status).
 pub type Reply = (u16, Option<&'static str>);
 
 /// A local HTTP receiver: answers each request with the next scripted status (and
@@ -62,8 +62,9 @@ impl Receiver {
                 };
                 got.lock().unwrap().push(Received { at: Instant::now(), headers, body, answered: status });
                 let mut reply = HeaderMap::new();
-                if let Some(wait) = retry_after {
-                    reply.insert("retry-after", wait.parse().unwrap());
+                if let Some(value) = retry_after {
+                    let name = if (300..400).contains(&status) { "location" } else { "retry-after" };
+                    reply.insert(name, value.parse().unwrap());
                 }
                 (StatusCode::from_u16(status).unwrap(), reply, "")
             }

@@ -269,3 +269,63 @@ async fn an_a2a_send_with_a_push_config_has_its_task_pushed_with_its_token() {
     );
     sandbox.stop().await;
 }
+
+#[tokio::test]
+async fn a_tenants_endpoint_is_sent_only_its_own_goals_and_redirects_are_not_followed() {
+    use hermes_test_util::api_token as entry;
+    use hermes_tests::with_token;
+    const A: &str = "webhooks-submitter-a";
+    const B: &str = "webhooks-submitter-b";
+    let tokens =
+        [entry("ci-a", A, "team-a", &["submitter"]), entry("ci-b", B, "team-b", &["submitter"])].concat();
+    let (receiver, elsewhere) = (Receiver::start().await, Receiver::start().await);
+    let mut sandbox = Sandbox::builder().api_tokens(&tokens).webhooks(config(&[0])).start().await;
+    let mut client = sandbox.client.clone();
+    let create = CreateWebhookRequest { url: receiver.url.clone(), ..Default::default() };
+    let created = client.create_webhook(with_token(create, B)).await.unwrap().into_inner();
+    let id = created.endpoint.unwrap().id;
+    // Another tenant neither sees it nor can remove it.
+    let listed = client.list_webhooks(with_token(ListWebhooksRequest {}, A)).await.unwrap().into_inner();
+    assert!(listed.endpoints.is_empty(), "{listed:?}");
+    let request = hermes_proto::WebhookRequest { id: id.clone() };
+    let refused = client.delete_webhook(with_token(request, A)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::NotFound);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // team-a's goal, with a callback that answers with a redirect to another receiver.
+    let redirect = Receiver::start().await;
+    redirect.answer(&[(302, Some(String::leak(elsewhere.url.clone())))]);
+    let spec = GoalSpec { callbacks: vec![callback(&redirect.url)], ..goal(vec![]) };
+    let a_goal = client.submit_goal(with_token(SubmitGoalRequest { spec: Some(spec) }, A)).await.unwrap();
+    let a_goal = a_goal.into_inner().goal_id;
+    sandbox.events_as(&a_goal, A).await;
+    // team-b's goal: its endpoint gets it.
+    let b_goal =
+        client.submit_goal(with_token(SubmitGoalRequest { spec: Some(goal(vec![])) }, B)).await.unwrap();
+    let b_goal = b_goal.into_inner().goal_id;
+    let got = receiver.requests(1, Duration::from_secs(20)).await;
+    assert_eq!(got[0].json()["data"]["goal_id"], b_goal.as_str());
+    assert_eq!(got[0].json()["data"]["tenant"], "team-b");
+    // The 302 is a failed attempt (the schedule has one): dead-lettered, and nothing followed it.
+    redirect.requests(1, Duration::from_secs(20)).await;
+    let deliveries = ListWebhookDeliveriesRequest { goal_id: a_goal.clone(), ..Default::default() };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let found =
+            client.list_webhook_deliveries(with_token(deliveries.clone(), A)).await.unwrap().into_inner();
+        if found.deliveries.first().is_some_and(|d| d.state == "dead_lettered") {
+            assert_eq!(found.deliveries[0].attempts[0].status, 302);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{found:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.got.lock().unwrap().len(), 1, "team-b's endpoint got team-a's goal");
+    assert!(elsewhere.got.lock().unwrap().is_empty());
+    // team-a cannot read team-b's deliveries.
+    let theirs = ListWebhookDeliveriesRequest { goal_id: b_goal, ..Default::default() };
+    let refused = client.list_webhook_deliveries(with_token(theirs, A)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::NotFound);
+    sandbox.stop().await;
+}

@@ -888,3 +888,61 @@ async fn store_secret_encrypts_the_local_store_at_rest() {
         .into_inner();
     assert!(goal.output_json.contains(canary), "{}", goal.output_json);
 }
+
+/// `hermes webhooks` and `hermes submit --callback` as a user runs them: a standing endpoint
+/// added, listed and rotated, a goal's own callback, both sent to a local receiver, the
+/// deliveries listed, the endpoint removed.
+#[test]
+fn hermes_webhooks_adds_lists_rotates_removes_and_shows_deliveries() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let receiver = runtime.block_on(hermes_test_util::receiver::Receiver::start());
+    let nats = hermes_test_util::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let (_up, grpc) = hermes_up_with(&nats.url(), data.path(), &["--dispatcher-webhooks-allow", "127.0.0.1"]);
+    let added = hermes(&["webhooks", "add", &receiver.url, "--event", "goal.completed", "--server", &grpc]);
+    assert!(added.status.success(), "{}", text(&added));
+    let added = text(&added);
+    let id = added.split_whitespace().nth(1).unwrap_or_default().to_owned();
+    assert!(id.starts_with("wh-") && added.contains("signing secret whsec_"), "{added}");
+    let listed = text(&hermes(&["webhooks", "list", "--server", &grpc]));
+    assert!(listed.contains(&id) && listed.contains("goal.completed"), "{listed}");
+    assert!(!listed.contains("whsec_"), "a listing never shows a secret: {listed}");
+
+    let plan = data.path().join("plan.yaml");
+    std::fs::write(&plan, "nodes:\n  - {id: sum, task_type: math.evaluate, inputs: {expression: '2+2'}}\n")
+        .unwrap();
+    let submitted = hermes(&[
+        "submit",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--callback",
+        &receiver.url,
+        "--watch",
+        "--server",
+        &grpc,
+    ]);
+    let out = text(&submitted);
+    assert!(submitted.status.success(), "{out}");
+    assert!(out.contains(&format!("callback {} signing secret whsec_", receiver.url)), "{out}");
+    let goal = out.split_whitespace().nth(1).unwrap_or_default().to_owned();
+    // The goal's own callback and the standing endpoint: two deliveries of its end.
+    runtime.block_on(receiver.requests(2, Duration::from_secs(30)));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let shown = text(&hermes(&["webhooks", "deliveries", "--goal", &goal, "--server", &grpc]));
+        if shown.matches("delivered").count() == 2 {
+            assert!(shown.contains("goal.completed") && shown.contains(&id), "{shown}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{shown}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rotated = text(&hermes(&["webhooks", "rotate", &id, "--server", &grpc]));
+    assert!(rotated.contains("new signing secret whsec_"), "{rotated}");
+    let removed = hermes(&["webhooks", "remove", &id, "--server", &grpc]);
+    assert!(removed.status.success(), "{}", text(&removed));
+    let listed = text(&hermes(&["webhooks", "list", "--server", &grpc]));
+    assert!(!listed.contains(&id), "{listed}");
+    let missing = hermes(&["webhooks", "remove", &id, "--server", &grpc]);
+    assert!(!missing.status.success() && text(&missing).contains("not found"), "{}", text(&missing));
+}
