@@ -448,8 +448,16 @@ impl Webhooks {
             .map_err(|e| crate::dead_letters::js_error("store webhook delivery", e))
     }
 
-    /// Delivery records, of one goal when `goal_id` is set, newest first, at most `limit`.
-    pub async fn records(&self, goal_id: Option<&str>, limit: usize) -> Result<Vec<WebhookDelivery>> {
+    /// Delivery records that `keep` keeps, of one goal when `goal_id` is set, newest first, at most
+    /// `limit`. The records are read in the reverse order of their keys, which start with the goal
+    /// id (time-ordered, except for goals named by an idempotency key), and the reading stops once
+    /// `limit` are kept: a listing of the newest does not read the whole bucket.
+    pub async fn records(
+        &self,
+        goal_id: Option<&str>,
+        limit: usize,
+        keep: impl Fn(&WebhookDelivery) -> bool,
+    ) -> Result<Vec<WebhookDelivery>> {
         let pattern = match goal_id {
             Some(goal_id) => {
                 hermes_core::ids::check_id("goal_id", goal_id, 200, hermes_core::ids::IdShape::Word)?;
@@ -460,13 +468,15 @@ impl Webhooks {
         let keys =
             hermes_core::kv::kv_keys_matching(&self.records, &pattern, "list webhook deliveries").await?;
         let mut records = Vec::new();
-        for key in keys {
-            if let Some(record) = self.record(&key).await? {
+        for key in keys.iter().rev() {
+            if records.len() >= limit {
+                break;
+            }
+            if let Some(record) = self.record(key).await?.filter(&keep) {
                 records.push(record);
             }
         }
         records.sort_by(|a, b| b.created_unix_ms.cmp(&a.created_unix_ms).then_with(|| b.id.cmp(&a.id)));
-        records.truncate(limit);
         Ok(records)
     }
 

@@ -133,12 +133,10 @@ impl Gate {
             0 => DELIVERIES_LIMIT.0,
             n => n.min(DELIVERIES_LIMIT.1),
         };
-        let mut records = self.goals.webhooks().records(goal, usize::MAX).await?;
-        records.retain(|r| {
+        let keep = |r: &WebhookDelivery| {
             r.tenant == tenant(caller) && (endpoint_id.is_empty() || r.endpoint_id == endpoint_id)
-        });
-        records.truncate(limit);
-        Ok(records)
+        };
+        self.goals.webhooks().records(goal, limit, keep).await
     }
 
     /// Sends a delivery again, a new round of its schedule. Audited.
