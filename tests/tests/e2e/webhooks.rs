@@ -279,7 +279,7 @@ async fn a_tenants_endpoint_is_sent_only_its_own_goals_and_redirects_are_not_fol
     let tokens =
         [entry("ci-a", A, "team-a", &["submitter"]), entry("ci-b", B, "team-b", &["submitter"])].concat();
     let (receiver, elsewhere) = (Receiver::start().await, Receiver::start().await);
-    let mut sandbox = Sandbox::builder().api_tokens(&tokens).webhooks(config(&[0])).start().await;
+    let sandbox = Sandbox::builder().api_tokens(&tokens).webhooks(config(&[0])).start().await;
     let mut client = sandbox.client.clone();
     let create = CreateWebhookRequest { url: receiver.url.clone(), ..Default::default() };
     let created = client.create_webhook(with_token(create, B)).await.unwrap().into_inner();
