@@ -12,7 +12,7 @@
 //! healthy goals; 7 two dispatchers and three agents with random kills for a bounded time; and 3
 //! `kill -9` a planner (`hermes planner`, with the scripted model answering slowly) mid-plan; 13
 //! goals whose webhook receiver is down while the dispatcher is killed twice, every webhook
-//! delivered once it is up.
+//! delivered once it is up, and each goal's three webhooks in order through a kill.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -131,11 +131,19 @@ impl Cluster {
     }
 
     fn start_agent(&mut self, id: &str) {
+        self.start_agent_with(id, &[]);
+    }
+
+    /// [`Cluster::start_agent`] with more settings in its environment.
+    fn start_agent_with(&mut self, id: &str, env: &[(&str, &str)]) {
         let mut agent = HermesAgent::builder(hermes_bin(), &self.nats.url(), id)
             .env("HERMES_NATS_REPLICAS", self.nats.replicas())
             .args(["--tools", "fs.write,time.sleep"])
             .args(["--heartbeat-ms", "200", "--ack-wait-secs", "3", "--max-concurrency", "64", "--workspace"])
             .arg(self.workspace.path());
+        for (key, value) in env {
+            agent = agent.env(key, value);
+        }
         if let Some(dir) = logs_dir() {
             agent = agent.env("RUST_LOG", "info").stderr_file(&dir.join(format!("agent-{id}.log")));
         }
@@ -439,7 +447,78 @@ async fn webhooks_through_kills(trials: usize, goals_per_trial: usize) -> Row {
             row.lost += 1;
         }
     }
+    drop(cluster);
+    webhooks_in_order_through_a_kill(&mut row, goals_per_trial / 3).await;
     row
+}
+
+/// Goals that each make three webhooks (an approval waits, it expires, the goal fails), sent to
+/// a receiver that is down until the dispatcher has been killed and restarted with the deliveries
+/// in back-off: every webhook arrives, and for each goal none is sent before the one before it
+/// was delivered. A goal missing one counts as lost.
+async fn webhooks_in_order_through_a_kill(row: &mut Row, goals: usize) {
+    const KINDS: [&str; 3] = ["goal.needs_input", "approval.expired", "goal.failed"];
+    let mut cluster = Cluster::start(&[]).await;
+    cluster.start_agent_with(
+        "c1",
+        &[("HERMES_AGENT_CONFIRM", "fs.write"), ("HERMES_AGENT_APPROVAL_TIMEOUT_SECS", "1")],
+    );
+    cluster.wait_ready(1).await;
+    let receiver = hermes_test_util::receiver::Receiver::start().await;
+    receiver.set_down(true);
+    let callback = hermes_proto::Callback { url: receiver.url.clone(), ..Default::default() };
+    let submitted = cluster.submit_with("s13order", goals, 100, vec![callback]).await;
+    // Each goal fails once its approval expires.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut client = cluster.client().await;
+    for (_, goal_id) in &submitted {
+        loop {
+            let goal =
+                client.get_goal(GetGoalRequest { goal_id: goal_id.clone() }).await.unwrap().into_inner();
+            if goal.status == GoalStatus::Failed as i32 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "goal {goal_id} did not fail on its expired approval");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let killed = Instant::now();
+    cluster.restart_up(0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    receiver.set_down(false);
+    let delivered_all = |goal_id: &str| {
+        let got = receiver.got.lock().unwrap().clone();
+        KINDS.iter().all(|kind| {
+            got.iter().any(|r| {
+                r.answered == 200 && r.event_type() == *kind && r.json()["data"]["goal_id"] == goal_id
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while submitted.iter().any(|(_, g)| !delivered_all(g)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    row.recovery_ms.push(killed.elapsed().as_secs_f64() * 1000.0);
+    row.trials += 1;
+    row.goals += submitted.len();
+    let got = receiver.got.lock().unwrap().clone();
+    for (_, goal_id) in &submitted {
+        if !delivered_all(goal_id) {
+            println!("goal {goal_id}: a webhook never arrived");
+            row.lost += 1;
+            continue;
+        }
+        let mine: Vec<_> = got.iter().filter(|r| r.json()["data"]["goal_id"] == goal_id.as_str()).collect();
+        let first_ok = |kind: &str| mine.iter().position(|r| r.answered == 200 && r.event_type() == kind);
+        let first_sent = |kind: &str| mine.iter().position(|r| r.event_type() == kind);
+        for pair in KINDS.windows(2) {
+            if first_sent(pair[1]) < first_ok(pair[0]) {
+                println!("goal {goal_id}: {} was sent before {} was delivered", pair[1], pair[0]);
+                row.lost += 1;
+            }
+        }
+        row.completed += 1;
+    }
 }
 
 async fn kill_nats(trials: usize, goals_per_trial: usize) -> Row {
