@@ -905,6 +905,21 @@ impl GoalService {
         Ok(())
     }
 
+    /// [`Self::republish_in_flight`] for a goal whose committed effects were not sent, or whose
+    /// write's outcome is unknown (the timers worker's `unsent` goals), and the webhooks of its
+    /// end when it has ended.
+    pub(crate) async fn republish_unsent(&self, state: &GoalState) -> Result<()> {
+        self.republish_in_flight(state).await?;
+        // An ended goal's transition may have been committed with none of its effects sent: its
+        // webhooks go out again from its state (deduplicated by their ids when they were stored).
+        if let Some(event) = crate::webhooks::terminal_event(state) {
+            let mut events = [event];
+            events.iter_mut().for_each(hermes_core::redact::in_place);
+            self.webhooks.publish(&self.webhooks.deliveries(state, &events)).await?;
+        }
+        Ok(())
+    }
+
     /// Publishes again the tasks of the goal's in-flight attempts (see [`engine::in_flight_tasks`]),
     /// for a dispatcher that starts or reconnects, or a goal whose effects were not sent; once,
     /// without the effects publisher's patience (the timers worker tries again).

@@ -83,6 +83,31 @@ pub fn webhook_id(event: &Event) -> String {
     format!("msg_{}_{}", event.goal_id, event_part(event))
 }
 
+/// The terminal event of an ended goal, rebuilt from its state (its `seq` is the goal's last,
+/// which the terminal event always is): for the webhooks of a transition whose effects could not
+/// be published, whose deliveries' ids (from the goal and the `seq`) are those it would have had.
+pub fn terminal_event(state: &GoalState) -> Option<Event> {
+    use hermes_proto::{GoalCancelled, GoalCompleted, GoalFailed, GoalNeedsInput, GoalStatus};
+    let message = state.error.as_ref().map(|e| e.message.clone()).unwrap_or_default();
+    let kind = match GoalStatus::try_from(state.status).ok()? {
+        GoalStatus::Completed => {
+            Kind::GoalCompleted(GoalCompleted { output_json: state.output_json.clone() })
+        }
+        GoalStatus::Failed => Kind::GoalFailed(GoalFailed { error: state.error.clone() }),
+        GoalStatus::Cancelled => Kind::GoalCancelled(GoalCancelled { reason: message }),
+        GoalStatus::NeedsInput => Kind::GoalNeedsInput(GoalNeedsInput { explanation: message }),
+        _ => return None,
+    };
+    Some(Event {
+        goal_id: state.goal_id.clone(),
+        at_unix_ms: state.updated_unix_ms,
+        seq: state.event_seq,
+        session_id: state.spec.as_ref().map(|s| s.session_id.clone()).unwrap_or_default(),
+        tenant: hermes_core::access::tenant_of(state).unwrap_or_default().to_owned(),
+        kind: Some(kind),
+    })
+}
+
 /// A new signing secret: `whsec_` and the base64 of 32 random bytes.
 pub fn new_secret() -> String {
     format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>()))
@@ -556,6 +581,30 @@ mod tests {
         assert!(secret_key("whsec_short").is_err());
         assert!(secret_key("nope").is_err());
         assert!(secret_key(&new_secret()).is_ok());
+    }
+
+    #[test]
+    fn an_ended_goals_terminal_event_is_rebuilt_with_its_last_seq() {
+        use hermes_proto::GoalStatus;
+        let state = GoalState {
+            goal_id: "g-1".into(),
+            status: GoalStatus::Completed as i32,
+            event_seq: 7,
+            output_json: "42".into(),
+            ..Default::default()
+        };
+        let event = terminal_event(&state).unwrap();
+        assert_eq!((event.seq, event_type(&event)), (7, Some("goal.completed")));
+        assert_eq!(webhook_id(&event), "msg_g-1_7");
+        let running = GoalState { status: GoalStatus::Running as i32, ..state.clone() };
+        assert!(terminal_event(&running).is_none());
+        let cancelled = GoalState {
+            status: GoalStatus::Cancelled as i32,
+            error: Some(hermes_proto::Error { message: "stop".into(), ..Default::default() }),
+            ..state
+        };
+        let Some(Kind::GoalCancelled(c)) = terminal_event(&cancelled).unwrap().kind else { panic!() };
+        assert_eq!(c.reason, "stop");
     }
 
     #[test]

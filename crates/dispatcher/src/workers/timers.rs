@@ -141,7 +141,7 @@ pub(crate) async fn run(
 /// Publishes again the in-flight tasks of one goal, as stored now.
 async fn republish(service: &GoalService, goal_id: &str) -> hermes_core::Result<()> {
     match service.store().load(goal_id).await? {
-        Some((state, _)) => service.republish_in_flight(&state).await,
+        Some((state, _)) => service.republish_unsent(&state).await,
         None => Ok(()),
     }
 }
