@@ -226,6 +226,26 @@ impl Policy {
             Some(range) => Err(RefusedAddress { ip, range }),
         }
     }
+
+    /// Checks a URL whose host is an address literal, which no resolver sees: a name is checked
+    /// by [`CheckedResolver`] when it is resolved. A URL with a name passes here.
+    pub fn literal_ok(&self, url: &url::Url) -> Result<(), RefusedAddress> {
+        match url.host() {
+            Some(url::Host::Ipv4(ip)) => self.address_ok(IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => self.address_ok(IpAddr::V6(ip)),
+            _ => Ok(()),
+        }
+    }
+
+    /// A client that connects only to what `policy` allows (names through [`CheckedResolver`];
+    /// literals are the caller's to check with [`Policy::literal_ok`]), with no proxy and
+    /// `timeout` per request. The caller adds its redirect policy.
+    pub fn client(policy: &Arc<Policy>, timeout: std::time::Duration) -> reqwest::ClientBuilder {
+        reqwest::Client::builder()
+            .timeout(timeout)
+            .no_proxy()
+            .dns_resolver(Arc::new(CheckedResolver(policy.clone())))
+    }
 }
 
 /// Resolves names and keeps only the addresses the policy allows; the client connects to no other.

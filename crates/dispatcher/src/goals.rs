@@ -403,11 +403,7 @@ impl GoalService {
     async fn store_callbacks(&self, state: &GoalState, callbacks: &[Callback]) -> Result<Vec<String>> {
         let mut secrets = Vec::with_capacity(callbacks.len());
         for (n, callback) in callbacks.iter().enumerate() {
-            let secret = if callback.secret.is_empty() {
-                crate::webhooks::new_secret()
-            } else {
-                callback.secret.clone()
-            };
+            let secret = crate::webhooks::secret_or_new(&callback.secret)?;
             let endpoint = hermes_proto::WebhookEndpoint {
                 id: crate::webhooks::callback_id(&state.goal_id, n),
                 tenant: tenant_of(state).unwrap_or_default().to_owned(),
@@ -590,10 +586,7 @@ impl GoalService {
         };
         self.bus.publish_event(&event, &engine::event_msg_id(&event)).await?;
         if crate::webhooks::event_type(&event).is_some() {
-            let state = self.get(goal_id).await?;
-            let mut events = [event];
-            events.iter_mut().for_each(hermes_core::redact::in_place);
-            self.webhooks.publish(&self.webhooks.deliveries(&state, &events)).await?;
+            self.webhooks.publish_event(&self.get(goal_id).await?, event).await?;
         }
         Ok(())
     }
@@ -913,9 +906,7 @@ impl GoalService {
         // An ended goal's transition may have been committed with none of its effects sent: its
         // webhooks go out again from its state (deduplicated by their ids when they were stored).
         if let Some(event) = crate::webhooks::terminal_event(state) {
-            let mut events = [event];
-            events.iter_mut().for_each(hermes_core::redact::in_place);
-            self.webhooks.publish(&self.webhooks.deliveries(state, &events)).await?;
+            self.webhooks.publish_event(state, event).await?;
         }
         Ok(())
     }

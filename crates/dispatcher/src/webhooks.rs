@@ -113,6 +113,15 @@ pub fn new_secret() -> String {
     format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>()))
 }
 
+/// `given` when it is a valid secret, a new one when it is empty.
+pub fn secret_or_new(given: &str) -> Result<String> {
+    if given.is_empty() {
+        return Ok(new_secret());
+    }
+    secret_key(given)?;
+    Ok(given.to_owned())
+}
+
 /// The key bytes of a secret, checked: `whsec_` and the base64 of 24 to 64 bytes.
 pub fn secret_key(secret: &str) -> Result<Vec<u8>> {
     let bad = |reason: &str| Error::InvalidArgument { field: "secret".into(), reason: reason.into() };
@@ -204,6 +213,8 @@ pub fn shown(mut endpoint: WebhookEndpoint) -> WebhookEndpoint {
 #[derive(Clone)]
 pub struct Webhooks {
     bus: Bus,
+    /// The deliveries stream, for reading the oldest delivery of a subject.
+    deliveries: stream::Stream,
     endpoints: kv::Store,
     records: kv::Store,
     /// Standing endpoints by tenant (`""` with auth off).
@@ -225,7 +236,7 @@ impl Webhooks {
             num_replicas: replicas,
             ..Default::default()
         };
-        hermes_core::bus::patiently(|| async {
+        let deliveries = hermes_core::bus::patiently(|| async {
             bus.jetstream().get_or_create_stream(config.clone()).await.map_err(|e| Error::JetStream {
                 operation: "create the webhooks stream",
                 reason: e.to_string(),
@@ -251,18 +262,15 @@ impl Webhooks {
                 ..Default::default()
             })
             .await?;
-        let webhooks = Webhooks { bus, endpoints, records, standing: Default::default() };
+        let webhooks = Webhooks { bus, deliveries, endpoints, records, standing: Default::default() };
         webhooks.load_standing().await?;
         Ok(webhooks)
     }
 
     async fn load_standing(&self) -> Result<()> {
-        let keys = hermes_core::kv::kv_keys_matching(&self.endpoints, "wh.>", "list webhooks").await?;
         let mut standing: HashMap<String, Vec<WebhookEndpoint>> = HashMap::new();
-        for key in keys {
-            if let Some(endpoint) = self.load_key(&key).await? {
-                standing.entry(endpoint.tenant.clone()).or_default().push(endpoint);
-            }
+        for endpoint in self.list_standing().await? {
+            standing.entry(endpoint.tenant.clone()).or_default().push(endpoint);
         }
         *self.standing.write().unwrap_or_else(|p| p.into_inner()) = standing;
         Ok(())
@@ -305,18 +313,7 @@ impl Webhooks {
     }
 
     async fn load_key(&self, key: &str) -> Result<Option<WebhookEndpoint>> {
-        match self
-            .endpoints
-            .get(key)
-            .await
-            .map_err(|e| crate::dead_letters::js_error("load webhook endpoint", e))?
-        {
-            Some(bytes) => Ok(Some(
-                WebhookEndpoint::decode(bytes)
-                    .map_err(|e| Error::Decode { kind: "WebhookEndpoint", reason: e.to_string() })?,
-            )),
-            None => Ok(None),
-        }
+        get_decoded(&self.endpoints, key, "load webhook endpoint", "WebhookEndpoint").await
     }
 
     /// An endpoint, secrets included.
@@ -423,24 +420,21 @@ impl Webhooks {
         deliveries
     }
 
-    /// Publishes deliveries outside a transition (the approval events), acks awaited.
-    pub async fn publish(&self, deliveries: &[WebhookDelivery]) -> Result<()> {
-        for delivery in deliveries {
+    /// Publishes the deliveries of one event of `state` made outside a transition (an approval's,
+    /// or an ended goal's end sent again), redacted as events are; acks awaited.
+    pub async fn publish_event(&self, state: &GoalState, event: Event) -> Result<()> {
+        let mut events = [event];
+        events.iter_mut().for_each(hermes_core::redact::in_place);
+        for delivery in self.deliveries(state, &events) {
             let subject = self.bus.topology().webhook(&delivery.endpoint_id, &delivery.goal_id);
-            self.bus.publish(subject, delivery, &delivery.id, None).await?;
+            self.bus.publish(subject, &delivery, &delivery.id, None).await?;
         }
         Ok(())
     }
 
     /// The oldest delivery left on `subject`, with its stream sequence.
     pub async fn head(&self, subject: &str) -> Result<Option<(u64, WebhookDelivery)>> {
-        let stream = self
-            .bus
-            .jetstream()
-            .get_stream(self.bus.topology().webhooks_stream())
-            .await
-            .map_err(|e| crate::dead_letters::js_error("get the webhooks stream", e))?;
-        match stream.get_first_raw_message_by_subject(subject, 0).await {
+        match self.deliveries.get_first_raw_message_by_subject(subject, 0).await {
             Ok(message) => Ok(WebhookDelivery::decode(message.payload).ok().map(|d| (message.sequence, d))),
             Err(e) if e.kind() == async_nats::jetstream::stream::RawMessageErrorKind::NoMessageFound => {
                 Ok(None)
@@ -451,18 +445,7 @@ impl Webhooks {
 
     /// A delivery's record.
     pub async fn record(&self, id: &str) -> Result<Option<WebhookDelivery>> {
-        match self
-            .records
-            .get(id)
-            .await
-            .map_err(|e| crate::dead_letters::js_error("load webhook delivery", e))?
-        {
-            Some(bytes) => Ok(Some(
-                WebhookDelivery::decode(bytes)
-                    .map_err(|e| Error::Decode { kind: "WebhookDelivery", reason: e.to_string() })?,
-            )),
-            None => Ok(None),
-        }
+        get_decoded(&self.records, id, "load webhook delivery", "WebhookDelivery").await
     }
 
     pub async fn save_record(&self, record: &WebhookDelivery) -> Result<()> {
@@ -516,6 +499,19 @@ impl Webhooks {
         };
         let msg_id = format!("resend:{}:{}", record.id, hermes_core::now_unix_ms());
         self.bus.publish(subject, &message, &msg_id, None).await.map(|_| ())
+    }
+}
+
+/// The message at `key` in `kv`, decoded.
+async fn get_decoded<M: prost::Message + Default>(
+    kv: &kv::Store,
+    key: &str,
+    operation: &'static str,
+    kind: &'static str,
+) -> Result<Option<M>> {
+    match kv.get(key).await.map_err(|e| crate::dead_letters::js_error(operation, e))? {
+        Some(bytes) => Ok(Some(M::decode(bytes).map_err(|e| Error::Decode { kind, reason: e.to_string() })?)),
+        None => Ok(None),
     }
 }
 

@@ -9,7 +9,7 @@ use hermes_proto::{WebhookDelivery, WebhookEndpoint};
 
 use super::{Caller, Gate};
 use crate::audit::Action;
-use crate::webhooks::{check_endpoint, new_secret, secret_key, shown};
+use crate::webhooks::{check_endpoint, new_secret, secret_or_new, shown};
 
 /// Deliveries listed when the caller asks for no limit, and the most listed at once.
 const DELIVERIES_LIMIT: (usize, usize) = (100, 1000);
@@ -32,13 +32,7 @@ impl Gate {
         let created = async {
             self.enter(caller, Need::Submit)?;
             check_endpoint(url, &events)?;
-            let secret = match secret {
-                "" => new_secret(),
-                given => {
-                    secret_key(given)?;
-                    given.to_owned()
-                }
-            };
+            let secret = secret_or_new(secret)?;
             let endpoint = WebhookEndpoint {
                 id: format!("wh-{}", hex(&rand::random::<[u8; 8]>())),
                 tenant: tenant(caller).to_owned(),

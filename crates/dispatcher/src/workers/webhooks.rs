@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::PullConsumer;
 use hermes_core::bus::Handled;
-use hermes_core::egress::{CheckedResolver, Entry, Policy};
+use hermes_core::egress::{Entry, Policy};
 use hermes_core::{Delivery, Result, now_unix_ms};
 use hermes_proto::{WebhookAttempt, WebhookDelivery, WebhookEndpoint};
 use tokio_util::sync::CancellationToken;
@@ -59,11 +59,8 @@ impl Sender {
             .map(|e| Entry::parse(e).map_err(|e| anyhow::anyhow!("dispatcher.webhooks.allow: {e}")))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let policy = Arc::new(Policy { entries });
-        let client = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .no_proxy()
+        let client = Policy::client(&policy, config.timeout)
             .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(Arc::new(CheckedResolver(policy.clone())))
             .user_agent(concat!("hermes-webhooks/", env!("CARGO_PKG_VERSION")))
             .build()?;
         Ok(Sender { webhooks, client, policy, schedule: Arc::new(config.schedule.clone()) })
@@ -247,12 +244,9 @@ impl Sender {
     /// A URL whose host is an address literal is checked here: the resolver sees only names.
     fn check_address(&self, url: &str) -> std::result::Result<(), String> {
         let parsed = url::Url::parse(url).map_err(|e| format!("`{url}` is not a URL: {e}"))?;
-        let ip = match parsed.host() {
-            Some(url::Host::Ipv4(ip)) => std::net::IpAddr::V4(ip),
-            Some(url::Host::Ipv6(ip)) => std::net::IpAddr::V6(ip),
-            _ => return Ok(()),
-        };
-        self.policy.address_ok(ip).map_err(|e| format!("refused address: {e} (dispatcher.webhooks.allow)"))
+        self.policy
+            .literal_ok(&parsed)
+            .map_err(|e| format!("refused address: {e} (dispatcher.webhooks.allow)"))
     }
 }
 

@@ -12,7 +12,6 @@
 //! entry of the allowlist covers them. Every redirect hop is checked again, host, port and
 //! address; at most 5 are followed.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use serde_json::{Value, json};
 
 use crate::tool::{Tool, ToolContext, ToolError, parse_args, schema_of};
 use hermes_core::ErrorCode;
-use hermes_core::egress::{AllowlistError, CheckedResolver, Entry, Policy};
+use hermes_core::egress::{AllowlistError, Entry, Policy};
 
 /// Largest body returned.
 const DEFAULT_MAX_BYTES: usize = 1024 * 1024;
@@ -60,15 +59,7 @@ fn check_url(policy: &Policy, url: &reqwest::Url) -> Result<(), ToolError> {
             "port {port} of `{host}` is not on this agent's allowlist (an entry without a port allows 80 and 443)"
         )));
     }
-    let literal = match host {
-        url::Host::Ipv4(ip) => Some(IpAddr::V4(ip)),
-        url::Host::Ipv6(ip) => Some(IpAddr::V6(ip)),
-        url::Host::Domain(_) => None,
-    };
-    if let Some(ip) = literal {
-        policy.address_ok(ip).map_err(|e| denied(e.to_string()))?;
-    }
-    Ok(())
+    policy.literal_ok(url).map_err(|e| denied(e.to_string()))
 }
 
 /// The tool, with the hosts it may reach.
@@ -91,10 +82,7 @@ impl HttpFetch {
         }
         let policy = Arc::new(Policy { entries });
         let redirects = policy.clone();
-        let client = reqwest::Client::builder()
-            .timeout(FETCH_TIMEOUT)
-            .no_proxy()
-            .dns_resolver(Arc::new(CheckedResolver(policy.clone())))
+        let client = Policy::client(&policy, FETCH_TIMEOUT)
             .redirect(reqwest::redirect::Policy::custom(move |attempt| {
                 if attempt.previous().len() >= 5 {
                     return attempt.error("too many redirects");
@@ -205,6 +193,7 @@ impl Tool for HttpFetch {
 mod tests {
     use super::*;
     use hermes_core::egress::{Ports, refused_range};
+    use std::net::IpAddr;
 
     fn policy(entries: &[&str]) -> Policy {
         Policy { entries: entries.iter().map(|e| Entry::parse(e).unwrap()).collect() }
