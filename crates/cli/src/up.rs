@@ -240,7 +240,8 @@ impl hermes_runtime::Service for UpService {
                 nats.url
             );
         }
-        cx.connect(&nats).await?;
+        let bus = cx.connect(&nats).await?;
+        llm.govern(&bus).await?;
         let mut default_agents = None;
         let agents = match &settings.agents.config {
             Some(path) => hermes_executor::service::load_agents(path, &[], llm)?,

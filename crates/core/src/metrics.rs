@@ -70,6 +70,18 @@ pub struct Metrics {
     pub webhook_attempts: Family<Labels, Counter>,
     /// Webhook deliveries waiting in the stream, to be sent or sent again.
     pub webhook_queue: Gauge,
+    /// Time model calls waited for the fleet's limits, by model and reason (`concurrency`,
+    /// `requests_per_minute`, `tokens_per_minute`, `cooldown`); calls that did not wait are
+    /// observed as 0 under `none`.
+    pub model_wait: Durations,
+    /// Slots of a model's fleet-wide concurrency limit in use, as this process last saw them.
+    pub model_slots_in_use: Family<Labels, Gauge>,
+    /// Throttles by model and kind: `provider` (a 429 or 503 from the provider, which sets a
+    /// fleet-wide cooldown when it says `Retry-After`), `waited` (a call that had to wait).
+    pub model_throttles: Family<Labels, Counter>,
+    /// Tool-result cache lookups by tool and outcome (`hit`, `miss`, `shared`: a concurrent
+    /// identical call's result, `stored`, `too_large`).
+    pub tool_cache: Family<Labels, Counter>,
 }
 
 /// The process-wide metrics.
@@ -98,6 +110,10 @@ pub fn global() -> &'static Metrics {
             llm_duration: Durations::new_with_constructor(duration_histogram),
             webhook_attempts: Family::default(),
             webhook_queue: Gauge::default(),
+            model_wait: Durations::new_with_constructor(duration_histogram),
+            model_slots_in_use: Family::default(),
+            model_throttles: Family::default(),
+            tool_cache: Family::default(),
         };
         let m = &metrics;
         registry.register("hermes_tool_calls", "Tool calls by agent, tool and outcome", m.tool_calls.clone());
@@ -161,6 +177,26 @@ pub fn global() -> &'static Metrics {
             "hermes_webhook_queue",
             "Webhook deliveries waiting to be sent",
             m.webhook_queue.clone(),
+        );
+        registry.register(
+            "hermes_model_wait_seconds",
+            "Time model calls waited for the fleet's limits, by model and reason",
+            m.model_wait.clone(),
+        );
+        registry.register(
+            "hermes_model_slots_in_use",
+            "Slots of a model's fleet-wide concurrency limit in use",
+            m.model_slots_in_use.clone(),
+        );
+        registry.register(
+            "hermes_model_throttles",
+            "Model calls throttled, by model and kind (provider, waited)",
+            m.model_throttles.clone(),
+        );
+        registry.register(
+            "hermes_tool_cache",
+            "Tool-result cache lookups by tool and outcome",
+            m.tool_cache.clone(),
         );
         *m.registry.lock().unwrap_or_else(|p| p.into_inner()) = registry;
         metrics

@@ -368,7 +368,8 @@ impl hermes_runtime::Service for DispatcherService {
 
     async fn start(settings: DispatcherSettings, cx: &mut Context) -> anyhow::Result<()> {
         let config = settings.dispatcher.config(&settings.llm, &settings.grpc)?;
-        cx.connect(&settings.nats).await?;
+        let bus = cx.connect(&settings.nats).await?;
+        settings.llm.govern(&bus).await?;
         let started = crate::start(config, cx).await?;
         // The bound addresses (a configured port 0 shows the one chosen).
         let grpc = cx.grpc_addr().unwrap_or(settings.grpc.listen);

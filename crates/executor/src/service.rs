@@ -250,7 +250,8 @@ impl hermes_runtime::Service for ExecutorService {
 
     async fn start(settings: ExecutorSettings, cx: &mut Context) -> anyhow::Result<()> {
         let configs = settings.agent_configs()?;
-        cx.connect(&settings.nats).await?;
+        let bus = cx.connect(&settings.nats).await?;
+        settings.llm.govern(&bus).await?;
         for config in configs {
             Self::start_agent(config, cx).await?;
         }

@@ -55,6 +55,9 @@ pub struct LlmSettings {
     pub price_input_per_mtok: f64,
     /// US dollars per million output tokens (dispatcher).
     pub price_output_per_mtok: f64,
+    /// Fleet-wide limits on model calls, shared through NATS by every process
+    /// ([`crate::governor`]).
+    pub limits: crate::governor::LimitSettings,
 }
 
 impl Default for LlmSettings {
@@ -75,6 +78,7 @@ impl Default for LlmSettings {
             timeout_secs: 60,
             price_input_per_mtok: 0.0,
             price_output_per_mtok: 0.0,
+            limits: Default::default(),
         }
     }
 }
@@ -108,6 +112,14 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "timeout_secs" => "Per-request timeout in seconds.",
         "price_input_per_mtok" => "US dollars per million input tokens (0: cost is not estimated).",
         "price_output_per_mtok" => "US dollars per million output tokens.",
+        "limits.models" => {
+            "Fleet-wide limits by model name (`\"*\"`: any other): max_concurrent, requests_per_minute, tokens_per_minute (docs/llm.md)."
+        }
+        "limits.tenants" => "Tenants' weights for their shares of each model limit (1 when not named).",
+        "limits.lease_ttl_secs" => "Seconds a killed process can keep a model slot before it frees.",
+        "limits.default_completion_tokens" => {
+            "Completion tokens reserved against tokens_per_minute for a call that sets no max_tokens."
+        }
         _ => return None,
     })
 }
@@ -189,6 +201,17 @@ impl LlmSettings {
             ));
         }
         Ok(LlmSettings { provider: Some("local".into()), ..self.clone() })
+    }
+
+    /// Installs the fleet-wide limiter of `[llm.limits]` for this process's model calls (nothing
+    /// when no model is limited). Services call it once connected to the bus.
+    pub async fn govern(&self, bus: &hermes_core::Bus) -> Result<(), LlmError> {
+        let governor = crate::governor::Governor::start(bus, &self.limits).await?;
+        if governor.is_some() {
+            tracing::info!(models = ?self.limits.models.keys().collect::<Vec<_>>(), "model calls are limited fleet-wide");
+        }
+        crate::governor::install(governor);
+        Ok(())
     }
 
     /// The planner's model, or `None` when no LLM is configured.

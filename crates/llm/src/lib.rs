@@ -11,6 +11,7 @@ pub mod bounds;
 pub mod config;
 pub mod embed;
 mod embedder;
+pub mod governor;
 #[cfg(feature = "local")]
 pub mod local;
 #[cfg(feature = "local")]
@@ -129,6 +130,8 @@ pub enum LlmError {
     Transport(String),
     #[error("the model's answer is not usable: {0}")]
     Parse(String),
+    #[error("waited {waited_ms} ms for the fleet's limits on `{model}` ({reason}) and the deadline passed")]
+    Saturated { model: String, reason: &'static str, waited_ms: u64 },
 }
 
 impl LlmError {
@@ -141,6 +144,7 @@ impl LlmError {
             LlmError::Timeout { .. } => ErrorCode::Timeout,
             LlmError::Transport(_) => ErrorCode::Unavailable,
             LlmError::Parse(_) => ErrorCode::LlmParseError,
+            LlmError::Saturated { .. } => ErrorCode::Timeout,
         }
     }
 

@@ -1,6 +1,8 @@
 //! An OpenAI-compatible Chat Completions client: tools, JSON-Schema response format, a
-//! per-request timeout, retries with backoff on 429 and 5xx that honour `Retry-After`, and a
-//! per-process concurrency limit.
+//! per-request timeout, retries with backoff on 429 and 5xx that honour `Retry-After`, a
+//! per-process concurrency limit, and the fleet's limits ([`crate::governor`]) when a governor is
+//! installed and limits the model: each try is admitted by it, and a 429 or 503 with
+//! `Retry-After` sets the cooldown every process honours.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -160,9 +162,25 @@ impl ChatModel for OpenAiChat {
         let call = async move {
             let _permit = self.permits.acquire().await.map_err(|e| LlmError::Config(e.to_string()))?;
             let body = self.body(&request);
+            let governor = crate::governor::installed().filter(|g| g.limits(&self.config.model).is_some());
+            let reservation = governor.as_ref().map_or(0, |g| g.reservation(&request));
             let mut attempt = 0;
             loop {
-                match self.send_once(&body).await {
+                let sent = match &governor {
+                    None => self.send_once(&body).await,
+                    Some(governor) => {
+                        let lease =
+                            governor.admit(&self.config.base_url, &self.config.model, reservation).await?;
+                        let sent = self.send_once(&body).await;
+                        let used = sent.as_ref().map_or(0, |r| r.usage.input_tokens + r.usage.output_tokens);
+                        lease.finish(used).await;
+                        if let Err((LlmError::Http { status: 429 | 503, .. }, Some(retry_after))) = &sent {
+                            governor.cool_down(&self.config.base_url, &self.config.model, *retry_after).await;
+                        }
+                        sent
+                    }
+                };
+                match sent {
                     Ok(response) => return Ok(response),
                     Err((err, retry_after)) if err.retryable() && attempt < self.config.max_retries => {
                         let delay = retry_after

@@ -94,7 +94,8 @@ impl hermes_runtime::Service for MemoryService {
     type Settings = MemoryServiceSettings;
 
     async fn start(settings: MemoryServiceSettings, cx: &mut Context) -> anyhow::Result<()> {
-        cx.connect(&settings.nats).await?;
+        let bus = cx.connect(&settings.nats).await?;
+        settings.llm.govern(&bus).await?;
         let grpc = &settings.grpc;
         cx.grpc_listen(grpc.listen, grpc.max_message_bytes, hermes_runtime::GRPC_LIMIT_SETTING).await?;
         cx.grpc_tls(grpc.tls.load("grpc.tls")?)?;

@@ -131,7 +131,8 @@ impl hermes_runtime::Service for PlannerService {
             .llm
             .planner_model()?
             .context("the planner needs a model: set HERMES_LLM_BASE_URL and HERMES_LLM_MODEL")?;
-        cx.connect(&settings.nats).await?;
+        let bus = cx.connect(&settings.nats).await?;
+        settings.llm.govern(&bus).await?;
         Self::start_with(settings.planner.config(model), cx)?;
         println!("hermes planner: serving plan requests");
         Ok(())
