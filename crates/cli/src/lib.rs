@@ -11,6 +11,20 @@ pub mod stack;
 pub mod trace_cmd;
 pub mod up;
 
+/// `, cached, age 42 s` for a result that came from the tool-result cache; empty otherwise.
+pub fn cached_note(cached: bool, age_ms: u64) -> String {
+    if cached { format!(", cached, age {} s", age_ms / 1000) } else { String::new() }
+}
+
+/// A `ModelWaiting` event in words.
+pub fn model_waiting_line(w: &hermes_proto::ModelWaiting) -> String {
+    if w.waiting {
+        format!("{:<14} waiting for model slot of {} ({})", w.node_id, w.model, w.reason.replace('_', " "))
+    } else {
+        format!("{:<14} got a model slot of {} after {} ms", w.node_id, w.model, w.waited_ms)
+    }
+}
+
 /// `ms` since the Unix epoch as UTC, `2026-12-02T05:19:40.123Z`.
 pub fn format_time(ms: u64) -> String {
     let (secs, millis) = (ms / 1000, ms % 1000);

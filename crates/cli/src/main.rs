@@ -895,7 +895,8 @@ async fn watch_goal(
                 println!("{at} dispatched {} ({}) attempt {} -> {to}", d.node_id, d.task_type, d.attempt)
             }
             Some(Kind::TaskSucceeded(s)) => {
-                println!("{at} succeeded  {} on {} in {} ms", s.node_id, s.agent_id, s.elapsed_ms)
+                let cached = hermes_cli::cached_note(s.cached, s.cached_age_ms);
+                println!("{at} succeeded  {} on {} in {} ms{cached}", s.node_id, s.agent_id, s.elapsed_ms)
             }
             Some(Kind::TaskFailed(f)) => {
                 let e = f.error.unwrap_or_default();
@@ -929,10 +930,16 @@ async fn watch_goal(
             Some(Kind::ToolCalled(c)) => {
                 let outcome = if c.ok { "ok".to_owned() } else { c.error_code.clone() };
                 println!(
-                    "{at}   {} step {}: {} {} -> {outcome} in {} ms",
-                    c.node_id, c.step, c.tool, c.arguments_json, c.elapsed_ms
+                    "{at}   {} step {}: {} {} -> {outcome} in {} ms{}",
+                    c.node_id,
+                    c.step,
+                    c.tool,
+                    c.arguments_json,
+                    c.elapsed_ms,
+                    hermes_cli::cached_note(c.cached, c.cached_age_ms)
                 )
             }
+            Some(Kind::ModelWaiting(w)) => println!("{at} {}", hermes_cli::model_waiting_line(&w)),
             Some(Kind::ApprovalRequired(a)) => {
                 println!("{at} approval needed for {} on node {}: {}", a.tool, a.node_id, a.arguments_json);
                 println!("             hermes approve {goal_id} {}   (or: hermes deny ...)", a.call_id);

@@ -138,10 +138,13 @@ fn describe(event: &Event) -> Option<String> {
         }
         Kind::ToolCalled(c) => {
             let outcome = if c.ok { "ok" } else { c.error_code.as_str() };
-            format!("{:<14}   tool {} step {}: {outcome} in {}", c.node_id, c.tool, c.step, ms(c.elapsed_ms))
+            let cached = crate::cached_note(c.cached, c.cached_age_ms);
+            format!("{:<14}   tool {} step {}: {outcome} in {}{cached}", c.node_id, c.tool, c.step, ms(c.elapsed_ms))
         }
+        Kind::ModelWaiting(w) => crate::model_waiting_line(w),
         Kind::TaskSucceeded(s) => {
-            format!("{:<14} succeeded   on {} in {}", s.node_id, s.agent_id, ms(s.elapsed_ms))
+            let cached = crate::cached_note(s.cached, s.cached_age_ms);
+            format!("{:<14} succeeded   on {} in {}{cached}", s.node_id, s.agent_id, ms(s.elapsed_ms))
         }
         Kind::TaskFailed(f) => {
             let e = f.error.clone().unwrap_or_default();

@@ -11,6 +11,7 @@ pub mod error;
 pub mod events;
 pub mod grpc;
 pub mod ids;
+pub mod jcs;
 pub mod json_ref;
 pub mod kv;
 pub mod ledger;

@@ -617,16 +617,22 @@ impl GoalService {
         };
         match &report.kind {
             Some(Report::Event(event)) => {
-                let Some(Kind::ToolCalled(called)) = &event.kind else {
-                    return Err(Error::Denied { reason: "agents may report only ToolCalled events".into() });
-                };
                 // The goal, node and attempt are the verified ones, whatever the report said.
-                let called = hermes_proto::ToolCalled {
-                    node_id: report.node_id.clone(),
-                    attempt: state.nodes[index].attempt,
-                    ..called.clone()
+                let (node_id, attempt) = (report.node_id.clone(), state.nodes[index].attempt);
+                let kind = match &event.kind {
+                    Some(Kind::ToolCalled(called)) => {
+                        Kind::ToolCalled(hermes_proto::ToolCalled { node_id, attempt, ..called.clone() })
+                    }
+                    Some(Kind::ModelWaiting(waiting)) => {
+                        Kind::ModelWaiting(hermes_proto::ModelWaiting { node_id, attempt, ..waiting.clone() })
+                    }
+                    _ => {
+                        return Err(Error::Denied {
+                            reason: "agents may report only ToolCalled and ModelWaiting events".into(),
+                        });
+                    }
                 };
-                self.publish_unnumbered(goal_id, Kind::ToolCalled(called)).await?;
+                self.publish_unnumbered(goal_id, kind).await?;
                 Ok(None)
             }
             Some(Report::RequestApproval(asked)) => {

@@ -286,6 +286,7 @@ pub async fn run_loop(
                     ))
                 })
             };
+            let mut cached = None;
             let outcome = match read {
                 Err(e) => Err(e),
                 Ok(repaired) => {
@@ -302,7 +303,9 @@ pub async fn run_loop(
                         Err(ToolError::invalid_argument(problem))
                     } else if by_function.contains_key(&call.name) || specs.iter().any(|s| s.name == tool) {
                         info!(event = "tool_called", tool = %tool, step, "agent tool call");
-                        registry.call(&tool, args.clone(), ctx).await.map(|out| (args, out))
+                        let (result, hit) = registry.call_reporting(&tool, args.clone(), ctx).await;
+                        cached = hit;
+                        result.map(|out| (args, out))
                     } else {
                         Err(ToolError::invalid_argument(format!("there is no tool `{}`", call.name)))
                     }
@@ -328,8 +331,8 @@ pub async fn run_loop(
                     }
                 };
                 let index = steps.len() as u32;
-                publish_tool_called(scope, step, index, &tool, &arguments, outcome.as_ref().err(), started)
-                    .await;
+                let call = CallReport { step, index, tool: &tool, arguments: &arguments, cached };
+                publish_tool_called(scope, call, outcome.as_ref().err(), started).await;
                 let output = outcome.as_ref().map(|(_, out)| out);
                 crate::record::tool_call(scope, index, &tool, &arguments, output, started).await;
             }
@@ -369,15 +372,22 @@ pub async fn run_loop(
 
 /// Announces one tool call on the goal's event stream, so `hermes watch` and the events show
 /// each step of an agent node. Best effort: the call's outcome does not depend on it.
-async fn publish_tool_called(
-    scope: &crate::tool::TaskScope,
+/// One tool call of the loop, as its `ToolCalled` event tells it.
+struct CallReport<'a> {
     step: u32,
     index: u32,
-    tool: &str,
-    arguments: &Value,
+    tool: &'a str,
+    arguments: &'a Value,
+    cached: Option<crate::cache::CacheHit>,
+}
+
+async fn publish_tool_called(
+    scope: &crate::tool::TaskScope,
+    call: CallReport<'_>,
     error: Option<&ToolError>,
     started: std::time::Instant,
 ) {
+    let CallReport { step, index, tool, arguments, cached } = call;
     let arguments: String = hermes_core::redact::redact(arguments).to_string().chars().take(500).collect();
     let event = hermes_proto::Event {
         seq: 0,
@@ -395,6 +405,8 @@ async fn publish_tool_called(
             ok: error.is_none(),
             error_code: error.map(|e| e.code.as_str().to_owned()).unwrap_or_default(),
             elapsed_ms: started.elapsed().as_millis() as u64,
+            cached: cached.is_some(),
+            cached_age_ms: cached.map_or(0, |c| c.age.as_millis() as u64),
         })),
     };
     // A dispatcher publishes it for the agent (agents publish no goal events themselves).

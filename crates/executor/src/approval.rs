@@ -122,3 +122,42 @@ fn decided(tool: &str, decision: &ApprovalDecision) -> Result<(), ToolError> {
         }),
     }
 }
+
+/// Reports a task's model calls waiting for the fleet's model limits as `ModelWaiting` events
+/// (docs/llm.md). Best effort, in the background: the call does not wait for the report.
+pub(crate) struct WaitReporter(pub TaskScope);
+
+impl WaitReporter {
+    fn send(&self, model: &str, reason: &str, waiting: bool, waited_ms: u64) {
+        let scope = self.0.clone();
+        let event = hermes_proto::Event {
+            goal_id: scope.goal_id.clone(),
+            at_unix_ms: now_unix_ms(),
+            kind: Some(hermes_proto::event::Kind::ModelWaiting(hermes_proto::ModelWaiting {
+                node_id: scope.node_id.clone(),
+                attempt: scope.attempt,
+                model: model.to_owned(),
+                reason: reason.to_owned(),
+                waiting,
+                waited_ms,
+            })),
+            ..Default::default()
+        };
+        tokio::spawn(async move {
+            if let Err(e) = report(&scope, Kind::Event(event)).await {
+                tracing::warn!(error = %e.message, "cannot report a model call's wait");
+            }
+        });
+    }
+}
+
+impl hermes_llm::governor::WaitObserver for WaitReporter {
+    fn waiting(&self, model: &str, reason: hermes_llm::governor::WaitReason) {
+        info!(goal_id = %self.0.goal_id, node_id = %self.0.node_id, model, reason = reason.as_str(), event = "model_waiting", "waiting for a model slot");
+        self.send(model, reason.as_str(), true, 0);
+    }
+
+    fn resumed(&self, model: &str, waited: Duration) {
+        self.send(model, "", false, waited.as_millis() as u64);
+    }
+}

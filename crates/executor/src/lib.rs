@@ -5,6 +5,7 @@
 
 pub mod agent_loop;
 mod approval;
+pub mod cache;
 pub mod config;
 pub mod isolate;
 pub mod lean;
@@ -732,13 +733,15 @@ async fn run_cancellable(
     };
     let artifacts = shared.bus.artifacts();
     match outcome {
-        Ok(output) => match artifacts.offload_json(output.to_string(), &task.goal_id, &task.tenant).await {
+        Ok((output, hit)) => match artifacts.offload_json(output.to_string(), &task.goal_id, &task.tenant).await {
             // Over the inline limit the output travels as an artifact and the result carries
             // its stub (reference, size, preview).
             Ok((output_json, reference)) => {
                 result.status = TaskStatus::Succeeded as i32;
                 result.output_json = output_json;
                 result.memory_ref = reference.unwrap_or_default();
+                result.cached = hit.is_some();
+                result.cached_age_ms = hit.map_or(0, |h| h.age.as_millis() as u64);
             }
             Err(e) => {
                 result.status = TaskStatus::Failed as i32;
@@ -766,7 +769,7 @@ async fn run_tool(
     task: &TaskMessage,
     cancel: CancellationToken,
     tokens: Arc<tool::TokenMeter>,
-) -> Result<serde_json::Value, ToolError> {
+) -> Result<(serde_json::Value, Option<cache::CacheHit>), ToolError> {
     let args: serde_json::Value = if task.inputs_json.trim().is_empty() {
         serde_json::Value::Object(Default::default())
     } else {
@@ -802,9 +805,22 @@ async fn run_tool(
             tokens,
         }),
     };
-    let result = shared.registry.call(&task.task_type, args, &ctx).await;
-    info!(event = "tool_result_received", tool = %task.task_type, ok = result.is_ok(), "tool returned");
-    result
+    // The task's model calls wait for the fleet's limits on the goal's tenant's behalf, until
+    // the task's deadline, and say so on the goal's events.
+    let calls = hermes_llm::governor::CallScope {
+        tenant: task.tenant.clone(),
+        deadline: (task.deadline_unix_ms != 0).then(|| {
+            Instant::now() + Duration::from_millis(task.deadline_unix_ms.saturating_sub(now_unix_ms()))
+        }),
+        observer: ctx
+            .task
+            .clone()
+            .map(|scope| Arc::new(approval::WaitReporter(scope)) as Arc<dyn hermes_llm::governor::WaitObserver>),
+    };
+    let (result, hit) =
+        hermes_llm::governor::scoped(calls, shared.registry.call_reporting(&task.task_type, args, &ctx)).await;
+    info!(event = "tool_result_received", tool = %task.task_type, ok = result.is_ok(), cached = hit.is_some(), "tool returned");
+    result.map(|output| (output, hit))
 }
 
 async fn heartbeat_loop(

@@ -100,6 +100,17 @@ pub trait Tool: Send + Sync + 'static {
     fn require_confirm(&self) -> bool {
         false
     }
+    /// How long a result may be reused, for a tool whose output depends only on its arguments
+    /// and that changes nothing (docs/agents.md, "Cached tool results"). `None`: not cacheable.
+    /// An agent caches only the tools its config names.
+    fn cache_ttl(&self) -> Option<Duration> {
+        None
+    }
+    /// The tool's version, part of its cache key: a new version does not reuse an older one's
+    /// results. Empty: the hash of its parameter schema stands for it.
+    fn version(&self) -> &str {
+        ""
+    }
     /// The dependency a call reaches, when the tool reaches several (the host of a URL): each
     /// target has its own circuit breaker, so one sick host does not close the tool for others.
     fn breaker_target(&self, _args: &Value) -> Option<String> {
@@ -162,6 +173,8 @@ pub struct ToolRegistry {
     /// Answers the calls of tools with side effects or that reach the network instead of running
     /// them (`hermes replay --tools recorded`).
     pub(crate) playback: Option<Arc<dyn ToolPlayback>>,
+    /// Tools whose results are cached, with how long ([`ToolRegistry::enable_cache`]).
+    cache: BTreeMap<String, Duration>,
 }
 
 /// A source of recorded tool outputs, for a replay that must not repeat side effects
@@ -261,9 +274,56 @@ impl ToolRegistry {
                     "cannot require confirmation for unknown tool `{tool}`"
                 )));
             }
+            if self.cache.contains_key(tool) {
+                return Err(crate::Error::Config(format!(
+                    "cannot cache the results of `{tool}`: its calls need confirmation, which a cached result would skip"
+                )));
+            }
             self.confirm.insert(tool.clone());
         }
         Ok(())
+    }
+
+    /// Caches the results of the tools `ttls` names (docs/agents.md): a TTL of 0 takes the one
+    /// the tool declares, and `"*"` names every tool that declares one. A tool with side effects
+    /// or that needs confirmation is refused, as is one that declares no TTL and is given none.
+    pub fn enable_cache(&mut self, ttls: &BTreeMap<String, u64>) -> Result<(), crate::Error> {
+        let refuse = |tool: &str, why: String| {
+            Err(crate::Error::Config(format!("cannot cache the results of `{tool}`: {why}")))
+        };
+        for (name, secs) in ttls {
+            let names: Vec<String> = if name == "*" {
+                self.tools.values().filter(|t| t.tool.cache_ttl().is_some()).map(|t| t.tool.name().to_owned()).collect()
+            } else {
+                vec![name.clone()]
+            };
+            for tool in names {
+                let Some(entry) = self.tools.get(&tool) else {
+                    return refuse(&tool, "this agent has no such tool".into());
+                };
+                if entry.tool.side_effects() {
+                    return refuse(&tool, "it has side effects, and a cached result would skip them".into());
+                }
+                if self.confirm.contains(&tool) || entry.tool.require_confirm() {
+                    return refuse(&tool, "its calls need confirmation, which a cached result would skip".into());
+                }
+                let ttl = match (*secs, entry.tool.cache_ttl()) {
+                    (0, Some(declared)) => declared,
+                    (0, None) => return refuse(&tool, "it declares no TTL; give one in seconds".into()),
+                    (secs, _) => Duration::from_secs(secs),
+                };
+                if ttl > crate::cache::MAX_TTL {
+                    return refuse(&tool, format!("{} s is longer than the longest TTL, 7 days", ttl.as_secs()));
+                }
+                self.cache.insert(tool, ttl);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tools whose results are cached, with their TTLs.
+    pub fn cached_tools(&self) -> &BTreeMap<String, Duration> {
+        &self.cache
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -325,6 +385,16 @@ impl ToolRegistry {
     /// Each call is a span (`execute_tool <name>`) with the tool's name, status and duration, and
     /// its arguments and output redacted and truncated to [`TRACED_CHARS`].
     pub async fn call(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        self.call_reporting(name, args, ctx).await.0
+    }
+
+    /// [`ToolRegistry::call`], saying whether the result came from the tool-result cache.
+    pub async fn call_reporting(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> (Result<Value, ToolError>, Option<crate::cache::CacheHit>) {
         use tracing::Instrument as _;
         use tracing::field::Empty;
         let span = tracing::info_span!(
@@ -341,7 +411,7 @@ impl ToolRegistry {
             error.type = Empty,
         );
         let started = std::time::Instant::now();
-        let result = self.call_uncounted(name, args, ctx).instrument(span.clone()).await;
+        let (result, hit) = self.call_uncounted(name, args, ctx).instrument(span.clone()).await;
         let outcome = match &result {
             Ok(output) => {
                 span.record("hermes.tool.output", tracing::field::display(traced(output)));
@@ -358,10 +428,34 @@ impl ToolRegistry {
         let labels =
             hermes_core::metrics::labels(&[("agent", &self.agent), ("tool", name), ("outcome", outcome)]);
         hermes_core::metrics::global().tool_calls.get_or_create(&labels).inc();
-        result
+        (result, hit)
     }
 
-    async fn call_uncounted(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    async fn call_uncounted(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> (Result<Value, ToolError>, Option<crate::cache::CacheHit>) {
+        if let (Some(ttl), Some(scope)) = (self.cache.get(name), &ctx.task)
+            && let Some(entry) = self.tools.get(name)
+            && entry.schema.check(&args).is_empty()
+            && self.playback.is_none()
+        {
+            let version = match entry.tool.version() {
+                "" => hermes_llm::record::sha256(&entry.schema.raw().to_string()),
+                named => named.to_owned(),
+            };
+            let policy = entry.tool.retry_policy();
+            let longest = entry.tool.timeout() * policy.attempts.max(1) + Duration::from_secs(5);
+            let key = crate::cache::CacheKey::new(&scope.tenant, name, &version, &args, *ttl, longest);
+            let run = self.call_with_retries(entry, name, args.clone(), ctx);
+            return crate::cache::call(&scope.bus, &key, run).await;
+        }
+        (self.call_uncached(name, args, ctx).await, None)
+    }
+
+    async fn call_uncached(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
         let entry = self
             .tools
             .get(name)

@@ -309,6 +309,8 @@ fn task_result() -> BoxedStrategy<pb::TaskResult> {
                 started_unix_ms,
                 result_token,
                 routed: false,
+                cached: elapsed_ms % 2 == 0,
+                cached_age_ms: started_unix_ms,
             },
         )
         .boxed()
@@ -411,6 +413,8 @@ fn event() -> BoxedStrategy<pb::Event> {
                     agent_id,
                     elapsed_ms,
                     output_json,
+                    cached: attempt % 2 == 1,
+                    cached_age_ms: elapsed_ms,
                 })
             }
         ),

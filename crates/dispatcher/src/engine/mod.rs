@@ -286,6 +286,9 @@ pub fn event_msg_id(event: &Event) -> String {
         Some(Kind::ToolCalled(e)) => {
             format!("{goal}:tool:{}:{}:{}:{}", e.node_id, e.attempt, e.step, e.index)
         }
+        Some(Kind::ModelWaiting(e)) => {
+            format!("{goal}:model-wait:{}:{}:{}:{}", e.node_id, e.attempt, e.waiting, event.at_unix_ms)
+        }
         None => format!("{goal}:empty:{}", event.at_unix_ms),
     }
 }

@@ -80,6 +80,8 @@ fn record_result(
                 agent_id: result.agent_id.clone(),
                 elapsed_ms: result.elapsed_ms,
                 output_json: result.output_json.clone(),
+                cached: result.cached,
+                cached_age_ms: result.cached_age_ms,
             }),
         );
         if let Some(tokens) = &result.tokens
