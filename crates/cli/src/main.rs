@@ -60,6 +60,22 @@ enum EvalCommand {
 
 /// `hermes dlq ...`.
 #[derive(Subcommand, Debug)]
+enum CacheCommand {
+    /// Cached results by tool: live entries and their bytes, calls in flight, expired entries.
+    Stats {
+        /// Only this tool's.
+        #[arg(long)]
+        tool: Option<String>,
+    },
+    /// Removes cached results: every tool's, or one's.
+    Clear {
+        /// Only this tool's.
+        #[arg(long)]
+        tool: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum DlqCommand {
     /// List dead letters, oldest first.
     List {
@@ -204,6 +220,13 @@ enum Command {
         /// One JSON object a line instead of the table.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// The tool-result cache (operators): entries by tool, or clear them.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -561,6 +584,33 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                         .map_err(status_error)?
                         .into_inner();
                     println!("replayed {sequence} to {} (stream sequence {})", r.subject, r.sequence);
+                }
+            }
+            Ok(0)
+        }
+        Command::Cache { command, server } => {
+            let mut client = connect(&server).await?;
+            match command {
+                CacheCommand::Stats { tool } => {
+                    let tools = client
+                        .tool_cache_stats(hermes_proto::ToolCacheRequest { tool: tool.unwrap_or_default() })
+                        .await
+                        .map_err(status_error)?
+                        .into_inner()
+                        .tools;
+                    println!("{:<32} {:>8} {:>12} {:>8} {:>8}", "TOOL", "ENTRIES", "BYTES", "PENDING", "EXPIRED");
+                    for t in tools {
+                        println!("{:<32} {:>8} {:>12} {:>8} {:>8}", t.tool, t.entries, t.bytes, t.pending, t.expired);
+                    }
+                }
+                CacheCommand::Clear { tool } => {
+                    let removed = client
+                        .clear_tool_cache(hermes_proto::ToolCacheRequest { tool: tool.unwrap_or_default() })
+                        .await
+                        .map_err(status_error)?
+                        .into_inner()
+                        .removed;
+                    println!("removed {removed} cached result(s)");
                 }
             }
             Ok(0)

@@ -25,6 +25,7 @@ pub mod shutdown;
 pub mod telemetry;
 pub mod text;
 pub mod tls;
+pub mod tool_cache;
 pub mod topology;
 pub mod trace;
 

@@ -29,6 +29,7 @@ pub enum Action {
     WebhookDelete,
     WebhookRotate,
     WebhookResend,
+    CacheClear,
 }
 
 impl Action {
@@ -43,6 +44,7 @@ impl Action {
             Action::WebhookDelete => "webhook.delete",
             Action::WebhookRotate => "webhook.rotate",
             Action::WebhookResend => "webhook.resend",
+            Action::CacheClear => "tool_cache.clear",
         }
     }
 }

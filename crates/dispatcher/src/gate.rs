@@ -372,6 +372,27 @@ impl Gate {
         replayed
     }
 
+    /// The tool-result cache's entries by tool (operators only): with auth on, the caller's
+    /// tenant's.
+    pub(crate) async fn tool_cache_stats(
+        &self,
+        caller: &Caller,
+        tool: Option<&str>,
+    ) -> Result<std::collections::BTreeMap<String, hermes_core::tool_cache::ToolStats>> {
+        self.enter(caller, Need::Operate)?;
+        let tenant = caller.principal.tenant.as_deref();
+        Ok(hermes_core::tool_cache::stats(&self.bus, tenant, tool).await?)
+    }
+
+    /// Removes cached tool results (operators only, their tenant's with auth on). Audited.
+    pub(crate) async fn clear_tool_cache(&self, caller: &Caller, tool: Option<&str>) -> Result<usize> {
+        self.enter(caller, Need::Operate)?;
+        let tenant = caller.principal.tenant.as_deref();
+        let cleared = hermes_core::tool_cache::clear(&self.bus, tenant, tool).await.map_err(Error::from);
+        self.audit.record(&caller.principal, Action::CacheClear, tool.unwrap_or("*"), "", &cleared).await;
+        cleared
+    }
+
     /// Up to `limit` audit records after `after_seq`, oldest first (operators only): the
     /// caller's tenant's, or all of them with auth off.
     pub(crate) async fn audit(

@@ -141,6 +141,38 @@ impl DispatcherApi for Api {
         Ok(Response::new(ListDeadLettersResponse { dead_letters }))
     }
 
+    async fn tool_cache_stats(
+        &self,
+        request: Request<hermes_proto::ToolCacheRequest>,
+    ) -> Result<Response<hermes_proto::ToolCacheStatsResponse>, Status> {
+        let (caller, req) = caller(request)?;
+        let tool = (!req.tool.is_empty()).then_some(req.tool.as_str());
+        let tools = self
+            .gate
+            .tool_cache_stats(&caller, tool)
+            .await?
+            .into_iter()
+            .map(|(tool, s)| hermes_proto::ToolCacheEntries {
+                tool,
+                entries: s.entries,
+                bytes: s.bytes,
+                pending: s.pending,
+                expired: s.expired,
+            })
+            .collect();
+        Ok(Response::new(hermes_proto::ToolCacheStatsResponse { tools }))
+    }
+
+    async fn clear_tool_cache(
+        &self,
+        request: Request<hermes_proto::ToolCacheRequest>,
+    ) -> Result<Response<hermes_proto::ClearToolCacheResponse>, Status> {
+        let (caller, req) = caller(request)?;
+        let tool = (!req.tool.is_empty()).then_some(req.tool.as_str());
+        let removed = self.gate.clear_tool_cache(&caller, tool).await? as u64;
+        Ok(Response::new(hermes_proto::ClearToolCacheResponse { removed }))
+    }
+
     async fn get_dead_letter(
         &self,
         request: Request<DeadLetterRequest>,

@@ -21,10 +21,7 @@ use serde_json::{Value, json};
 
 use crate::scope::ToolError;
 
-/// The bucket of cached results.
-pub const BUCKET: &str = "hermes_tool_cache";
-/// The longest a result may be kept.
-pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+pub use hermes_core::tool_cache::{BUCKET, MAX_TTL, ToolStats, bucket, clear, stats, tenant_token};
 /// Outputs larger than this (as JSON) are kept as an artifact, the entry holding its reference.
 pub const MAX_ENTRY_BYTES: usize = 64 * 1024;
 /// How often a waiting call looks at the entry when no change wakes it.
@@ -56,21 +53,9 @@ impl CacheKey {
             "args": args,
         }));
         let hash = hermes_llm::record::sha256(&canonical);
-        CacheKey { tool: tool.to_owned(), key: format!("{tool}.{hash}"), tenant: tenant.to_owned(), ttl, stale_after }
+        let key = format!("{}.{tool}.{hash}", tenant_token(tenant));
+        CacheKey { tool: tool.to_owned(), key, tenant: tenant.to_owned(), ttl, stale_after }
     }
-}
-
-/// Opens (creating it if needed) the cache bucket.
-pub async fn bucket(bus: &Bus) -> hermes_core::Result<kv::Store> {
-    bus.ensure_bucket(kv::Config {
-        bucket: BUCKET.to_owned(),
-        description: "Cached results of idempotent tools, by tenant, tool and arguments".into(),
-        history: 1,
-        max_age: MAX_TTL,
-        num_replicas: bus.config().replicas,
-        ..Default::default()
-    })
-    .await
 }
 
 fn count(tool: &str, outcome: &str) {
@@ -230,53 +215,3 @@ async fn store_output(store: &kv::Store, bus: &Bus, key: &CacheKey, output: &Val
     }
 }
 
-/// Entries and their bytes, by tool, for `hermes cache stats`.
-#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ToolStats {
-    pub entries: u64,
-    pub pending: u64,
-    pub expired: u64,
-    pub bytes: u64,
-}
-
-/// Counts the cache's entries by tool.
-pub async fn stats(bus: &Bus) -> hermes_core::Result<std::collections::BTreeMap<String, ToolStats>> {
-    let store = bucket(bus).await?;
-    let keys = hermes_core::kv::kv_keys(&store, "list tool cache").await?;
-    let now = now_unix_ms();
-    let mut by_tool: std::collections::BTreeMap<String, ToolStats> = Default::default();
-    for key in keys {
-        let Some((tool, _)) = key.rsplit_once('.') else { continue };
-        let Ok(Some(value)) = store.get(&key).await else { continue };
-        let parsed: Value = serde_json::from_slice(&value).unwrap_or(Value::Null);
-        let stats = by_tool.entry(tool.to_owned()).or_default();
-        if parsed["pending"] == json!(true) {
-            stats.pending += 1;
-        } else if parsed["expires_ms"].as_u64().unwrap_or(0) <= now {
-            stats.expired += 1;
-        } else {
-            stats.entries += 1;
-            stats.bytes += value.len() as u64;
-        }
-    }
-    Ok(by_tool)
-}
-
-/// Removes every entry, or those of `tool`; returns how many.
-pub async fn clear(bus: &Bus, tool: Option<&str>) -> hermes_core::Result<usize> {
-    let store = bucket(bus).await?;
-    let keys = match tool {
-        Some(tool) => {
-            hermes_core::topology::validate_task_type(tool)?;
-            hermes_core::kv::kv_keys_matching(&store, &format!("{tool}.*"), "list tool cache").await?
-        }
-        None => hermes_core::kv::kv_keys(&store, "list tool cache").await?,
-    };
-    let mut removed = 0;
-    for key in keys {
-        if store.purge(&key).await.is_ok() {
-            removed += 1;
-        }
-    }
-    Ok(removed)
-}

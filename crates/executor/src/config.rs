@@ -82,12 +82,28 @@ pub struct AgentSpec {
     pub http_allow: Option<Vec<String>>,
     /// Tools whose calls wait for a human's approval.
     pub confirm: Option<Vec<String>>,
+    /// Tools whose results are cached: `tool`, `tool=SECS` or `*` (docs/agents.md).
+    pub cache: Option<Vec<String>>,
     /// Seconds a call waits for approval before it counts as denied (default 600).
     pub approval_timeout_secs: Option<u64>,
     /// Enables `code.python` with these limits.
     pub code_python: Option<CodePythonSpec>,
     /// MCP servers whose tools this agent mounts.
     pub mcp: Option<Vec<McpServerSpec>>,
+}
+
+/// The `cache` entries as tool to TTL in seconds (0: the tool's declared TTL).
+pub fn cache_ttls(entries: &[String]) -> Result<std::collections::BTreeMap<String, u64>, String> {
+    entries
+        .iter()
+        .map(|entry| match entry.split_once('=') {
+            None => Ok((entry.clone(), 0)),
+            Some((tool, secs)) => match secs.trim().parse::<u64>() {
+                Ok(secs) if secs > 0 => Ok((tool.trim().to_owned(), secs)),
+                _ => Err(format!("`{entry}`: the TTL must be a whole number of seconds above 0")),
+            },
+        })
+        .collect()
 }
 
 /// `code.python` settings. The section's presence enables the tool unless `enabled = false`.
@@ -185,6 +201,7 @@ impl AgentSpec {
             ack_wait_secs: self.ack_wait_secs.or(d.ack_wait_secs),
             http_allow: self.http_allow.or(d.http_allow),
             confirm: self.confirm.or(d.confirm),
+            cache: self.cache.or(d.cache),
             approval_timeout_secs: self.approval_timeout_secs.or(d.approval_timeout_secs),
             code_python: self.code_python.or(d.code_python),
             mcp: self.mcp.or(d.mcp),
@@ -216,6 +233,8 @@ impl AgentSpec {
         config.tags = non_empty(&self.tags);
         config.http_allow = non_empty(&self.http_allow);
         config.confirm_tools = non_empty(&self.confirm);
+        config.cache_tools = cache_ttls(&non_empty(&self.cache))
+            .map_err(|e| Error::Config(format!("agent {id}: cache: {e}")))?;
         if let Some(n) = self.max_concurrency {
             config.max_concurrency = n;
         }

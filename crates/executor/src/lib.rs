@@ -56,6 +56,9 @@ pub struct AgentConfig {
     pub http_allow: Vec<String>,
     /// Tools whose calls wait for a human's approval.
     pub confirm_tools: Vec<String>,
+    /// Tools whose results are cached, with their TTLs in seconds (0: the tool's declared one;
+    /// `"*"`: every tool that declares one). See [`tool::ToolRegistry::enable_cache`].
+    pub cache_tools: std::collections::BTreeMap<String, u64>,
     /// How long a call waits for approval before it counts as denied.
     pub approval_timeout: Duration,
     /// The `agent.run` loop's system prompt and budgets.
@@ -86,6 +89,7 @@ impl AgentConfig {
             playback: None,
             http_allow: Vec::new(),
             confirm_tools: Vec::new(),
+            cache_tools: Default::default(),
             approval_timeout: Duration::from_secs(600),
             loop_settings: agent_loop::LoopSettings::default(),
             code_python: None,
@@ -144,6 +148,7 @@ impl Agent {
         }
         let mut registry = build_registry(&config, Some(&bus)).await?;
         registry.require_confirm(&config.confirm_tools)?;
+        registry.enable_cache(&config.cache_tools)?;
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
         for task_type in registry.names() {

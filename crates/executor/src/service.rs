@@ -36,6 +36,9 @@ pub struct AgentSettings {
     pub http_allow: Vec<String>,
     /// Tools whose calls wait for a human's approval (`hermes approve`).
     pub confirm: Vec<String>,
+    /// Tools whose results are cached: `tool` (its declared TTL), `tool=SECS`, or `*` (every tool
+    /// that declares a TTL). Docs: docs/agents.md, "Cached tool results".
+    pub cache: Vec<String>,
     /// Seconds a call waits for approval before it counts as denied.
     pub approval_timeout_secs: u64,
     /// The agent's own instructions for its `agent.run` loop.
@@ -63,6 +66,7 @@ impl Default for AgentSettings {
             ack_wait_secs: d.ack_wait.as_secs(),
             http_allow: d.http_allow,
             confirm: d.confirm_tools,
+            cache: Vec::new(),
             approval_timeout_secs: d.approval_timeout.as_secs(),
             system_prompt: None,
             max_steps: d.loop_settings.max_steps,
@@ -94,6 +98,7 @@ impl AgentSettings {
             ack_wait_secs: Some(self.ack_wait_secs),
             http_allow: Some(self.http_allow.clone()),
             confirm: Some(self.confirm.clone()),
+            cache: Some(self.cache.clone()),
             approval_timeout_secs: Some(self.approval_timeout_secs),
             ..Default::default()
         })
@@ -144,6 +149,7 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("workspace", "agent.workspace"),
     ("http_allow", "agent.http_allow"),
     ("confirm", "agent.confirm"),
+    ("cache", "agent.cache"),
     ("system_prompt", "agent.system_prompt"),
     ("max_steps", "agent.max_steps"),
     ("max_tokens", "agent.max_tokens"),
@@ -166,6 +172,9 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "agent.ack_wait_secs" => "Seconds a pulled task may go without an ack before redelivery.",
         "agent.http_allow" => "Hosts http.fetch may reach.",
         "agent.confirm" => "Tools whose calls wait for a human's approval.",
+        "agent.cache" => {
+            "Tools whose results are cached: tool (its declared TTL), tool=SECS, or * (every tool declaring one)."
+        }
         "agent.approval_timeout_secs" => "Seconds a call waits for approval before it counts as denied.",
         "agent.system_prompt" => "The agent's own instructions for agent.run.",
         "agent.max_steps" => "Model turns per agent task.",

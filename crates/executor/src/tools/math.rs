@@ -75,6 +75,10 @@ fn check_bounds(expression: &str, variables: usize) -> Result<(), ToolError> {
 }
 
 impl Tool for MathEvaluate {
+    /// Pure: the output depends only on the arguments.
+    fn cache_ttl(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_secs(3600))
+    }
     fn name(&self) -> &'static str {
         "math.evaluate"
     }

@@ -46,6 +46,10 @@ struct Args {
 pub struct TableAggregate;
 
 impl Tool for TableAggregate {
+    /// Pure: the output depends only on the arguments.
+    fn cache_ttl(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_secs(3600))
+    }
     fn name(&self) -> &'static str {
         "table.aggregate"
     }

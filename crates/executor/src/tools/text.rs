@@ -37,6 +37,10 @@ struct Args {
 pub struct TextTemplate;
 
 impl Tool for TextTemplate {
+    /// Pure: the output depends only on the arguments.
+    fn cache_ttl(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_secs(3600))
+    }
     fn name(&self) -> &'static str {
         "text.template"
     }
