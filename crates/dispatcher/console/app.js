@@ -682,13 +682,18 @@ function renderDetail(panel, g, nodeId) {
   });
   const routes = mine.filter((e) => e.taskDispatched).map((e) => e.taskDispatched);
   const calls = mine.filter((e) => e.toolCalled).map((e) => e.toolCalled);
+  const waits = mine.filter((e) => e.modelWaiting).map((e) => e.modelWaiting);
+  const lastWait = waits[waits.length - 1];
+  const succeeded = mine.filter((e) => e.taskSucceeded).map((e) => e.taskSucceeded).pop();
   const errors = state.errors && state.errors.length ? state.errors : (state.error ? [state.error] : []);
   const start = num(state.dispatchedUnixMs);
   fill(panel,
     h('h2', {}, 'Node ', h('code', {}, nodeId)),
     h('dl', { class: 'kv' },
       h('dt', {}, 'Task type'), h('dd', {}, node.taskType),
-      h('dt', {}, 'State'), h('dd', { id: 'node-state' }, badge(nodeState(state.status))),
+      h('dt', {}, 'State'), h('dd', { id: 'node-state' }, badge(nodeState(state.status)),
+        lastWait && lastWait.waiting && state.status === 'NODE_STATUS_DISPATCHED' ? h('span', { class: 'muted', id: 'node-model-wait' }, ' waiting for model slot') : null,
+        succeeded && succeeded.cached ? h('span', { class: 'muted', id: 'node-cached' }, ` cached, age ${Math.round(num(succeeded.cachedAgeMs) / 1000)} s`) : null),
       h('dt', {}, 'Attempt'), h('dd', {}, String(num(state.attempt) || '–')),
       h('dt', {}, 'Agent'), h('dd', {}, state.agentId || (g.routed.get(nodeId) ? g.routed.get(nodeId) + ' (routed to)' : '–')),
       h('dt', {}, 'Duration'), h('dd', {}, num(state.elapsedMs) ? dur(num(state.elapsedMs)) : start ? dur(Date.now() - start) + ' so far' : '–'),
@@ -702,7 +707,9 @@ function renderDetail(panel, g, nodeId) {
     routes.length ? [h('h2', {}, 'Routing'), h('ul', { id: 'node-routing' }, routes.map((r) =>
       h('li', {}, `attempt ${r.attempt || 1}: `, r.agentId ? `agent ${r.agentId}, score ${num(r.score).toFixed(2)}` : 'its pool', ' — ', r.reason || '', h('div', { class: 'muted' }, r.subject || ''))))] : null,
     calls.length ? [h('h2', {}, 'Tool calls'), h('ol', { id: 'node-tool-calls' }, calls.map((c) =>
-      h('li', {}, h('code', {}, c.tool), ` step ${num(c.step)}: `, c.ok ? '✓ ok' : '✗ ' + (c.errorCode || 'failed'), ` (${dur(num(c.elapsedMs))})`, h('pre', {}, pretty(c.argumentsJson)))))] : null);
+      h('li', {}, h('code', {}, c.tool), ` step ${num(c.step)}: `, c.ok ? '✓ ok' : '✗ ' + (c.errorCode || 'failed'), ` (${dur(num(c.elapsedMs))})`, c.cached ? h('span', { class: 'muted cached' }, ` cached, age ${Math.round(num(c.cachedAgeMs) / 1000)} s`) : null, h('pre', {}, pretty(c.argumentsJson)))))] : null,
+    waits.length ? [h('h2', {}, 'Model slots'), h('ul', { id: 'node-model-waits' }, waits.map((w) =>
+      h('li', {}, w.waiting ? `waiting for model slot of ${w.model} (${(w.reason || '').replace(/_/g, ' ')})` : `got a model slot of ${w.model} after ${dur(num(w.waitedMs))}`)))] : null);
 }
 
 function eventItem(event) {
@@ -716,6 +723,8 @@ function eventItem(event) {
   if (body.error) bits.push((body.error.code || '') + ' ' + (body.error.message || ''));
   if (body.reason) bits.push(body.reason);
   if (body.tool) bits.push('tool ' + body.tool);
+  if (body.cached) bits.push(`cached, age ${Math.round(num(body.cachedAgeMs) / 1000)} s`);
+  if (kind === 'modelWaiting') bits.push(body.waiting ? `waiting for model slot of ${body.model} (${(body.reason || '').replace(/_/g, ' ')})` : `got a model slot after ${dur(num(body.waitedMs))}`);
   return h('li', { dataset: { kind } }, h('span', { class: 'muted' }, (num(event.seq) ? '#' + event.seq + ' ' : '') + at + ' '),
     h('span', { class: 'kind' }, kind.replace(/^./, (c) => c.toUpperCase())), ' ', short(bits.join(' · '), 240));
 }

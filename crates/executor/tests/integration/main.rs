@@ -9,3 +9,4 @@ mod fs_tools;
 mod http_fetch;
 mod mcp;
 mod tool_policy;
+mod tool_cache;
