@@ -598,9 +598,15 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                         .map_err(status_error)?
                         .into_inner()
                         .tools;
-                    println!("{:<32} {:>8} {:>12} {:>8} {:>8}", "TOOL", "ENTRIES", "BYTES", "PENDING", "EXPIRED");
+                    println!(
+                        "{:<32} {:>8} {:>12} {:>8} {:>8}",
+                        "TOOL", "ENTRIES", "BYTES", "PENDING", "EXPIRED"
+                    );
                     for t in tools {
-                        println!("{:<32} {:>8} {:>12} {:>8} {:>8}", t.tool, t.entries, t.bytes, t.pending, t.expired);
+                        println!(
+                            "{:<32} {:>8} {:>12} {:>8} {:>8}",
+                            t.tool, t.entries, t.bytes, t.pending, t.expired
+                        );
                     }
                 }
                 CacheCommand::Clear { tool } => {

@@ -139,7 +139,13 @@ fn describe(event: &Event) -> Option<String> {
         Kind::ToolCalled(c) => {
             let outcome = if c.ok { "ok" } else { c.error_code.as_str() };
             let cached = crate::cached_note(c.cached, c.cached_age_ms);
-            format!("{:<14}   tool {} step {}: {outcome} in {}{cached}", c.node_id, c.tool, c.step, ms(c.elapsed_ms))
+            format!(
+                "{:<14}   tool {} step {}: {outcome} in {}{cached}",
+                c.node_id,
+                c.tool,
+                c.step,
+                ms(c.elapsed_ms)
+            )
         }
         Kind::ModelWaiting(w) => crate::model_waiting_line(w),
         Kind::TaskSucceeded(s) => {

@@ -124,8 +124,14 @@ mod tests {
     fn members_are_sorted_by_utf16_and_nothing_else_is_written() {
         // RFC 8785 §3.2.3: the sort uses UTF-16 code units, so U+1F600 (surrogates D83D..) sorts
         // before U+FB33 though its code point is higher.
-        let value: Value = serde_json::from_str(r#"{"\ufb33": 1, "\ud83d\ude00": 2, "b": [1, {"z": null, "a": true}], "a": "x"}"#).unwrap();
-        assert_eq!(canonical(&value), "{\"a\":\"x\",\"b\":[1,{\"a\":true,\"z\":null}],\"\u{1F600}\":2,\"\u{FB33}\":1}");
+        let value: Value = serde_json::from_str(
+            r#"{"\ufb33": 1, "\ud83d\ude00": 2, "b": [1, {"z": null, "a": true}], "a": "x"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            canonical(&value),
+            "{\"a\":\"x\",\"b\":[1,{\"a\":true,\"z\":null}],\"\u{1F600}\":2,\"\u{FB33}\":1}"
+        );
     }
 
     #[test]

@@ -21,7 +21,10 @@ pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The first key token of a tenant's entries: `t` and 16 hex digits of the sha256 of its name
 /// (tenant names need not be key tokens), so one tenant's entries are listed and cleared alone.
 pub fn tenant_token(tenant: &str) -> String {
-    format!("t{}", &Sha256::digest(tenant.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect::<String>())
+    format!(
+        "t{}",
+        &Sha256::digest(tenant.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect::<String>()
+    )
 }
 
 /// Opens (creating it if needed) the cache bucket.

@@ -174,7 +174,9 @@ pub(crate) fn stream_responses(
         Kind::ModelWaiting(w) if w.waiting => {
             working(format!("`{}` is waiting for a model slot of {} ({})", w.node_id, w.model, w.reason))
         }
-        Kind::ModelWaiting(w) => working(format!("`{}` got a model slot after {} ms", w.node_id, w.waited_ms)),
+        Kind::ModelWaiting(w) => {
+            working(format!("`{}` got a model slot after {} ms", w.node_id, w.waited_ms))
+        }
         Kind::ApprovalDecided(d) => {
             working(format!("call `{}` {}", d.call_id, if d.approved { "approved" } else { "denied" }))
         }

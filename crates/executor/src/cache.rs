@@ -45,7 +45,14 @@ pub(crate) struct CacheKey {
 }
 
 impl CacheKey {
-    pub fn new(tenant: &str, tool: &str, version: &str, args: &Value, ttl: Duration, stale_after: Duration) -> Self {
+    pub fn new(
+        tenant: &str,
+        tool: &str,
+        version: &str,
+        args: &Value,
+        ttl: Duration,
+        stale_after: Duration,
+    ) -> Self {
         let canonical = hermes_core::jcs::canonical(&json!({
             "tenant": tenant,
             "tool": tool,
@@ -145,7 +152,9 @@ where
             }
             Found::Free(revision) => {
                 let marker: bytes::Bytes =
-                    json!({"pending": true, "since_ms": now_unix_ms(), "tenant": key.tenant}).to_string().into();
+                    json!({"pending": true, "since_ms": now_unix_ms(), "tenant": key.tenant})
+                        .to_string()
+                        .into();
                 let won = match revision {
                     None => store.create(&key.key, marker).await.is_ok(),
                     Some(revision) => store.update(&key.key, marker, revision).await.is_ok(),
@@ -214,4 +223,3 @@ async fn store_output(store: &kv::Store, bus: &Bus, key: &CacheKey, output: &Val
         Err(e) => tracing::warn!(tool = %key.tool, error = %e, "cannot store a tool result in the cache"),
     }
 }
-

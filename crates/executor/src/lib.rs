@@ -738,27 +738,29 @@ async fn run_cancellable(
     };
     let artifacts = shared.bus.artifacts();
     match outcome {
-        Ok((output, hit)) => match artifacts.offload_json(output.to_string(), &task.goal_id, &task.tenant).await {
-            // Over the inline limit the output travels as an artifact and the result carries
-            // its stub (reference, size, preview).
-            Ok((output_json, reference)) => {
-                result.status = TaskStatus::Succeeded as i32;
-                result.output_json = output_json;
-                result.memory_ref = reference.unwrap_or_default();
-                result.cached = hit.is_some();
-                result.cached_age_ms = hit.map_or(0, |h| h.age.as_millis() as u64);
+        Ok((output, hit)) => {
+            match artifacts.offload_json(output.to_string(), &task.goal_id, &task.tenant).await {
+                // Over the inline limit the output travels as an artifact and the result carries
+                // its stub (reference, size, preview).
+                Ok((output_json, reference)) => {
+                    result.status = TaskStatus::Succeeded as i32;
+                    result.output_json = output_json;
+                    result.memory_ref = reference.unwrap_or_default();
+                    result.cached = hit.is_some();
+                    result.cached_age_ms = hit.map_or(0, |h| h.age.as_millis() as u64);
+                }
+                Err(e) => {
+                    result.status = TaskStatus::Failed as i32;
+                    let error = ToolError {
+                        code: ErrorCode::Unavailable,
+                        message: format!("cannot store the large output: {e}"),
+                    };
+                    let mut error = error.to_proto();
+                    error.node_id = task.node_id.clone();
+                    result.error = Some(error);
+                }
             }
-            Err(e) => {
-                result.status = TaskStatus::Failed as i32;
-                let error = ToolError {
-                    code: ErrorCode::Unavailable,
-                    message: format!("cannot store the large output: {e}"),
-                };
-                let mut error = error.to_proto();
-                error.node_id = task.node_id.clone();
-                result.error = Some(error);
-            }
-        },
+        }
         Err(e) => {
             result.status = TaskStatus::Failed as i32;
             let mut error = e.to_proto();
@@ -817,13 +819,13 @@ async fn run_tool(
         deadline: (task.deadline_unix_ms != 0).then(|| {
             Instant::now() + Duration::from_millis(task.deadline_unix_ms.saturating_sub(now_unix_ms()))
         }),
-        observer: ctx
-            .task
-            .clone()
-            .map(|scope| Arc::new(approval::WaitReporter(scope)) as Arc<dyn hermes_llm::governor::WaitObserver>),
+        observer: ctx.task.clone().map(|scope| {
+            Arc::new(approval::WaitReporter(scope)) as Arc<dyn hermes_llm::governor::WaitObserver>
+        }),
     };
     let (result, hit) =
-        hermes_llm::governor::scoped(calls, shared.registry.call_reporting(&task.task_type, args, &ctx)).await;
+        hermes_llm::governor::scoped(calls, shared.registry.call_reporting(&task.task_type, args, &ctx))
+            .await;
     info!(event = "tool_result_received", tool = %task.task_type, ok = result.is_ok(), cached = hit.is_some(), "tool returned");
     result.map(|output| (output, hit))
 }

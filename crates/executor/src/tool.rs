@@ -293,7 +293,11 @@ impl ToolRegistry {
         };
         for (name, secs) in ttls {
             let names: Vec<String> = if name == "*" {
-                self.tools.values().filter(|t| t.tool.cache_ttl().is_some()).map(|t| t.tool.name().to_owned()).collect()
+                self.tools
+                    .values()
+                    .filter(|t| t.tool.cache_ttl().is_some())
+                    .map(|t| t.tool.name().to_owned())
+                    .collect()
             } else {
                 vec![name.clone()]
             };
@@ -305,7 +309,10 @@ impl ToolRegistry {
                     return refuse(&tool, "it has side effects, and a cached result would skip them".into());
                 }
                 if self.confirm.contains(&tool) || entry.tool.require_confirm() {
-                    return refuse(&tool, "its calls need confirmation, which a cached result would skip".into());
+                    return refuse(
+                        &tool,
+                        "its calls need confirmation, which a cached result would skip".into(),
+                    );
                 }
                 let ttl = match (*secs, entry.tool.cache_ttl()) {
                     (0, Some(declared)) => declared,
@@ -313,7 +320,10 @@ impl ToolRegistry {
                     (secs, _) => Duration::from_secs(secs),
                 };
                 if ttl > crate::cache::MAX_TTL {
-                    return refuse(&tool, format!("{} s is longer than the longest TTL, 7 days", ttl.as_secs()));
+                    return refuse(
+                        &tool,
+                        format!("{} s is longer than the longest TTL, 7 days", ttl.as_secs()),
+                    );
                 }
                 self.cache.insert(tool, ttl);
             }

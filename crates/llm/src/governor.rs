@@ -205,7 +205,7 @@ pub fn installed() -> Option<Arc<Governor>> {
 pub struct Governor {
     store: kv::Store,
     settings: LimitSettings,
-    /// Names this process's leases for an operator reading the bucket.
+    /// Names this process's leases for an operator reading the bucket: its bus name and pid.
     holder: String,
 }
 
@@ -439,7 +439,7 @@ impl Governor {
             })
             .await
             .map_err(unavailable)?;
-        let holder = format!("{}-{}", bus.config().name, &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let holder = format!("{}-{}", bus.config().name, std::process::id());
         Ok(Some(Arc::new(Governor { store, settings: settings.clone(), holder })))
     }
 

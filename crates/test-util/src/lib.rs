@@ -7,6 +7,7 @@ pub mod browser;
 pub mod cluster;
 pub mod fuzz;
 pub mod process;
+pub mod provider;
 pub mod receiver;
 pub mod scripted;
 pub mod tls;

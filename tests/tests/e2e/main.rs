@@ -22,6 +22,7 @@ mod http;
 mod ledger;
 mod ledger_kill;
 mod memory;
+mod model_limits;
 mod plan_answers;
 mod planning;
 mod quotas;

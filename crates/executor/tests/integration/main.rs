@@ -8,5 +8,5 @@ mod code_python;
 mod fs_tools;
 mod http_fetch;
 mod mcp;
-mod tool_policy;
 mod tool_cache;
+mod tool_policy;

@@ -106,7 +106,8 @@ async fn a_cached_result_is_reused_per_tenant_until_it_expires() {
     assert_eq!(first.unwrap(), json!({"doubled": 4.0}));
     assert!(hit.is_none(), "a first call is a miss");
     // The same arguments written another way are the same call: a hit, with its age.
-    let (again, hit) = tools.call_reporting("test.counted", json!({"n": 2.0}), &context(&bus, "acme", "g2")).await;
+    let (again, hit) =
+        tools.call_reporting("test.counted", json!({"n": 2.0}), &context(&bus, "acme", "g2")).await;
     assert_eq!(again.unwrap(), json!({"doubled": 4.0}));
     assert!(hit.is_some_and(|h| h.age < Duration::from_secs(2)), "{hit:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -115,7 +116,8 @@ async fn a_cached_result_is_reused_per_tenant_until_it_expires() {
     assert_eq!((other.unwrap(), hit), (json!({"doubled": 6.0}), None));
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     // Another tenant never sees acme's entry.
-    let (theirs, hit) = tools.call_reporting("test.counted", json!({"n": 2}), &context(&bus, "globex", "g3")).await;
+    let (theirs, hit) =
+        tools.call_reporting("test.counted", json!({"n": 2}), &context(&bus, "globex", "g3")).await;
     assert_eq!((theirs.unwrap(), hit), (json!({"doubled": 4.0}), None));
     assert_eq!(runs.load(Ordering::SeqCst), 3);
     let stats = hermes_core::tool_cache::stats(&bus, Some("acme"), None).await.unwrap();
@@ -167,7 +169,10 @@ fn tools_with_side_effects_or_confirmation_are_refused_by_name() {
     registry.register(Arc::new(Effectful)).unwrap();
     registry.register(Arc::new(Counted { runs: Default::default() })).unwrap();
     let err = registry.enable_cache(&BTreeMap::from([("test.effectful".to_owned(), 0)])).unwrap_err();
-    assert!(err.to_string().contains("cannot cache the results of `test.effectful`: it has side effects"), "{err}");
+    assert!(
+        err.to_string().contains("cannot cache the results of `test.effectful`: it has side effects"),
+        "{err}"
+    );
     let err = registry.enable_cache(&BTreeMap::from([("test.unknown".to_owned(), 0)])).unwrap_err();
     assert!(err.to_string().contains("no such tool"), "{err}");
     registry.require_confirm(&["test.counted".to_owned()]).unwrap();
