@@ -17,10 +17,12 @@ use hermes_proto::{GoalSpec, SubmitGoalRequest, TaskNode, TaskPlan};
 use tokio::sync::{Mutex, Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
+mod cache;
 mod console;
 mod context;
 mod fairness;
 mod footprint;
+mod limits;
 mod memory;
 mod routing;
 mod watchers;
@@ -49,6 +51,10 @@ struct Scale {
     watchers: &'static [usize],
     /// Goals one tenant floods the fairness row with, and the other tenant's samples.
     fairness: (usize, usize),
+    /// Goals timed for each of the cache row's hit and miss.
+    cache_samples: usize,
+    /// The limiter row: callers at once, calls in all, and the model's `max_concurrent`.
+    limiter: (usize, usize, u32),
     local_model: bool,
 }
 
@@ -65,6 +71,8 @@ const FULL: Scale = Scale {
     memory_vectors: &[10_000, 100_000],
     watchers: &[1, 1_000, 10_000],
     fairness: (10_000, 100),
+    cache_samples: 200,
+    limiter: (32, 5_000, 8),
     local_model: true,
 };
 
@@ -81,6 +89,8 @@ const SMOKE: Scale = Scale {
     memory_vectors: &[500],
     watchers: &[1, 40],
     fairness: (200, 10),
+    cache_samples: 10,
+    limiter: (8, 100, 4),
     local_model: false,
 };
 
@@ -101,6 +111,10 @@ async fn main() -> anyhow::Result<()> {
     let nats = hermes_test_util::NatsServer::start();
     println!("hermes bench: nats-server {} (one server for every row)\n", nats.url());
 
+    if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "limits") {
+        // The tool cache's and the model limiter's rows alone, each with its own baseline.
+        return limit_rows(&nats.url()).await.map(|_| ());
+    }
     let client = async_nats::connect(nats.url()).await?;
     let floor_lat = floor_latency(&client).await?;
     let floor_in = messages_in(&nats);
@@ -214,6 +228,7 @@ async fn main() -> anyhow::Result<()> {
     core.rows();
     watch_rows(&watch_runs);
     fairness::rows(&fair);
+    limit_rows(&nats.url()).await?;
     footprint::rows(&footprint);
     context::rows(&context_tokens);
     let nodes = scale().console_nodes;
@@ -251,6 +266,24 @@ async fn main() -> anyhow::Result<()> {
             "{} of {} watchers did not get their goal's terminal event",
             run.watchers - run.finished,
             run.watchers
+        );
+    }
+    Ok(())
+}
+
+/// The tool cache's row and the fleet model limiter's, each against its own baseline.
+async fn limit_rows(nats_url: &str) -> anyhow::Result<()> {
+    let cached = cache::measure(nats_url, scale().cache_samples).await?;
+    cache::rows(&cached);
+    let (callers, calls, limit) = scale().limiter;
+    let limiter = limits::measure(nats_url, callers, calls, limit, Duration::ZERO).await?;
+    limits::rows(&limiter);
+    // A limit passed is a broken guarantee, not a slow figure.
+    if limiter.max_in_flight > limit as usize || limiter.over_limit > 0 {
+        anyhow::bail!(
+            "the fleet limiter let {} calls run at once (limit {limit}); the mock refused {}",
+            limiter.max_in_flight,
+            limiter.over_limit
         );
     }
     Ok(())

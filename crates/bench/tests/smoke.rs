@@ -27,6 +27,10 @@ fn the_bench_runs_every_row_at_smoke_scale() {
         "route decision, in-process",
         "VectorIndex::search, 500 vectors",
         "while another tenant floods 200 goals (ms)",
+        "single-node goal, its call a cache hit",
+        "single-node goal, its call a cache miss (stored after)",
+        "calls/s, max_concurrent = 4 (mock answers at once)",
+        "calls the mock refused over its limit",
         // `make test` installs Chromium first, so the console row is measured, not skipped.
         "console: 50-node Goal page interactive (ms)",
     ] {
@@ -34,6 +38,9 @@ fn the_bench_runs_every_row_at_smoke_scale() {
     }
     let terminal = stdout.lines().find(|l| l.starts_with("40 watchers: got the terminal event")).unwrap();
     assert!(terminal.trim_end().ends_with("40/40"), "{terminal}");
+    // The bench fails on its own when the limiter lets too many by; the slots must be used too.
+    let held = stdout.lines().find(|l| l.starts_with("most calls the mock held at once")).unwrap();
+    assert!(held.trim_end().ends_with("/4") && !held.contains(" 0/4"), "{held}");
 }
 
 /// `HERMES_BENCH_REPEAT` (one engine row alone, for a profile of it) runs each row it names, and

@@ -96,6 +96,9 @@ struct BusInner {
     ledger: kv::Store,
     approvals: kv::Store,
     artifacts: crate::artifacts::Artifacts,
+    /// Buckets opened through [`Bus::ensure_bucket`], by name: opening one is a JetStream API
+    /// round trip, which a per-call user (the tool cache) must not pay each time.
+    opened: std::sync::Mutex<std::collections::HashMap<String, kv::Store>>,
 }
 
 /// What the server said about a publish.
@@ -199,7 +202,17 @@ impl Bus {
         let ([goals, agents, ledger, approvals], store) = provision(&js, &config).await?;
         let artifacts = crate::artifacts::Artifacts::new(store, config.inline_limit);
         Ok(Bus {
-            inner: Arc::new(BusInner { client, js, config, goals, agents, ledger, approvals, artifacts }),
+            inner: Arc::new(BusInner {
+                client,
+                js,
+                config,
+                goals,
+                agents,
+                ledger,
+                approvals,
+                artifacts,
+                opened: Default::default(),
+            }),
         })
     }
 
@@ -237,8 +250,20 @@ impl Bus {
 
     /// Opens the KV bucket `config` describes, creating it when it does not exist yet (racing
     /// creators agree on one). For buckets owned by one service, such as the memory service's.
+    /// A bucket is opened once per connection; later calls return the same handle.
     pub async fn ensure_bucket(&self, config: kv::Config) -> Result<kv::Store> {
-        patiently(|| ensure_bucket(&self.inner.js, config.clone())).await
+        fn opened(
+            inner: &BusInner,
+        ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, kv::Store>> {
+            inner.opened.lock().unwrap_or_else(|p| p.into_inner())
+        }
+        if let Some(store) = opened(&self.inner).get(&config.bucket) {
+            return Ok(store.clone());
+        }
+        let bucket = config.bucket.clone();
+        let store = patiently(|| ensure_bucket(&self.inner.js, config.clone())).await?;
+        opened(&self.inner).insert(bucket, store.clone());
+        Ok(store)
     }
 
     /// The `hermes_artifacts` object store: payloads too large to send inline.

@@ -381,14 +381,14 @@ impl Gate {
     ) -> Result<std::collections::BTreeMap<String, hermes_core::tool_cache::ToolStats>> {
         self.enter(caller, Need::Operate)?;
         let tenant = caller.principal.tenant.as_deref();
-        Ok(hermes_core::tool_cache::stats(&self.bus, tenant, tool).await?)
+        hermes_core::tool_cache::stats(&self.bus, tenant, tool).await
     }
 
     /// Removes cached tool results (operators only, their tenant's with auth on). Audited.
     pub(crate) async fn clear_tool_cache(&self, caller: &Caller, tool: Option<&str>) -> Result<usize> {
         self.enter(caller, Need::Operate)?;
         let tenant = caller.principal.tenant.as_deref();
-        let cleared = hermes_core::tool_cache::clear(&self.bus, tenant, tool).await.map_err(Error::from);
+        let cleared = hermes_core::tool_cache::clear(&self.bus, tenant, tool).await;
         self.audit.record(&caller.principal, Action::CacheClear, tool.unwrap_or("*"), "", &cleared).await;
         cleared
     }

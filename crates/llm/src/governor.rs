@@ -27,15 +27,16 @@
 //! [`CallScope::observer`] that it waits and when it goes on. It waits at most until the
 //! scope's deadline (the goal's), then fails `TIMEOUT`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::kv;
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
+use tokio::sync::{oneshot, watch};
 use tracing::{debug, warn};
 
 use crate::LlmError;
@@ -207,6 +208,22 @@ pub struct Governor {
     settings: LimitSettings,
     /// Names this process's leases for an operator reading the bucket: its bus name and pid.
     holder: String,
+    /// One watch of each model's entry for all of this process's waiting calls, while any wait
+    /// ([`Governor::watch_entry`]): a watch per call would be a JetStream consumer per call.
+    watches: Arc<Mutex<HashMap<String, watch::Sender<u64>>>>,
+    /// Changes waiting for each entry's writer ([`Governor::change`]); a key is present while its
+    /// writer runs.
+    queues: Mutex<HashMap<String, Vec<Queued>>>,
+}
+
+/// A change queued for a model's entry, applied in order with the others of its batch: `true`
+/// when it changed the state (one returning `false` leaves it as it was).
+type Op = Box<dyn FnMut(&mut ModelState, u64) -> bool + Send>;
+
+struct Queued {
+    op: Op,
+    /// The batch's outcome: stored, or why not.
+    done: oneshot::Sender<Result<(), String>>,
 }
 
 impl std::fmt::Debug for Governor {
@@ -414,6 +431,21 @@ fn state_key(base_url: &str, model: &str) -> String {
     format!("model.{id}")
 }
 
+/// A model's state as `entry` holds it, with the revision to write over (`None`: no entry yet).
+fn decode(key: &str, entry: Option<kv::Entry>) -> (ModelState, Option<u64>) {
+    match entry {
+        Some(entry) if entry.operation == kv::Operation::Put => {
+            let state = serde_json::from_slice(&entry.value).unwrap_or_else(|e| {
+                warn!(key, error = %e, "unreadable model limits entry; starting it afresh");
+                ModelState::default()
+            });
+            (state, Some(entry.revision))
+        }
+        Some(entry) => (ModelState::default(), Some(entry.revision)),
+        None => (ModelState::default(), None),
+    }
+}
+
 fn unavailable(e: impl std::fmt::Display) -> LlmError {
     LlmError::Transport(format!("the fleet's model limits ({BUCKET}): {e}"))
 }
@@ -440,7 +472,8 @@ impl Governor {
             .await
             .map_err(unavailable)?;
         let holder = format!("{}-{}", bus.config().name, std::process::id());
-        Ok(Some(Arc::new(Governor { store, settings: settings.clone(), holder })))
+        let (watches, queues) = (Arc::default(), Mutex::default());
+        Ok(Some(Arc::new(Governor { store, settings: settings.clone(), holder, watches, queues })))
     }
 
     /// Whether calls to `model` are limited.
@@ -465,18 +498,61 @@ impl Governor {
         self.settings.lease_ttl_secs.max(1) * 1000
     }
 
-    async fn read(&self, key: &str) -> Result<(ModelState, Option<u64>), LlmError> {
-        match self.store.entry(key).await.map_err(unavailable)? {
-            Some(entry) if entry.operation == kv::Operation::Put => {
-                let state = serde_json::from_slice(&entry.value).unwrap_or_else(|e| {
-                    warn!(key, error = %e, "unreadable model limits entry; starting it afresh");
-                    ModelState::default()
-                });
-                Ok((state, Some(entry.revision)))
-            }
-            Some(entry) => Ok((ModelState::default(), Some(entry.revision))),
-            None => Ok((ModelState::default(), None)),
+    /// The latest revision of `key`'s entry as this process's one watch of it delivers it; the
+    /// watch starts with the first waiting call and stops when none is left.
+    fn watch_entry(&self, key: &str) -> watch::Receiver<u64> {
+        let mut watches = self.watches.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sender) = watches.get(key) {
+            return sender.subscribe();
         }
+        let (sender, receiver) = watch::channel(0);
+        watches.insert(key.to_owned(), sender.clone());
+        let (store, key) = (self.store.clone(), key.to_owned());
+        let weak = Arc::downgrade(&self.watches);
+        tokio::spawn(async move {
+            loop {
+                let mut updates = match store.watch(&key).await {
+                    Ok(updates) => Some(updates),
+                    Err(e) => {
+                        debug!(key, error = %e, "cannot watch a model limits entry; waiting calls poll it");
+                        None
+                    }
+                };
+                let polling = updates.is_none();
+                loop {
+                    let next = async {
+                        match updates.as_mut() {
+                            Some(u) => u.next().await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        _ = sender.closed() => {
+                            // Under the lock a new waiter subscribes, so none is missed here.
+                            let Some(watches) = weak.upgrade() else { return };
+                            let mut watches = watches.lock().unwrap_or_else(|p| p.into_inner());
+                            if sender.receiver_count() == 0 {
+                                watches.remove(&key);
+                                return;
+                            }
+                        }
+                        update = next => match update {
+                            Some(Ok(entry)) => {
+                                sender.send_replace(entry.revision);
+                            }
+                            // The watch ended or failed: open it again.
+                            _ => break,
+                        },
+                        _ = tokio::time::sleep(WAIT_POLL), if polling => break,
+                    }
+                }
+            }
+        });
+        receiver
+    }
+
+    async fn read(&self, key: &str) -> Result<(ModelState, Option<u64>), LlmError> {
+        Ok(decode(key, self.store.entry(key).await.map_err(unavailable)?))
     }
 
     /// Stores `state` if the entry is still at `revision`; `false` when another writer was first.
@@ -501,24 +577,90 @@ impl Governor {
         }
     }
 
-    /// Reads the entry, applies `change` and stores it, again from the top while other writers
-    /// get in first. `change` returns what the caller wants back, or `None` to store nothing.
-    async fn change<T>(
-        &self,
+    /// Applies `change` to the entry and stores it; `change` returns what the caller wants back,
+    /// or `None` to change nothing. This process's changes to one entry are combined: one writer
+    /// task reads the entry, applies every change queued meanwhile in order, and stores them in
+    /// one compare-and-set, again from the top while other processes get in first. Its calls at
+    /// once cost the bus one write, not one each and a conflict for all but one.
+    async fn change<T: Send + 'static>(
+        self: &Arc<Self>,
         key: &str,
-        mut change: impl FnMut(&mut ModelState, u64) -> Option<T>,
+        mut change: impl FnMut(&mut ModelState, u64) -> Option<T> + Send + 'static,
     ) -> Result<Option<T>, LlmError> {
+        let out: Arc<Mutex<Option<T>>> = Arc::default();
+        let slot = out.clone();
+        let op: Op = Box::new(move |state, now| {
+            let result = change(state, now);
+            let changed = result.is_some();
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = result;
+            changed
+        });
+        let (done, stored) = oneshot::channel();
+        let lead = {
+            let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+            match queues.get_mut(key) {
+                Some(queue) => {
+                    queue.push(Queued { op, done });
+                    false
+                }
+                None => {
+                    queues.insert(key.to_owned(), vec![Queued { op, done }]);
+                    true
+                }
+            }
+        };
+        if lead {
+            // A task, not this call: a caller that stops waiting must not strand the batch.
+            tokio::spawn(self.clone().write_queued(key.to_owned()));
+        }
+        match stored.await {
+            Ok(Ok(())) => Ok(out.lock().unwrap_or_else(|p| p.into_inner()).take()),
+            Ok(Err(message)) => Err(LlmError::Transport(message)),
+            Err(_) => Err(unavailable("its writer stopped")),
+        }
+    }
+
+    /// The writer of `key`: stores what is queued for it, batch after batch, until nothing is.
+    async fn write_queued(self: Arc<Self>, key: String) {
+        loop {
+            let mut batch = {
+                let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+                let batch = queues.get_mut(&key).map(std::mem::take).unwrap_or_default();
+                if batch.is_empty() {
+                    queues.remove(&key);
+                    return;
+                }
+                batch
+            };
+            let outcome = self.apply(&key, &mut batch).await.map_err(|e| match e {
+                LlmError::Transport(message) => message,
+                other => other.to_string(),
+            });
+            for queued in batch {
+                let _ = queued.done.send(outcome.clone());
+            }
+        }
+    }
+
+    /// Reads the entry, applies `batch` and stores it, again from the top while other writers
+    /// get in first.
+    async fn apply(&self, key: &str, batch: &mut [Queued]) -> Result<(), LlmError> {
         for _ in 0..MAX_CONFLICTS {
             let (mut state, revision) = self.read(key).await?;
             let now = hermes_core::now_unix_ms();
             let before = state.clone();
             state.prune(now, self.ttl_ms());
-            let Some(out) = change(&mut state, now) else { return Ok(None) };
+            for queued in batch.iter_mut() {
+                let mut next = state.clone();
+                if (queued.op)(&mut next, now) {
+                    state = next;
+                }
+            }
             if state == before && revision.is_some() {
-                return Ok(Some(out));
+                return Ok(());
             }
             if self.write(key, &state, revision).await? {
-                return Ok(Some(out));
+                return Ok(());
             }
         }
         Err(unavailable("too many writers at once; try again"))
@@ -545,41 +687,43 @@ impl Governor {
         let mut watch = None;
         let ttl = self.ttl_ms();
         let admitted = loop {
-            let tenant = scope.tenant.as_str();
-            let outcome = self
-                .change(&key, |state, now| {
-                    let mine = state.waiting.contains_key(&ticket_id).then_some(ticket_id.as_str());
-                    let decision = state.decide(&limits, &self.settings, tenant, tokens, mine, now);
-                    slots_in_use(model, state.leases.len());
+            let outcome = {
+                let (this, limits, tenant) = (self.clone(), limits.clone(), scope.tenant.clone());
+                let (ticket, lease, name) = (ticket_id.clone(), lease_id.clone(), model.to_owned());
+                self.change(&key, move |state, now| {
+                    let mine = state.waiting.contains_key(&ticket).then_some(ticket.as_str());
+                    let decision = state.decide(&limits, &this.settings, &tenant, tokens, mine, now);
+                    slots_in_use(&name, state.leases.len());
                     match decision {
                         Decision::Admit => {
-                            state.waiting.remove(&ticket_id);
-                            let lease = Lease {
-                                tenant: tenant.to_owned(),
-                                holder: self.holder.clone(),
+                            state.waiting.remove(&ticket);
+                            let held = Lease {
+                                tenant: tenant.clone(),
+                                holder: this.holder.clone(),
                                 since_ms: now,
                                 expires_ms: now + ttl,
                             };
-                            state.admit(&lease_id, lease, tokens, now);
+                            state.admit(&lease, held, tokens, now);
                             Some(Ok(now / 60_000))
                         }
                         Decision::Wait(reason) => {
-                            match state.waiting.get_mut(&ticket_id) {
+                            match state.waiting.get_mut(&ticket) {
                                 // Renewed at a third of its lifetime, so a live waiter never goes
                                 // stale; a younger ticket needs no write.
                                 Some(t) if t.seen_ms + ttl / 3 > now => {}
                                 Some(t) => t.seen_ms = now,
                                 None => {
-                                    let ticket =
-                                        Ticket { tenant: tenant.to_owned(), since_ms: now, seen_ms: now };
-                                    state.waiting.insert(ticket_id.clone(), ticket);
+                                    let place =
+                                        Ticket { tenant: tenant.clone(), since_ms: now, seen_ms: now };
+                                    state.waiting.insert(ticket.clone(), place);
                                 }
                             }
                             Some(Err(reason))
                         }
                     }
                 })
-                .await;
+                .await
+            };
             let reason = match outcome {
                 Ok(Some(Ok(minute))) => break minute,
                 Ok(Some(Err(reason))) => reason,
@@ -610,17 +754,17 @@ impl Governor {
                     waited_ms: started.elapsed().as_millis() as u64,
                 });
             }
-            if watch.is_none() {
-                watch = self.store.watch(&key).await.ok();
-            }
+            let watch = watch.get_or_insert_with(|| self.watch_entry(&key));
             let pause = scope
                 .deadline
                 .map_or(WAIT_POLL, |d| d.saturating_duration_since(Instant::now()).min(WAIT_POLL));
-            match watch.as_mut() {
-                Some(w) => {
-                    let _ = tokio::time::timeout(pause, w.next()).await;
+            match tokio::time::timeout(pause, watch.changed()).await {
+                Ok(Ok(())) => {
+                    watch.borrow_and_update();
                 }
-                None => tokio::time::sleep(pause).await,
+                // The process's watch stopped (its governor is gone): poll.
+                Ok(Err(_)) => tokio::time::sleep(pause).await,
+                Err(_) => {}
             }
         };
         if let Some(mut t) = ticket.take() {
@@ -654,10 +798,10 @@ impl Governor {
         let period = Duration::from_millis(self.ttl_ms() / 3).max(Duration::from_millis(100));
         loop {
             tokio::time::sleep(period).await;
-            let ttl = self.ttl_ms();
+            let (ttl, id) = (self.ttl_ms(), lease_id.clone());
             let renewed = self
-                .change(&key, |state, now| {
-                    let lease = state.leases.get_mut(&lease_id)?;
+                .change(&key, move |state, now| {
+                    let lease = state.leases.get_mut(&id)?;
                     lease.expires_ms = now + ttl;
                     Some(())
                 })
@@ -675,13 +819,13 @@ impl Governor {
 
     /// Stops every process's calls to `model` until `retry_after` from now (at most
     /// [`MAX_COOLDOWN`]); a later cooldown already set stays.
-    pub async fn cool_down(&self, base_url: &str, model: &str, retry_after: Duration) {
+    pub async fn cool_down(self: &Arc<Self>, base_url: &str, model: &str, retry_after: Duration) {
         let until = hermes_core::now_unix_ms() + retry_after.min(MAX_COOLDOWN).as_millis() as u64;
         let key = state_key(base_url, model);
         let labels = hermes_core::metrics::labels(&[("model", model), ("kind", "provider")]);
         hermes_core::metrics::global().model_throttles.get_or_create(&labels).inc();
         let set = self
-            .change(&key, |state, _| {
+            .change(&key, move |state, _| {
                 (state.cooldown_until_ms < until).then(|| state.cooldown_until_ms = until)
             })
             .await;
@@ -731,7 +875,7 @@ fn spawn_change(
 ) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(async move {
-            if let Err(e) = governor.change(&key, |state, _| change(state)).await {
+            if let Err(e) = governor.change(&key, move |state, _| change(state)).await {
                 warn!(error = %e, "cannot update the model limits entry");
             }
         });
@@ -761,7 +905,7 @@ impl Permit {
             (self.lease_id.clone(), self.tenant.clone(), self.minute, self.reserved);
         let released = self
             .governor
-            .change(&self.key, |state, _| {
+            .change(&self.key, move |state, _| {
                 state.release(&lease_id, &tenant, minute, reserved, used);
                 Some(())
             })

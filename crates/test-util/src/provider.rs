@@ -77,6 +77,11 @@ impl LimitedProvider {
         self.counters.delay_ms.store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// Requests taken at once from now on; more are answered 429.
+    pub fn set_limit(&self, limit: usize) {
+        self.counters.limit.store(limit, Ordering::SeqCst);
+    }
+
     /// The next request is answered 429 with `Retry-After: <secs>`.
     pub fn throttle_next(&self, secs: u64) {
         self.counters.throttle_next.store(secs, Ordering::SeqCst);
