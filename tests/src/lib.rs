@@ -47,6 +47,7 @@ pub struct SandboxBuilder {
     api_tokens: Option<String>,
     cors_allow_origins: Vec<String>,
     webhooks: Option<hermes_dispatcher::WebhookConfig>,
+    cache_tools: std::collections::BTreeMap<String, u64>,
 }
 
 impl Default for SandboxBuilder {
@@ -69,6 +70,7 @@ impl Default for SandboxBuilder {
             api_tokens: None,
             cors_allow_origins: Vec::new(),
             webhooks: None,
+            cache_tools: Default::default(),
         }
     }
 }
@@ -83,6 +85,13 @@ impl SandboxBuilder {
     /// Each generic agent's `max_concurrency` (default 16).
     pub fn max_concurrency(mut self, n: u32) -> Self {
         self.max_concurrency = n;
+        self
+    }
+
+    /// Tools whose results the generic agents cache, by tool name to seconds (0: the tool's
+    /// declared TTL), as an agent config's `cache` names them.
+    pub fn cache(mut self, tools: &[(&str, u64)]) -> Self {
+        self.cache_tools = tools.iter().map(|(t, s)| ((*t).to_owned(), *s)).collect();
         self
     }
 
@@ -188,6 +197,7 @@ impl SandboxBuilder {
                 config.max_concurrency = self.max_concurrency;
                 config.confirm_tools = self.confirm_tools.clone();
                 config.approval_timeout = self.approval_timeout;
+                config.cache_tools = self.cache_tools.clone();
                 config.llm = self
                     .llm_base_url
                     .as_deref()

@@ -133,6 +133,10 @@ impl Tool for AgentRun {
         self.settings.max_wall
     }
 
+    fn calls_model(&self) -> bool {
+        true
+    }
+
     /// One try: the loop's tool calls already retry on their own, and a second run of the loop
     /// would repeat its calls under new call indexes. The dispatcher retries the node by policy.
     fn retry_policy(&self) -> RetryPolicy {

@@ -146,9 +146,7 @@ impl Agent {
                 config.workspace.display()
             )));
         }
-        let mut registry = build_registry(&config, Some(&bus)).await?;
-        registry.require_confirm(&config.confirm_tools)?;
-        registry.enable_cache(&config.cache_tools)?;
+        let registry = build_registry(&config, Some(&bus)).await?;
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
         for task_type in registry.names() {
@@ -310,9 +308,21 @@ pub async fn build_registry(config: &AgentConfig, bus: Option<&Bus>) -> Result<T
         if wants("text.summarize") {
             registry.register(Arc::new(tools::TextSummarize::new(model.clone())))?;
         }
+        // The loop calls the agent's tools as its tasks do: with their confirmations and cache.
+        let (loop_confirm, confirm): (Vec<_>, Vec<_>) =
+            config.confirm_tools.iter().cloned().partition(|t| t == "agent.run");
+        let (loop_cache, cache): (std::collections::BTreeMap<_, _>, std::collections::BTreeMap<_, _>) =
+            config.cache_tools.clone().into_iter().partition(|(t, _)| t == "agent.run");
+        registry.require_confirm(&confirm)?;
+        registry.enable_cache(&cache)?;
         let loop_tools = registry.clone();
         let run = agent_loop::AgentRun::new(model, loop_tools).with_settings(config.loop_settings.clone());
         registry.register(Arc::new(run))?;
+        registry.require_confirm(&loop_confirm)?;
+        registry.enable_cache(&loop_cache)?;
+    } else {
+        registry.require_confirm(&config.confirm_tools)?;
+        registry.enable_cache(&config.cache_tools)?;
     }
     // A replay with `--tools recorded` runs the recorded plan whatever served it: the task types
     // this agent lacks are answered from the record. Model-driven ones are replayed through the

@@ -106,6 +106,12 @@ pub trait Tool: Send + Sync + 'static {
     fn cache_ttl(&self) -> Option<Duration> {
         None
     }
+    /// The tool answers from a model (`agent.run`, `text.summarize`): the same arguments do not
+    /// give the same output, and an agent loop's own tools may change things, so its results
+    /// are never cached.
+    fn calls_model(&self) -> bool {
+        false
+    }
     /// The tool's version, part of its cache key: a new version does not reuse an older one's
     /// results. Empty: the hash of its parameter schema stands for it.
     fn version(&self) -> &str {
@@ -307,6 +313,9 @@ impl ToolRegistry {
                 };
                 if entry.tool.side_effects() {
                     return refuse(&tool, "it has side effects, and a cached result would skip them".into());
+                }
+                if entry.tool.calls_model() {
+                    return refuse(&tool, "it answers from a model, not from its arguments alone".into());
                 }
                 if self.confirm.contains(&tool) || entry.tool.require_confirm() {
                     return refuse(

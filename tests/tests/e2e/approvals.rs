@@ -161,3 +161,43 @@ async fn secrets_in_the_arguments_are_redacted_in_the_request_but_used_by_the_ca
     );
     t.stop().await;
 }
+
+/// A tool the agent's config says needs confirmation needs it inside an `agent.run` loop too:
+/// the loop's call of it parks for approval like a plan's node, and runs only once approved.
+/// (The loop once held a copy of the agent's tools made before the config's confirmations were
+/// applied, and wrote without asking.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_confirmed_tool_called_by_an_agent_loop_waits_for_approval() {
+    use hermes_test_util::scripted::{ScriptedLlm, ScriptedResponse};
+    let workspace = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start().await;
+    llm.push(
+        "agent-model",
+        ScriptedResponse::tool_call("fs__write", r#"{"path": "approved.txt", "content": "yes"}"#),
+    );
+    llm.push("agent-model", ScriptedResponse::content("Written."));
+    let mut t = Sandbox::builder()
+        .llm(llm.base_url())
+        .workspace(workspace.path())
+        .confirm(&["fs.write"], Duration::from_secs(60))
+        .start()
+        .await;
+    let plan = TaskPlan {
+        nodes: vec![node(
+            "loop",
+            "agent.run",
+            json!({"instruction": "Write yes to approved.txt", "tools": ["fs.write"]}),
+            &[],
+        )],
+        ..Default::default()
+    };
+    let goal_id = t.submit(plan).await.unwrap();
+    let call_id = wait_for_approval(&mut t, &goal_id).await;
+    assert!(!workspace.path().join("approved.txt").exists(), "the loop wrote before approval");
+    decide(&mut t, &goal_id, &call_id, true).await;
+    let events = t.events(&goal_id).await;
+    let names: Vec<_> = events.iter().map(kind_name).collect();
+    assert_eq!(names.last().map(String::as_str), Some("completed"), "{names:?}");
+    assert_eq!(std::fs::read_to_string(workspace.path().join("approved.txt")).unwrap(), "yes");
+    t.stop().await;
+}

@@ -278,3 +278,74 @@ async fn large_outputs_kept_as_artifacts_print_and_replay_by_content() {
     assert!(!stdout.contains("$artifact"), "{stdout}");
     t.stop().await;
 }
+
+/// The tool-result cache and the record: an `agent.run` goal whose tool call was served from the
+/// cache is recorded with the same output as the run that computed it, and both replay with no
+/// model and no divergence, the replay's agent (which caches nothing) running the tool itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_goal_whose_tool_call_hit_the_cache_replays_like_the_one_that_ran_it() {
+    let workspace = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start().await;
+    for _ in 0..2 {
+        llm.push("agent-model", ScriptedResponse::tool_call("math__evaluate", r#"{"expression": "6 * 7"}"#));
+        llm.push("agent-model", ScriptedResponse::content("The answer is 42."));
+    }
+    let mut t = Sandbox::builder()
+        .llm(llm.base_url())
+        .workspace(workspace.path())
+        .cache(&[("math.evaluate", 0)])
+        .start()
+        .await;
+    let plan = || hermes_proto::TaskPlan {
+        nodes: vec![hermes_tests::node(
+            "ask",
+            "agent.run",
+            json!({"instruction": "What is six times seven?", "tools": ["math.evaluate"]}),
+            &[],
+        )],
+        ..Default::default()
+    };
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let goal_id = t.submit(plan()).await.unwrap();
+        let events = t.events(&goal_id).await;
+        let names: Vec<_> = events.iter().map(kind_name).collect();
+        assert_eq!(names.last().map(String::as_str), Some("completed"), "{names:?}");
+        let called = events
+            .iter()
+            .find_map(|e| match &e.kind {
+                Some(hermes_proto::event::Kind::ToolCalled(c)) => Some(c.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no tool call in {names:?}"));
+        let records = t
+            .client
+            .list_model_exchanges(ListModelExchangesRequest { goal_id: goal_id.clone() })
+            .await
+            .unwrap()
+            .into_inner();
+        let [call] = records.tool_exchanges.as_slice() else { panic!("{:?}", records.tool_exchanges) };
+        runs.push((goal_id, called.cached, call.output_json.clone()));
+    }
+    // The first computed it; the second was served from the cache, recorded alike.
+    assert_eq!((runs[0].1, runs[1].1), (false, true), "cached marks of the two runs");
+    assert_eq!(runs[0].2, runs[1].2);
+    assert!(runs[0].2.contains("42"), "{}", runs[0].2);
+
+    drop(llm);
+    let grpc = t.stack.as_ref().unwrap().grpc_url();
+    for (goal_id, cached, _) in &runs {
+        let replay = replay_in(goal_id, &grpc, workspace.path(), &[]);
+        let stdout = String::from_utf8_lossy(&replay.stdout);
+        assert!(
+            replay.status.success(),
+            "cached: {cached}\n{stdout}\n{}",
+            String::from_utf8_lossy(&replay.stderr)
+        );
+        assert!(
+            stdout.contains("no divergence") && stdout.contains("2 model exchanges served"),
+            "cached: {cached}\n{stdout}"
+        );
+    }
+    t.stop().await;
+}

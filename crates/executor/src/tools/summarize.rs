@@ -47,6 +47,9 @@ impl Tool for TextSummarize {
     fn timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(60)
     }
+    fn calls_model(&self) -> bool {
+        true
+    }
     fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let args: Args = parse_args(args)?;

@@ -67,6 +67,27 @@ impl Tool for Effectful {
     }
 }
 
+/// Answers from a model, as `agent.run` and `text.summarize` do.
+struct Modeled;
+
+impl Tool for Modeled {
+    fn name(&self) -> &str {
+        "test.modeled"
+    }
+    fn description(&self) -> &str {
+        "Asks a model."
+    }
+    fn params_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn calls_model(&self) -> bool {
+        true
+    }
+    fn run<'a>(&'a self, _args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async { Ok(json!({})) })
+    }
+}
+
 fn context(bus: &Bus, tenant: &str, goal: &str) -> ToolContext {
     ToolContext {
         workspace: std::env::temp_dir(),
@@ -173,6 +194,9 @@ fn tools_with_side_effects_or_confirmation_are_refused_by_name() {
         err.to_string().contains("cannot cache the results of `test.effectful`: it has side effects"),
         "{err}"
     );
+    registry.register(Arc::new(Modeled)).unwrap();
+    let err = registry.enable_cache(&BTreeMap::from([("test.modeled".to_owned(), 60)])).unwrap_err();
+    assert!(err.to_string().contains("answers from a model"), "{err}");
     let err = registry.enable_cache(&BTreeMap::from([("test.unknown".to_owned(), 0)])).unwrap_err();
     assert!(err.to_string().contains("no such tool"), "{err}");
     registry.require_confirm(&["test.counted".to_owned()]).unwrap();
