@@ -2,7 +2,8 @@
 //! against the stack `hermes up` runs: goals appear live, a goal's DAG follows its nodes to the
 //! answer, errors show their code, approvals are decided on the page or vanish when decided
 //! elsewhere, agents show their load, a dead letter is replayed, a webhook delivery is resent,
-//! and a bad plan is refused with the reason. Screenshots go to `target/test-output/console/`.
+//! a bad plan is refused with the reason, and a node waiting for a model slot or served from the
+//! tool cache says so. Screenshots go to `target/test-output/console/`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -496,6 +497,79 @@ async fn with_auth_on_the_console_signs_in_and_shows_only_the_tenants_goals() {
         "another tenant's goal is shown"
     );
     assert_eq!(b.script("return document.getElementById('signin').hidden", json!([])).await, true);
+    b.close().await;
+    t.stop().await;
+}
+
+/// The node of the first `ModelWaiting{waiting: true}` event on `goal_id`'s watch.
+async fn first_waiting_node(t: &mut Sandbox, goal_id: &str) -> String {
+    use futures::StreamExt;
+    let mut events = t
+        .client
+        .watch_goal(hermes_proto::WatchGoalRequest { goal_id: goal_id.into(), after_seq: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    tokio::time::timeout(WAIT, async {
+        while let Some(event) = events.next().await {
+            if let Some(hermes_proto::event::Kind::ModelWaiting(w)) = event.unwrap().kind
+                && w.waiting
+            {
+                return w.node_id;
+            }
+        }
+        panic!("the watch ended without a node waiting for a model slot");
+    })
+    .await
+    .expect("a ModelWaiting event")
+}
+
+/// A node whose model call waits for a fleet-wide slot says so on its page while it waits, and
+/// a node whose tool result came from the cache says `cached, age N s`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_waiting_for_a_model_slot_and_a_cached_result_are_marked_on_the_goal_page() {
+    use hermes_llm::governor::{self, Governor, LimitSettings, ModelLimits};
+    // Each model call takes 4 s, and the fleet allows one at once: of two agent.run nodes, one
+    // waits for the other's slot.
+    let provider = hermes_test_util::provider::LimitedProvider::start(8, Duration::from_secs(4)).await;
+    let mut t = Sandbox::builder().llm(provider.base_url()).cache(&[("math.evaluate", 0)]).start().await;
+    let settings = LimitSettings {
+        models: [("agent-model".to_owned(), ModelLimits { max_concurrent: Some(1), ..Default::default() })]
+            .into(),
+        ..Default::default()
+    };
+    governor::install(Governor::start(&t.bus, &settings).await.unwrap());
+    let base = t.http_url();
+    let ask = |id: &str| json!({"id": id, "task_type": "agent.run", "inputs": {"instruction": "Say done."}});
+    let id = submit(&base, json!({"nodes": [ask("one"), ask("two")]})).await;
+    let waiting = first_waiting_node(&mut t, &id).await;
+
+    let b = browser().await;
+    b.goto(&format!("{base}/#/goal/{id}")).await;
+    ready(&b, "goal").await;
+    b.wait_for(&format!("g[data-node='{waiting}']"), WAIT).await.click().await;
+    b.wait_text("#node-model-wait", "waiting for model slot", WAIT).await;
+    b.screenshot(&screenshot_path("model-wait.png")).await;
+    wait_status(&base, &id, "GOAL_STATUS_COMPLETED").await;
+    assert_eq!(provider.max_in_flight(), 1, "the fleet's limit of one call at once held");
+
+    // The same call twice: the second goal's node is served from the cache.
+    let sum =
+        json!({"nodes": [{"id": "sum", "task_type": "math.evaluate", "inputs": {"expression": "40 + 2"}}]});
+    let first = submit(&base, sum.clone()).await;
+    wait_status(&base, &first, "GOAL_STATUS_COMPLETED").await;
+    let second = submit(&base, sum).await;
+    wait_status(&base, &second, "GOAL_STATUS_COMPLETED").await;
+    b.goto(&format!("{base}/#/goal/{second}")).await;
+    ready(&b, "goal").await;
+    b.wait_for("g[data-node='sum']", WAIT).await.click().await;
+    let cached = b.wait_text("#node-cached", "cached, age", WAIT).await;
+    assert!(cached.trim_end().ends_with(" s"), "{cached}");
+    b.goto(&format!("{base}/#/goal/{first}")).await;
+    ready(&b, "goal").await;
+    b.wait_for("g[data-node='sum']", WAIT).await.click().await;
+    b.wait_text("#node-state", "succeeded", WAIT).await;
+    assert!(b.find("#node-cached").await.is_none(), "the first run computed it, not the cache");
     b.close().await;
     t.stop().await;
 }
