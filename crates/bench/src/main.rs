@@ -25,6 +25,7 @@ mod footprint;
 mod limits;
 mod memory;
 mod routing;
+mod routing_sim;
 mod watchers;
 
 // The same allocator as the `hermes` binaries (mimalloc), counting live bytes for the
@@ -55,6 +56,8 @@ struct Scale {
     cache_samples: usize,
     /// The limiter row: callers at once, calls in all, and the model's `max_concurrent`.
     limiter: (usize, usize, u32),
+    /// The routing simulator's fleet.
+    routing_sim: routing_sim::Fleet,
     local_model: bool,
 }
 
@@ -73,6 +76,7 @@ const FULL: Scale = Scale {
     fairness: (10_000, 100),
     cache_samples: 200,
     limiter: (32, 5_000, 8),
+    routing_sim: routing_sim::Fleet { agents: 1000, slots: 4, seconds: 30, utilisation: 0.5 },
     local_model: true,
 };
 
@@ -91,6 +95,7 @@ const SMOKE: Scale = Scale {
     fairness: (200, 10),
     cache_samples: 10,
     limiter: (8, 100, 4),
+    routing_sim: routing_sim::Fleet { agents: 100, slots: 4, seconds: 12, utilisation: 0.5 },
     local_model: false,
 };
 
@@ -111,6 +116,10 @@ async fn main() -> anyhow::Result<()> {
     let nats = hermes_test_util::NatsServer::start();
     println!("hermes bench: nats-server {} (one server for every row)\n", nats.url());
 
+    if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "routing") {
+        // The routing simulator alone: no nats-server, no stack (docs/routing.md).
+        return simulated_routing_rows();
+    }
     if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "limits") {
         // The tool cache's and the model limiter's rows alone, each with its own baseline.
         return limit_rows(&nats.url()).await.map(|_| ());
@@ -256,6 +265,7 @@ async fn main() -> anyhow::Result<()> {
         memory.iter().map(|(total, per)| format!("{per:.0} B/agent at {total}")).collect();
     println!("registry memory: {} (a flat figure = linear growth)", steps.join(", "));
     println!("target: route p99 under 1 ms; memory linear in agents.");
+    simulated_routing_rows()?;
     memory_rows(&nats.url()).await?;
     if scale().local_model {
         local_model_rows();
@@ -267,6 +277,19 @@ async fn main() -> anyhow::Result<()> {
             run.watchers - run.finished,
             run.watchers
         );
+    }
+    Ok(())
+}
+
+/// The routing simulator's table: the old policy and the new on the same fleet and arrivals.
+/// A task sent to an agent in cool-off is a broken guarantee, not a slow figure.
+fn simulated_routing_rows() -> anyhow::Result<()> {
+    let fleet = scale().routing_sim;
+    let old = routing_sim::run(&fleet, hermes_registry::Policy::Scored);
+    let new = routing_sim::run(&fleet, hermes_registry::Policy::Balanced);
+    routing_sim::rows(&fleet, &old, &new);
+    if new.in_cool_off > 0 {
+        anyhow::bail!("the balanced policy sent {} tasks to agents in cool-off", new.in_cool_off);
     }
     Ok(())
 }

@@ -16,6 +16,19 @@ pub fn cached_note(cached: bool, age_ms: u64) -> String {
     if cached { format!(", cached, age {} s", age_ms / 1000) } else { String::new() }
 }
 
+/// An agent's routing health in a few words, for `hermes agents`: `ok`, `cool-off 12s`,
+/// `probing`, `late` (docs/routing.md, "Latency and health"); `ok` from a view that says nothing.
+pub fn agent_health(info: &hermes_proto::AgentInfo, now_unix_ms: u64) -> String {
+    match info.health.as_str() {
+        "" => "ok".to_owned(),
+        "cool-off" => {
+            let left = info.cool_off_until_unix_ms.saturating_sub(now_unix_ms).div_ceil(1000);
+            format!("cool-off {left}s")
+        }
+        other => other.to_owned(),
+    }
+}
+
 /// A `ModelWaiting` event in words.
 pub fn model_waiting_line(w: &hermes_proto::ModelWaiting) -> String {
     if w.waiting {

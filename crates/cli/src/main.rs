@@ -494,19 +494,22 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 .into_inner()
                 .agents;
             println!(
-                "{:<20} {:<10} {:>9} {:>8} {:>8} {:>9}  TASK TYPES",
-                "AGENT", "POOL", "LOAD/MAX", "SUCCESS", "LAT MS", "ASSIGNED"
+                "{:<20} {:<10} {:>9} {:<13} {:>8} {:>8} {:>9}  TASK TYPES",
+                "AGENT", "POOL", "LOAD/MAX", "HEALTH", "SUCCESS", "LAT MS", "ASSIGNED"
             );
             for info in agents {
-                let hb = info.heartbeat.unwrap_or_default();
+                let hb = info.heartbeat.clone().unwrap_or_default();
                 let state = if hb.draining { " (draining)" } else { "" };
+                // The routing view's latency (its slowest task type) where it has one.
+                let latency = info.latency_ms.values().copied().reduce(f64::max).unwrap_or(hb.latency_ms);
                 println!(
-                    "{:<20} {:<10} {:>9} {:>7.0}% {:>8.1} {:>9}  {}{state}",
+                    "{:<20} {:<10} {:>9} {:<13} {:>7.0}% {:>8.1} {:>9}  {}{state}",
                     hb.agent_id,
                     hb.pool,
                     format!("{}/{}", info.load, hb.max_concurrency),
+                    hermes_cli::agent_health(&info, hermes_core::now_unix_ms()),
                     hb.success_rate * 100.0,
-                    hb.latency_ms,
+                    latency,
                     info.assigned,
                     hb.task_types.join(",")
                 );

@@ -268,6 +268,7 @@ impl hermes_runtime::Service for UpService {
             nats_url: nats.url.clone(),
             registry: hermes_registry::RegistryConfig {
                 heartbeat_ttl: std::time::Duration::from_secs(settings.heartbeat_ttl_secs.max(1)),
+                ..Default::default()
             },
             agents,
             dispatcher,

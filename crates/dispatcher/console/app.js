@@ -811,7 +811,7 @@ function agentsPage(view) {
   const empty = h('p', { class: 'muted' });
   view.append(h('h1', {}, 'Agents'),
     h('div', { class: 'table-wrap' }, h('table', {},
-      h('thead', {}, h('tr', {}, ['Agent', 'State', 'Pool', 'Task types', 'Tags', 'Load', 'Last heartbeat', 'Version'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('thead', {}, h('tr', {}, ['Agent', 'State', 'Routing', 'Pool', 'Task types', 'Tags', 'Load', 'Latency', 'Last heartbeat', 'Version'].map((c) => h('th', { scope: 'col' }, c)))),
       tbody)), empty);
   async function refresh() {
     let list;
@@ -821,13 +821,23 @@ function agentsPage(view) {
       const hb = a.heartbeat || {};
       const state = !a.online ? ['skipped', '○', 'offline'] : hb.draining ? ['waiting', '↓', 'draining'] : ['succeeded', '●', 'online'];
       const max = num(hb.maxConcurrency);
-      return h('tr', { dataset: { agentId: hb.agentId, state: state[2] } },
+      // Routing's view (docs/routing.md): in rotation, cooling off after its own failures, one
+      // probe task deciding, or its heartbeat late.
+      const health = a.health || 'ok';
+      const left = Math.max(0, Math.ceil((num(a.coolOffUntilUnixMs) - Date.now()) / 1000));
+      const routing = health === 'ok' ? ['succeeded', '●', 'in rotation']
+        : health === 'cool-off' ? ['failed', '✗', `cool-off, ${left} s left`]
+        : health === 'probing' ? ['waiting', '?', 'probing'] : ['waiting', '…', 'heartbeat late'];
+      const latencies = Object.entries(a.latencyMs || {}).map(([t, ms]) => `${t} ${Number(ms).toFixed(1)} ms`);
+      return h('tr', { dataset: { agentId: hb.agentId, state: state[2], health } },
         h('td', {}, h('code', {}, hb.agentId)),
         h('td', {}, badge(state)),
+        h('td', { class: 'health' }, badge(routing)),
         h('td', {}, hb.pool || ''),
         h('td', { class: 'types' }, (hb.taskTypes || []).join(', ')),
         h('td', {}, (hb.tags || []).join(', ')),
         h('td', { class: 'load' }, `${num(a.load)}/${max || '∞'}`),
+        h('td', { class: 'latency' }, latencies.join(', ') || (num(hb.latencyMs) ? `${Number(hb.latencyMs).toFixed(1)} ms` : '–')),
         h('td', {}, ago(num(a.lastSeenUnixMs))),
         h('td', {}, hb.version || ''));
     }));

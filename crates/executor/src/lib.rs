@@ -530,7 +530,12 @@ async fn publish_result(
     let trace = hermes_core::trace::propagate(delivery.trace.as_ref());
     // The attempt's token proves the result comes from a holder of the task's delivery.
     let routed = delivery.subject().starts_with(&shared.bus.topology().direct_task(&shared.agent_id, ""));
-    let result = TaskResult { result_token: task.result_token.clone(), routed, ..result.clone() };
+    let result = TaskResult {
+        result_token: task.result_token.clone(),
+        routed,
+        task_type: task.task_type.clone(),
+        ..result.clone()
+    };
     shared.bus.publish(subject, &result, &format!("result:{}", task.task_id), trace.as_ref()).await
 }
 
@@ -867,6 +872,7 @@ async fn heartbeat_loop(
             sent_unix_ms: now_unix_ms(),
             deregister,
             draining,
+            heartbeat_period_ms: config.heartbeat_interval.as_millis() as u64,
         }
     };
     let mut ticker = tokio::time::interval(config.heartbeat_interval);

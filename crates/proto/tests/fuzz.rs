@@ -295,6 +295,7 @@ fn task_result() -> BoxedStrategy<pb::TaskResult> {
                 (agent_id, tokens, memory_ref, started_unix_ms),
                 result_token,
             )| pb::TaskResult {
+                task_type: result_token.chars().rev().collect(),
                 goal_id,
                 node_id,
                 task_id,
@@ -382,6 +383,7 @@ fn heartbeat() -> BoxedStrategy<pb::AgentHeartbeat> {
                 sent_unix_ms,
                 deregister,
                 draining,
+                heartbeat_period_ms: sent_unix_ms.rotate_left(7),
             },
         )
         .boxed()

@@ -36,7 +36,7 @@ impl Default for RegistrySettings {
 
 impl RegistrySettings {
     pub fn config(&self) -> RegistryConfig {
-        RegistryConfig { heartbeat_ttl: Duration::from_secs(self.heartbeat_ttl_secs.max(1)) }
+        RegistryConfig { heartbeat_ttl: Duration::from_secs(self.heartbeat_ttl_secs.max(1)), ..Default::default() }
     }
 }
 
