@@ -31,7 +31,8 @@ fn heartbeat(i: usize) -> AgentHeartbeat {
 }
 
 fn loaded_registry(agents: usize) -> Registry {
-    let registry = Registry::new(RegistryConfig { heartbeat_ttl: Duration::from_secs(3600), ..Default::default() });
+    let registry =
+        Registry::new(RegistryConfig { heartbeat_ttl: Duration::from_secs(3600), ..Default::default() });
     for i in 0..agents {
         registry.apply_heartbeat(&format!("agent-{i}"), heartbeat(i)).expect("valid heartbeat");
     }
@@ -41,7 +42,8 @@ fn loaded_registry(agents: usize) -> Registry {
 /// Bytes per agent held by one registry grown to each of `sizes` agents, measured from the
 /// empty registry with the counting allocator, so the figures can be compared for linearity.
 pub fn bytes_per_agent(sizes: &[usize]) -> Vec<(usize, f64)> {
-    let registry = Registry::new(RegistryConfig { heartbeat_ttl: Duration::from_secs(3600), ..Default::default() });
+    let registry =
+        Registry::new(RegistryConfig { heartbeat_ttl: Duration::from_secs(3600), ..Default::default() });
     let base = counting::live_bytes();
     let mut registered = 0;
     let mut out = Vec::new();

@@ -142,12 +142,12 @@ pub fn run(f: &Fleet, policy: Policy) -> Run {
     let mut next_beat = 5_000_000u64;
     // Sends `goal` where routing says, at `t_us`; the pool (every agent saturated) queues it.
     let dispatch = |goal: usize,
-                        t_us: u64,
-                        agents: &mut Vec<Agent>,
-                        endings: &mut BinaryHeap<Reverse<Ending>>,
-                        waiting: &mut VecDeque<usize>,
-                        out: &mut Run,
-                        rng: &mut Rng| {
+                    t_us: u64,
+                    agents: &mut Vec<Agent>,
+                    endings: &mut BinaryHeap<Reverse<Ending>>,
+                    waiting: &mut VecDeque<usize>,
+                    out: &mut Run,
+                    rng: &mut Rng| {
         let decision = registry.route(&query);
         let Some(&i) = index.get(&decision.agent_id) else {
             waiting.push_back(goal);
@@ -240,7 +240,10 @@ pub fn rows(f: &Fleet, old: &Run, new: &Run) {
     row("goal latency p50 (ms)", new.p50_ms, old.p50_ms);
     row("goal latency p99 (ms)", new.p99_ms, old.p99_ms);
     println!("{:<58} {:>12} {:>12}", "tasks sent to sick agents", new.on_sick, old.on_sick);
-    println!("{:<58} {:>12} {:>12}", "attempts failed on failing agents, sent again", new.retried, old.retried);
+    println!(
+        "{:<58} {:>12} {:>12}",
+        "attempts failed on failing agents, sent again", new.retried, old.retried
+    );
     println!("{:<58} {:>12} {:>12}", "tasks sent to an agent in cool-off", new.in_cool_off, old.in_cool_off);
     println!("{:<58} {:>12} {:>12}", "goals completed", new.goals, old.goals);
     println!(

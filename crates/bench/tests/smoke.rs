@@ -31,6 +31,8 @@ fn the_bench_runs_every_row_at_smoke_scale() {
         "single-node goal, its call a cache miss (stored after)",
         "calls/s, max_concurrent = 4 (mock answers at once)",
         "calls the mock refused over its limit",
+        "goal latency p99 (ms)",
+        "tasks sent to an agent in cool-off",
         // `make test` installs Chromium first, so the console row is measured, not skipped.
         "console: 50-node Goal page interactive (ms)",
     ] {

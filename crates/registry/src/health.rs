@@ -177,8 +177,16 @@ impl Breaker {
             }
             (Breaker::Closed { .. }, Outcome::Succeeded) => Breaker::Closed { failures: 0 },
             (closed @ Breaker::Closed { .. }, Outcome::OtherFailure) => closed,
-            // Results of tasks sent before it cooled off change nothing: only a probe decides.
-            (cooling @ Breaker::CoolingOff { .. }, _) => cooling,
+            // Results of tasks sent before it cooled off change nothing. One that ends after the
+            // cool-off decides as a probe's would: a view that does not route (the registry
+            // service's, or a dispatcher's whose replica sibling sent the probe) learns so.
+            (cooling @ Breaker::CoolingOff { until_ms, .. }, _) if now_ms < until_ms => cooling,
+            (Breaker::CoolingOff { cool_off_ms, .. }, Outcome::AgentFault) => {
+                let next = (cool_off_ms * 2).min(max).max(base);
+                Breaker::CoolingOff { until_ms: now_ms + next, cool_off_ms: next }
+            }
+            (Breaker::CoolingOff { .. }, Outcome::OtherFailure) => *self,
+            (Breaker::CoolingOff { .. }, Outcome::Succeeded) => Breaker::Closed { failures: 0 },
             (Breaker::Probing { cool_off_ms, .. }, Outcome::AgentFault) => {
                 let next = (cool_off_ms * 2).min(max).max(base);
                 Breaker::CoolingOff { until_ms: now_ms + next, cool_off_ms: next }
@@ -187,10 +195,11 @@ impl Breaker {
         };
     }
 
-    /// How `hermes agents` names it.
-    pub fn name(&self) -> &'static str {
+    /// How `hermes agents` names it at `now_ms`: a cool-off that is over waits for its probe.
+    pub fn name(&self, now_ms: u64) -> &'static str {
         match self {
             Breaker::Closed { .. } => "ok",
+            Breaker::CoolingOff { until_ms, .. } if now_ms >= *until_ms => "probing",
             Breaker::CoolingOff { .. } => "cool-off",
             Breaker::Probing { .. } => "probing",
         }
@@ -242,6 +251,14 @@ mod tests {
         assert!(b.admits(16_500 + 30_000, &s));
         b.observe(Outcome::Succeeded, 47_000, &s);
         assert_eq!(b, Breaker::Closed { failures: 0 });
+        // A view that never routes learns from results that end after the cool-off.
+        let mut view = Breaker::CoolingOff { until_ms: 1_000, cool_off_ms: 5_000 };
+        assert_eq!(view.name(999), "cool-off");
+        assert_eq!(view.name(1_000), "probing");
+        view.observe(Outcome::AgentFault, 1_000, &s);
+        assert_eq!(view, Breaker::CoolingOff { until_ms: 11_000, cool_off_ms: 10_000 });
+        view.observe(Outcome::Succeeded, 11_000, &s);
+        assert_eq!(view.name(11_000), "ok");
         assert_eq!(Outcome::of(false, "INTERNAL"), Outcome::AgentFault);
         assert_eq!(Outcome::of(false, "UNAVAILABLE"), Outcome::OtherFailure);
     }

@@ -16,8 +16,14 @@
 //!
 //! Dispatchers route from a table of their own ([`Registry::mirror`], kept by [`follow`]), which
 //! frees each reservation when the dispatcher applies the result. The registry service still
-//! answers route requests for other clients; it follows no results, so the reservations it makes
-//! last until the agent's next heartbeat, and the load it lists is the agents' own count.
+//! answers route requests for other clients; it follows results for latency and health only, so
+//! the reservations it makes last until the agent's next heartbeat, and the load it lists is the
+//! agents' own count.
+//!
+//! Latency and health ([`health`]): each view keeps a peak-EWMA of every agent's successful task
+//! run times by task type and a breaker its own failures open ([`Registry::observe`]). Under
+//! [`Policy::Balanced`] the most capable candidates compete on latency × (load + 1) / slots,
+//! agents in a cool-off or with a late heartbeat left out.
 
 mod grpc;
 pub mod health;
@@ -120,7 +126,7 @@ impl LiveAgent {
             Breaker::CoolingOff { until_ms, .. } => now_unix_ms() + until_ms.saturating_sub(now_ms),
             _ => 0,
         };
-        let health = if self.late(now_ms, config) { "late" } else { self.breaker.name() };
+        let health = if self.late(now_ms, config) { "late" } else { self.breaker.name(now_ms) };
         AgentInfo {
             heartbeat: Some(self.heartbeat.clone()),
             online: true,
@@ -414,7 +420,8 @@ impl Registry {
                 }
                 let own = agent.latency.get(&query.task_type).map(|e| e.read(now));
                 // Before any result of this type: the agent's own figure from its heartbeat.
-                let latency = own.or((agent.heartbeat.latency_ms > 0.0).then_some(agent.heartbeat.latency_ms));
+                let latency =
+                    own.or((agent.heartbeat.latency_ms > 0.0).then_some(agent.heartbeat.latency_ms));
                 candidates.push(Candidate {
                     id: id.clone(),
                     capability: capability(&agent.heartbeat, query),
@@ -442,7 +449,8 @@ impl Registry {
         let known: Vec<f64> = candidates.iter().filter_map(|c| c.latency).collect();
         let assumed = if known.is_empty() { 1.0 } else { known.iter().sum::<f64>() / known.len() as f64 };
         // Latency (at least 1 ms) times the share of its slots taken once this task is in.
-        let cost = |c: &Candidate| c.latency.unwrap_or(assumed).max(1.0) * f64::from(c.load + 1) / f64::from(c.max);
+        let cost =
+            |c: &Candidate| c.latency.unwrap_or(assumed).max(1.0) * f64::from(c.load + 1) / f64::from(c.max);
         let better = |a: &Candidate, b: &Candidate| {
             let (ca, cb) = (cost(a), cost(b));
             ca < cb - 1e-9 || ((ca - cb).abs() <= 1e-9 && a.last_assigned < b.last_assigned)
@@ -597,7 +605,7 @@ impl Registry {
     pub fn health_of(&self, agent_id: &str) -> Option<&'static str> {
         let now = self.inner.config.clock.now_ms();
         let agent = self.inner.agents.get(agent_id)?;
-        Some(if agent.late(now, &self.inner.config) { "late" } else { agent.breaker.name() })
+        Some(if agent.late(now, &self.inner.config) { "late" } else { agent.breaker.name(now) })
     }
 
     /// Live agents declaring `task_type`, by id.
@@ -653,6 +661,14 @@ impl Registry {
         }
         (loaded, dead)
     }
+}
+
+/// Feeds `result` to `registry`'s view of the agent that ran it: its latency and health.
+pub fn observe_result(registry: &Registry, result: &hermes_proto::TaskResult) {
+    let succeeded = result.status == hermes_proto::TaskStatus::Succeeded as i32;
+    let code = result.error.as_ref().map_or("", |e| e.code.as_str());
+    let elapsed = Duration::from_millis(result.elapsed_ms);
+    registry.observe(&result.agent_id, &result.task_type, elapsed, Outcome::of(succeeded, code));
 }
 
 fn pool_decision(query: &RouteQuery, capable: u32, why: &str) -> RouteDecision {
@@ -797,6 +813,9 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
     let mut agents_list =
         bus.client().queue_subscribe(topology.agents_list(), topology.registry_queue()).await?;
     let mut routes = bus.client().queue_subscribe(topology.route(), topology.registry_queue()).await?;
+    // Every result, as a plain subscriber: the latency and health it lists and routes by. (Its
+    // reservations are not freed by them: dispatchers route from views of their own.)
+    let mut results = bus.client().subscribe(topology.all_results()).await?;
     let sweep_every =
         (registry.inner.config.heartbeat_ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut sweep = tokio::time::interval(sweep_every);
@@ -850,6 +869,11 @@ pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> a
                         if let Err(e) = bus.client().publish(reply, body.into()).await {
                             debug!(error = %e, "route reply failed");
                         }
+                    }
+                }
+                Some(msg) = results.next() => {
+                    if let Ok(result) = hermes_proto::TaskResult::decode(msg.payload) {
+                        observe_result(&registry, &result);
                     }
                 }
                 Some(msg) = catalog.next() => {
@@ -961,7 +985,8 @@ mod tests {
 
     #[test]
     fn offline_agents_leave_the_catalogue_and_routes() {
-        let r = Registry::new(RegistryConfig { heartbeat_ttl: Duration::from_millis(50), ..Default::default() });
+        let r =
+            Registry::new(RegistryConfig { heartbeat_ttl: Duration::from_millis(50), ..Default::default() });
         r.apply_heartbeat("a1", beat("a1", &["math.evaluate", "time.now"], 4)).unwrap();
         r.apply_heartbeat("a2", beat("a2", &["math.evaluate"], 4)).unwrap();
         assert_eq!(r.capable_agents("math.evaluate"), vec!["a1", "a2"]);

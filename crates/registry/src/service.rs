@@ -36,7 +36,10 @@ impl Default for RegistrySettings {
 
 impl RegistrySettings {
     pub fn config(&self) -> RegistryConfig {
-        RegistryConfig { heartbeat_ttl: Duration::from_secs(self.heartbeat_ttl_secs.max(1)), ..Default::default() }
+        RegistryConfig {
+            heartbeat_ttl: Duration::from_secs(self.heartbeat_ttl_secs.max(1)),
+            ..Default::default()
+        }
     }
 }
 

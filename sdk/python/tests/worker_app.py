@@ -89,5 +89,17 @@ async def nap(ms: int) -> dict:
     return {"slept_ms": ms}
 
 
+
+
+@task("py.work", description="Works 50 ms, or as the file BEHAVIOUR_FILE says: `slow` (800 ms), `fail` "
+      "(fails at once with the worker's own INTERNAL error).")
+async def work(n: int) -> dict:
+    behaviour = pathlib.Path(os.environ["BEHAVIOUR_FILE"]).read_text().strip()
+    if behaviour == "fail":
+        raise hermes.errors.HermesError("the worker is broken", code="INTERNAL")
+    await asyncio.sleep(0.8 if behaviour == "slow" else 0.05)
+    return {"n": n, "agent": worker.agent_id}
+
+
 if __name__ == "__main__":
     worker.run()

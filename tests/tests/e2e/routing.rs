@@ -112,7 +112,11 @@ async fn equal_agents_share_300_tasks_evenly() {
         .filter(|d| !d.agent_id.is_empty())
         .collect::<Vec<_>>();
     assert!(!directed.is_empty());
-    assert!(directed.iter().all(|d| d.score > 0.0 && d.reason.contains("speed") && d.reason.contains("busy")), "{:?}", directed[0]);
+    assert!(
+        directed.iter().all(|d| d.score > 0.0 && d.reason.contains("speed") && d.reason.contains("busy")),
+        "{:?}",
+        directed[0]
+    );
     h.sandbox.stop().await;
 }
 

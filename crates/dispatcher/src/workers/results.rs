@@ -146,11 +146,7 @@ async fn drain(service: &GoalService, inboxes: &Inboxes, held: &Held, goal_id: &
                     }
                     // Routing learns each agent's latency and health from its results
                     // (docs/routing.md, "Latency and health").
-                    let succeeded = result.status == hermes_proto::TaskStatus::Succeeded as i32;
-                    let code = result.error.as_ref().map_or("", |e| e.code.as_str());
-                    let elapsed = std::time::Duration::from_millis(result.elapsed_ms);
-                    let outcome = hermes_registry::Outcome::of(succeeded, code);
-                    service.agents().observe(&result.agent_id, &result.task_type, elapsed, outcome);
+                    hermes_registry::observe_result(service.agents(), result);
                 }
             }
             Err(e) => warn!(goal_id, error = %e, results = batch.len(), "cannot apply results; will retry"),

@@ -348,7 +348,8 @@ class Worker:
             agent_id=self.agent_id, pool=self.pool, task_types=sorted(self.tasks), tools=tools, tags=self.tags,
             in_flight=self._in_flight, max_concurrency=self.max_concurrency, version="python-0.1.0",
             started_unix_ms=self._started_ms, success_rate=self._success_rate, latency_ms=self._latency_ms,
-            sent_unix_ms=_now_ms(), draining=draining, deregister=deregister)
+            sent_unix_ms=_now_ms(), draining=draining, deregister=deregister,
+            heartbeat_period_ms=int(self.heartbeat_s * 1000))
 
     async def _beat(self, draining: bool = False, deregister: bool = False) -> None:
         beat = self._heartbeat(draining, deregister).SerializeToString()
@@ -546,7 +547,8 @@ class Worker:
     def _result(self, task: task_pb2.TaskMessage) -> task_pb2.TaskResult:
         """A result of `task` by this worker, started now, its outcome still to set."""
         return task_pb2.TaskResult(goal_id=task.goal_id, node_id=task.node_id, task_id=task.task_id,
-                                   attempt=task.attempt, agent_id=self.agent_id, started_unix_ms=_now_ms())
+                                   attempt=task.attempt, agent_id=self.agent_id, started_unix_ms=_now_ms(),
+                                   task_type=task.task_type)
 
     async def _run(self, task: task_pb2.TaskMessage, msg) -> task_pb2.TaskResult:
         result = self._result(task)
