@@ -274,6 +274,9 @@ async fn the_agents_page_lists_the_stacks_agents_with_their_load() {
         let row = format!("tr[data-agent-id='{id}']");
         b.wait_text(&row, "time.sleep", WAIT).await;
         assert_eq!(b.attr_of(&row, "data-state").await.as_deref(), Some("online"));
+        // Routing's view of it: in rotation (docs/routing.md, "Latency and health").
+        assert_eq!(b.attr_of(&row, "data-health").await.as_deref(), Some("ok"));
+        b.wait_text(&format!("{row} td.health"), "in rotation", WAIT).await;
     }
     // Busy agents show it: some load out of 4.
     let nodes: Vec<Value> = (0..6)
