@@ -57,14 +57,11 @@ def pool_consumer(task_type):
     return "pool_" + task_type.replace(".", "_")
 
 
-# crates/core/src/topology.rs FAIR_LANES: tenants' tasks wait in lanes of each pool.
-FAIR_LANES = 8
-
-
-def pool_consumers(task_type):
-    """Every consumer of a task type's pool: the plain one and each tenants' lane."""
+def pool_consumers(task_type, tenants):
+    """Every consumer of a task type's pool: the plain one and each listed tenant's lane
+    (crates/core/src/topology.rs lane_consumer)."""
     flat = task_type.replace(".", "_")
-    return [pool_consumer(task_type)] + [f"lane{k}_{flat}" for k in range(FAIR_LANES)]
+    return [pool_consumer(task_type)] + [f"lane_{flat}__{tenant}" for tenant in tenants]
 
 
 def deployment(docs, name):
@@ -255,7 +252,7 @@ class Invariants(unittest.TestCase):
                 triggers = obj["triggers"]
                 self.assertEqual(
                     sorted(t["metadata"]["consumer"] for t in triggers),
-                    sorted(c for t in pool["taskTypes"] for c in pool_consumers(t)),
+                    sorted(c for t in pool["taskTypes"] for c in pool_consumers(t, values["auth"]["tenants"])),
                 )
                 for trigger in triggers:
                     self.assertEqual(trigger["type"], "nats-jetstream")
@@ -273,8 +270,7 @@ class Invariants(unittest.TestCase):
         # (crates/core/src/topology.rs); KEDA must read the same consumer.
         source = (ROOT / "crates" / "core" / "src" / "topology.rs").read_text()
         self.assertIn('format!("pool_{}", task_type.replace(\'.\', "_"))', source)
-        self.assertIn('format!("lane{lane}_{}", task_type.replace(\'.\', "_"))', source)
-        self.assertIn(f"pub const FAIR_LANES: u32 = {FAIR_LANES};", source)
+        self.assertIn('format!("lane_{}__{tenant}", task_type.replace(\'.\', "_"))', source)
         self.assertIn('fn tasks_stream(&self) -> String {\n        self.stream_name("TASKS")', source)
 
     def test_secrets_and_external_nats_are_wired(self):

@@ -164,6 +164,10 @@ pub struct TenantQuota {
     pub submit_burst: Option<u32>,
     pub daily_tokens: Option<u64>,
     pub daily_cost_usd: Option<f64>,
+    /// The tenant's share of the agents' slots while its pooled tasks wait beside other
+    /// tenants': a tenant of weight 3 is served three tasks for each one of a tenant of weight
+    /// 1 (`crate::lanes`). 1 when absent.
+    pub weight: Option<f64>,
 }
 
 impl TenantQuota {
@@ -179,6 +183,7 @@ impl TenantQuota {
         positive("submit_burst", self.submit_burst.is_none_or(|b| b > 0))?;
         positive("daily_tokens", self.daily_tokens.is_none_or(|t| t > 0))?;
         positive("daily_cost_usd", self.daily_cost_usd.is_none_or(|c| c.is_finite() && c > 0.0))?;
+        positive("weight", self.weight.is_none_or(crate::lanes::valid_weight))?;
         anyhow::ensure!(
             self.submit_burst.is_none() || self.submits_per_second.is_some(),
             "tenant `{}`: submit_burst needs submits_per_second",
@@ -275,6 +280,18 @@ impl Access {
             );
         }
         Ok(Access { tokens: Some(tokens), quotas: file.tenant })
+    }
+
+    /// Every tenant a token names, with its weight (its `[[tenant]]` entry's, else 1): the lanes
+    /// of the pool ([`crate::lanes`]).
+    pub fn tenant_weights(&self) -> std::collections::BTreeMap<String, f64> {
+        let tenants = self.tokens.iter().flat_map(|tokens| tokens.values().filter_map(|p| p.tenant.clone()));
+        tenants
+            .map(|tenant| {
+                let weight = self.quotas.iter().find(|q| q.name == tenant).and_then(|q| q.weight);
+                (tenant, weight.unwrap_or(1.0))
+            })
+            .collect()
     }
 
     /// Whether callers must authenticate.

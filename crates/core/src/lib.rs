@@ -14,6 +14,7 @@ pub mod ids;
 pub mod jcs;
 pub mod json_ref;
 pub mod kv;
+pub mod lanes;
 pub mod ledger;
 pub mod metrics;
 pub mod plan;

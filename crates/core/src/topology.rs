@@ -185,10 +185,15 @@ impl Topology {
         format!("{}.task.direct.{agent_id}.>", self.prefix)
     }
     /// What a task consumer serves, from its filter subject: `(task_type, "pool")` for a pool
-    /// consumer, `("*", agent_id)` for an agent's directed consumer.
+    /// consumer, `(task_type, "lane:<tenant>")` for a tenant's lane, `("*", agent_id)` for an
+    /// agent's directed consumer.
     pub fn task_consumer_of(&self, filter_subject: &str) -> Option<(String, String)> {
         if let Some(task_type) = filter_subject.strip_prefix(&self.pool_task("")) {
             return Some((task_type.to_owned(), "pool".to_owned()));
+        }
+        if let Some(lane) = filter_subject.strip_prefix(&format!("{}.task.lane.", self.prefix)) {
+            let (tenant, task_type) = lane.split_once('.')?;
+            return Some((task_type.to_owned(), format!("lane:{tenant}")));
         }
         let agent =
             filter_subject.strip_prefix(&format!("{}.task.direct.", self.prefix))?.strip_suffix(".>")?;
@@ -199,23 +204,30 @@ impl Topology {
         format!("pool_{}", task_type.replace('.', "_"))
     }
 
-    /// The pool subject of a task of `tenant`: tenants' tasks wait in one of [`FAIR_LANES`]
-    /// lanes (by a stable hash of the tenant), which agents serve in turn, so a flood from one
-    /// tenant queues in its lane and not ahead of every other tenant's tasks. Tasks without a
-    /// tenant (auth off) use the plain pool.
+    /// The pool subject of a task of `tenant`: each tenant's pooled tasks wait in a lane of
+    /// their own, which agents serve by weighted fair queuing (`docs/security.md`, "Fair
+    /// dispatch"), so a flood from one tenant queues in its lane and not ahead of every other
+    /// tenant's tasks. Tasks without a tenant (auth off) use the plain pool.
     pub fn pool_task_of(&self, task_type: &str, tenant: Option<&str>) -> String {
         match tenant {
-            Some(tenant) => self.lane_task(lane_of(tenant), task_type),
+            Some(tenant) => self.lane_task(tenant, task_type),
             None => self.pool_task(task_type),
         }
     }
-    /// `hermes.task.lane.<lane>.<task_type>`.
-    pub fn lane_task(&self, lane: u32, task_type: &str) -> String {
-        format!("{}.task.lane.{lane}.{task_type}", self.prefix)
+    /// `hermes.task.lane.<tenant>.<task_type>`: a tenant is one word (`check_id`), so the
+    /// subject names exactly one tenant and type.
+    pub fn lane_task(&self, tenant: &str, task_type: &str) -> String {
+        format!("{}.task.lane.{tenant}.{task_type}", self.prefix)
     }
-    /// The consumer of lane `lane` of a task type, shared like its pool consumer.
-    pub fn lane_consumer(&self, lane: u32, task_type: &str) -> String {
-        format!("lane{lane}_{}", task_type.replace('.', "_"))
+    /// The consumer of `tenant`'s lane of a task type, shared like its pool consumer:
+    /// `lane_<task type with . as _>__<tenant>`. A task type has no `_` and no empty segment,
+    /// so the first `__` ends it and no two (tenant, type) pairs share a name.
+    pub fn lane_consumer(&self, tenant: &str, task_type: &str) -> String {
+        format!("lane_{}__{tenant}", task_type.replace('.', "_"))
+    }
+    /// The tenants whose lanes agents serve, each with its weight (`crate::lanes`).
+    pub fn lanes_bucket(&self) -> String {
+        self.bucket_name("lanes")
     }
     /// Durable consumer of one agent's directed work.
     pub fn agent_consumer(&self, agent_id: &str) -> String {
@@ -313,18 +325,6 @@ impl Topology {
     }
 }
 
-/// How many lanes tenants' pooled tasks are spread over (see [`Topology::pool_task_of`]). Every
-/// dispatcher and agent must agree on it, so it is fixed.
-pub const FAIR_LANES: u32 = 8;
-
-/// The lane of `tenant`: FNV-1a of its name, which is the same on every replica and release.
-pub fn lane_of(tenant: &str) -> u32 {
-    let hash = tenant
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    (hash % u64::from(FAIR_LANES)) as u32
-}
-
 /// Checks a task type: dot-separated segments of `[a-z0-9-]`, each starting with a letter or digit.
 /// Underscores are excluded because `.` maps to `_` in consumer names, which must stay unique.
 pub fn validate_task_type(task_type: &str) -> Result<()> {
@@ -391,6 +391,24 @@ mod tests {
         }
     }
 
+    /// Tenants and task types whose flat forms could run together (`a_b` + `c`, `a` + `b.c`)
+    /// still get lanes of their own: no two tenants share one.
+    #[test]
+    fn every_tenant_and_type_has_a_lane_consumer_of_its_own() {
+        let t = Topology::default();
+        let tenants = ["a", "a_b", "b", "a__b", "_", "__", "a-b", "b_c"];
+        let types = ["c", "b.c", "a.b.c", "b-c", "c.b"];
+        let mut names = std::collections::HashSet::new();
+        let mut subjects = std::collections::HashSet::new();
+        for tenant in tenants {
+            for task_type in types {
+                validate_task_type(task_type).unwrap();
+                assert!(names.insert(t.lane_consumer(tenant, task_type)), "{tenant} {task_type}");
+                assert!(subjects.insert(t.lane_task(tenant, task_type)), "{tenant} {task_type}");
+            }
+        }
+    }
+
     #[test]
     fn pool_and_direct_subjects_never_overlap() {
         let t = Topology::default();
@@ -398,13 +416,14 @@ mod tests {
         assert_eq!(t.direct_task("a1", "math.evaluate"), "hermes.task.direct.a1.math.evaluate");
         assert!(t.pool_task("x").starts_with("hermes.task.pool."));
         assert_eq!(t.pool_consumer("math.evaluate"), "pool_math_evaluate");
-        assert_eq!(t.lane_task(3, "math.evaluate"), "hermes.task.lane.3.math.evaluate");
-        assert_eq!(t.lane_consumer(3, "math.evaluate"), "lane3_math_evaluate");
+        assert_eq!(t.lane_task("team-a", "math.evaluate"), "hermes.task.lane.team-a.math.evaluate");
+        assert_eq!(t.pool_task_of("math.evaluate", Some("team-a")), "hermes.task.lane.team-a.math.evaluate");
+        assert_eq!(t.lane_consumer("team-a", "math.evaluate"), "lane_math_evaluate__team-a");
         assert_eq!(t.pool_task_of("math.evaluate", None), "hermes.task.pool.math.evaluate");
-        assert_eq!(lane_of("team-a"), lane_of("team-a"), "stable");
-        let lanes: std::collections::HashSet<u32> =
-            (0..64).map(|i| lane_of(&format!("tenant-{i}"))).collect();
-        assert_eq!(lanes.len(), FAIR_LANES as usize, "64 tenants spread over every lane");
+        assert_eq!(
+            t.task_consumer_of("hermes.task.lane.team-a.math.evaluate"),
+            Some(("math.evaluate".to_owned(), "lane:team-a".to_owned()))
+        );
         assert_eq!(t.tasks_stream(), "HERMES_TASKS");
         assert_eq!(t.goals_bucket(), "hermes_goals");
     }

@@ -151,6 +151,10 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let quotas = quota::Quotas::open(&bus, config.access.quotas.clone())
         .await
         .context("cannot open the tenants' quota bucket")?;
+    // Before the API serves: a tenant's lane is known to the agents before its first task is in it.
+    hermes_core::lanes::publish(&bus, &config.access.tenant_weights())
+        .await
+        .context("cannot write the tenants' lanes")?;
     let records = records::Records::open(bus.clone(), config.record_model_exchanges)
         .await
         .context("cannot open the records stream")?;

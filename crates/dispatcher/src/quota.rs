@@ -8,6 +8,7 @@
 //! submit_burst = 40
 //! daily_tokens = 2000000      # LLM tokens per UTC day, across the tenant's goals
 //! daily_cost_usd = 50.0       # estimated cost per UTC day (needs LLM prices)
+//! weight = 3                  # share of the slots while tenants wait (hermes_core::lanes)
 //! ```
 //!
 //! A submit over a quota is `LIMIT_EXCEEDED` (gRPC `RESOURCE_EXHAUSTED` with a `retry-after`

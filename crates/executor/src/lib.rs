@@ -7,6 +7,7 @@ pub mod agent_loop;
 mod approval;
 pub mod cache;
 pub mod config;
+mod fair;
 pub mod isolate;
 pub mod lean;
 pub mod record;
@@ -128,6 +129,8 @@ pub struct Agent {
     registry: ToolRegistry,
     /// The consumers it binds: one per task type's pool, and its directed one.
     consumers: Vec<ConsumerSpec>,
+    /// The tenants' lanes, as they are written (`hermes_core::lanes`).
+    lanes: Lanes,
     started_unix_ms: u64,
 }
 
@@ -149,22 +152,16 @@ impl Agent {
         let registry = build_registry(&config, Some(&bus)).await?;
         let topology = bus.topology().clone();
         let mut consumers = Vec::new();
+        // Each task type's plain pool; the tenants' lanes follow the lanes bucket (`consume`).
         for task_type in registry.names() {
-            let pools = std::iter::once((topology.pool_consumer(task_type), topology.pool_task(task_type)))
-                .chain((0..hermes_core::topology::FAIR_LANES).map(|lane| {
-                    (topology.lane_consumer(lane, task_type), topology.lane_task(lane, task_type))
-                }));
-            // The plain pool and every tenants' lane: the loop below serves them in turn.
-            for (name, filter_subject) in pools {
-                consumers.push(ConsumerSpec {
-                    stream: topology.tasks_stream(),
-                    name,
-                    filter_subject,
-                    ack_wait: config.ack_wait,
-                    max_deliver: config.max_deliver,
-                    max_ack_pending: 20_000,
-                });
-            }
+            consumers.push(ConsumerSpec {
+                stream: topology.tasks_stream(),
+                name: topology.pool_consumer(task_type),
+                filter_subject: topology.pool_task(task_type),
+                ack_wait: config.ack_wait,
+                max_deliver: config.max_deliver,
+                max_ack_pending: 20_000,
+            });
         }
         // Work the registry routed to this agent in particular.
         consumers.push(ConsumerSpec {
@@ -198,7 +195,8 @@ impl Agent {
                  change them on the server (`nats consumer edit`), or delete them while nothing is pending"
             );
         }
-        Ok(Agent { bus, config, registry, consumers, started_unix_ms: now_unix_ms() })
+        let lanes = Box::pin(hermes_core::lanes::follow(&bus).await?);
+        Ok(Agent { bus, config, registry, consumers, lanes, started_unix_ms: now_unix_ms() })
     }
 
     pub fn tool_registry(&self) -> &ToolRegistry {
@@ -222,6 +220,7 @@ impl Agent {
             agent_id: self.config.agent_id.clone(),
             ack_wait: self.config.ack_wait,
             in_flight: AtomicU32::new(0),
+            backlogged: Arc::default(),
             stats: std::sync::Mutex::new(Stats::default()),
             running: Default::default(),
         });
@@ -237,7 +236,15 @@ impl Agent {
         });
         // No span around the long-lived loops: a span lives until it closes, and one that lasts the
         // process would be exported at shutdown as a trace of its own. Each task gets its span.
-        let consumer = consume(shared.clone(), self.consumers, self.config.max_concurrency, shutdown.clone());
+        let consumer = consume(
+            shared.clone(),
+            self.consumers,
+            self.lanes,
+            self.config.ack_wait,
+            self.config.max_deliver,
+            self.config.max_concurrency,
+            shutdown.clone(),
+        );
         let consumer = tokio::spawn(consumer);
         let drained = CancellationToken::new();
         let heartbeat = heartbeat_loop(
@@ -353,6 +360,8 @@ struct Shared {
     agent_id: String,
     ack_wait: Duration,
     in_flight: AtomicU32,
+    /// Whether pooled work waited when the agent last took a task (`fair`), for its heartbeat.
+    backlogged: Arc<std::sync::atomic::AtomicBool>,
     stats: std::sync::Mutex<Stats>,
     /// Running tasks' cancellation tokens, by task id, with their goal.
     running: std::sync::Mutex<std::collections::HashMap<String, (String, CancellationToken)>>,
@@ -388,24 +397,87 @@ impl Stats {
     }
 }
 
+/// The lanes bucket's entries as they are written.
+type Lanes = std::pin::Pin<Box<dyn futures::Stream<Item = hermes_core::lanes::LaneUpdate> + Send>>;
+
 /// Pulls from every consumer of the agent through one loop that takes a concurrency permit
 /// before it waits for the next message, from whichever consumer has one. A permit is therefore
-/// never parked on a consumer with no work while another has some.
+/// never parked on a consumer with no work while another has some. Which consumer a free slot
+/// takes from is the fair merge's (`fair`): directed work first, then the plain pool and each
+/// tenant's lane by weighted fair queuing; a tenant's lanes are added as the lanes bucket names
+/// the tenant.
 async fn consume(
     shared: Arc<Shared>,
     consumers: Vec<ConsumerSpec>,
+    mut lanes: Lanes,
+    ack_wait: Duration,
+    max_deliver: i64,
     max_concurrency: u32,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    use futures::StreamExt as _;
+    let bus = shared.bus.clone();
+    let topology = bus.topology().clone();
     // Prefetch no more than we can run, so tasks we cannot start stay with other agents. Each
     // stream re-creates its consumer if it is deleted under it (see `Bus::resilient_messages`).
-    let streams: Vec<_> = consumers
-        .into_iter()
-        .map(|spec| shared.bus.resilient_messages(spec, max_concurrency as usize))
-        .collect();
-    let mut messages = futures::stream::select_all(streams);
+    let batch = max_concurrency as usize;
+    let (changes, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let mut messages = fair::FairMerge::new(receiver, shared.backlogged.clone());
+    let directed = topology.direct_tasks_of(&shared.agent_id);
+    for spec in consumers {
+        let is_directed = spec.filter_subject == directed;
+        let source: fair::Source<_> = Box::pin(bus.resilient_messages(spec, batch));
+        match is_directed {
+            true => messages.directed(source),
+            false => messages.pooled(fair::PLAIN_POOL, 1.0, source),
+        }
+    }
+    let task_types: Vec<String> = shared.registry.names().map(str::to_owned).collect();
+    let follow = {
+        let bus = bus.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            let mut known = std::collections::HashMap::<String, f64>::new();
+            loop {
+                let update = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    update = lanes.next() => match update {
+                        Some(update) => update,
+                        None => return,
+                    },
+                };
+                let change = match known.insert(update.tenant.clone(), update.weight) {
+                    Some(weight) if weight == update.weight => continue,
+                    Some(_) => {
+                        vec![fair::Change::Weight { flow: update.tenant.clone(), weight: update.weight }]
+                    }
+                    None => task_types
+                        .iter()
+                        .map(|task_type| {
+                            let spec = ConsumerSpec {
+                                stream: topology.tasks_stream(),
+                                name: topology.lane_consumer(&update.tenant, task_type),
+                                filter_subject: topology.lane_task(&update.tenant, task_type),
+                                ack_wait,
+                                max_deliver,
+                                max_ack_pending: 20_000,
+                            };
+                            let source: fair::Source<_> = Box::pin(bus.resilient_messages(spec, batch));
+                            fair::Change::Add { flow: update.tenant.clone(), weight: update.weight, source }
+                        })
+                        .collect(),
+                };
+                info!(tenant = %update.tenant, weight = update.weight, event = "lane_followed", "serving a tenant's lane");
+                for change in change {
+                    if changes.send(change).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let follower = tokio::spawn(follow);
     // On shutdown the loop hands back what was pulled but not started, then finishes what runs.
-    let bus = shared.bus.clone();
     hermes_core::bus::consume_concurrently(
         &bus,
         "task",
@@ -418,6 +490,7 @@ async fn consume(
         },
     )
     .await;
+    follower.abort();
     Ok(())
 }
 
@@ -873,6 +946,7 @@ async fn heartbeat_loop(
             deregister,
             draining,
             heartbeat_period_ms: config.heartbeat_interval.as_millis() as u64,
+            backlogged: shared.backlogged.load(Ordering::Relaxed),
         }
     };
     let mut ticker = tokio::time::interval(config.heartbeat_interval);

@@ -384,6 +384,7 @@ fn heartbeat() -> BoxedStrategy<pb::AgentHeartbeat> {
                 deregister,
                 draining,
                 heartbeat_period_ms: sent_unix_ms.rotate_left(7),
+                backlogged: in_flight % 2 == 1,
             },
         )
         .boxed()

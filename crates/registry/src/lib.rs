@@ -406,7 +406,7 @@ impl Registry {
             for id in ids.iter() {
                 let Some(mut agent) = self.inner.agents.get_mut(id) else { continue };
                 let max = agent.heartbeat.max_concurrency.max(1);
-                if agent.load >= max || agent.heartbeat.draining {
+                if agent.load >= max || agent.heartbeat.draining || agent.heartbeat.backlogged {
                     saturated += 1;
                     continue;
                 }
@@ -524,7 +524,7 @@ impl Registry {
             for id in ids.iter() {
                 let Some(agent) = self.inner.agents.get(id) else { continue };
                 let max = agent.heartbeat.max_concurrency.max(1);
-                if agent.load >= max || agent.heartbeat.draining {
+                if agent.load >= max || agent.heartbeat.draining || agent.heartbeat.backlogged {
                     saturated += 1;
                     continue;
                 }
@@ -967,6 +967,23 @@ mod tests {
         assert_eq!(r.route(&query("t")).agent_id, "a1");
         let none = r.route(&query("other"));
         assert_eq!((none.agent_id.as_str(), none.capable_agents), ("", 0));
+    }
+
+    /// An agent that left pooled work waiting gets no directed work until a heartbeat says the
+    /// wait is over: a directed task would pass the tenants' lanes by (docs/security.md).
+    #[test]
+    fn an_agent_with_pooled_work_waiting_gets_no_directed_work() {
+        for policy in [Policy::Balanced, Policy::Scored] {
+            let r = Registry::new(RegistryConfig { policy, ..Default::default() });
+            let mut busy = beat("a1", &["t"], 4);
+            busy.backlogged = true;
+            r.apply_heartbeat("a1", busy).unwrap();
+            let pool = r.route(&query("t"));
+            assert_eq!(pool.agent_id, "", "{policy:?}");
+            assert!(pool.reason.contains("saturated"), "{}", pool.reason);
+            r.apply_heartbeat("a1", beat("a1", &["t"], 4)).unwrap();
+            assert_eq!(r.route(&query("t")).agent_id, "a1", "{policy:?}");
+        }
     }
 
     #[test]

@@ -31,9 +31,6 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "pool_%s" (replace "." "_" .) -}}
 {{- end -}}
 
-{{/* The tenants' lanes of each pool (topology: FAIR_LANES, consumers lane<k>_<type, . as _>). */}}
-{{- define "hermes.fairLanes" -}}8{{- end -}}
-
 {{- define "hermes.natsMonitoring" -}}
 {{- if .Values.nats.enabled -}}
 {{- default (printf "%s-nats-headless.%s.svc:8222" .Release.Name .Release.Namespace) .Values.nats.monitoringEndpoint -}}

@@ -79,7 +79,8 @@ class Units(unittest.TestCase):
 
         consumers = worker.consumers()
         self.assertEqual(consumers[0], ("pool_web_search", "hermes.task.pool.web.search"))
-        self.assertIn(("lane7_web_search", "hermes.task.lane.7.web.search"), consumers)
+        self.assertEqual(worker.lane_consumers("team-a"),
+                         [("lane_web_search__team-a", "hermes.task.lane.team-a.web.search")])
         self.assertEqual(consumers[-1], ("agent_py-1", "hermes.task.direct.py-1.>"))
         for bad in ("web_search.x", "Web.search", "", "a" * 65):
             with self.assertRaises(errors.InvalidArgument):

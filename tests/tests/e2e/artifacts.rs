@@ -41,7 +41,7 @@ async fn passes_through_a_goal(size: usize) {
     let watching = tokio::spawn(async move {
         while let Some(msg) = all.next().await {
             // Replies and the server's API advisories are not Hermes payloads: a JetStream API
-            // answer such as the list of HERMES_TASKS' consumers (a pool and 8 lanes per task
+            // answer such as the list of HERMES_TASKS' consumers (a pool and a lane per tenant per task
             // type) grows with the topology. Every payload published is seen on its own subject.
             if !msg.subject.starts_with("_INBOX") && !msg.subject.starts_with("$JS.EVENT.") {
                 largest_w.fetch_max(msg.payload.len(), Ordering::Relaxed);

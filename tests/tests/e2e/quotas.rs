@@ -14,6 +14,8 @@ const RATED: &str = "token-rated";
 const BUSY: &str = "token-busy";
 const THRIFTY: &str = "token-thrifty";
 const FREE: &str = "token-free";
+const GOLD: &str = "token-gold";
+const TIN: &str = "token-tin";
 
 fn tokens() -> String {
     let entry = |name: &str, token: &str, tenant: &str| {
@@ -24,6 +26,9 @@ fn tokens() -> String {
         entry("busy", BUSY, "team-busy"),
         entry("thrifty", THRIFTY, "team-thrifty"),
         entry("free", FREE, "team-free"),
+        entry("gold", GOLD, "team-gold"),
+        entry("tin", TIN, "team-tin"),
+        "[[tenant]]\nname = \"team-gold\"\nweight = 3\n\n".into(),
         "[[tenant]]\nname = \"team-rated\"\nsubmits_per_second = 0.2\nsubmit_burst = 2\n\n".into(),
         "[[tenant]]\nname = \"team-busy\"\nmax_running_goals = 2\n\n".into(),
         "[[tenant]]\nname = \"team-thrifty\"\ndaily_tokens = 100\n\n".into(),
@@ -167,7 +172,6 @@ async fn a_spent_daily_token_budget_stops_new_goals_until_midnight() {
 /// tenant's goal, submitted after the flood, is served in turn instead of after all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn another_tenants_goal_is_served_in_turn_not_after_a_flood() {
-    assert_ne!(hermes_core::topology::lane_of("team-busy"), hermes_core::topology::lane_of("team-thrifty"));
     let t = Sandbox::builder().api_tokens(&tokens()).agents(1).max_concurrency(2).start().await;
     // team-busy may run 2 goals at once; team-free has no quota: flood from team-free.
     // 60 naps of 200 ms on 2 slots take 6 s: far longer than submitting them, even on a loaded
@@ -186,6 +190,66 @@ async fn another_tenants_goal_is_served_in_turn_not_after_a_flood() {
     for goal_id in flood {
         t.events_as(&goal_id, FREE).await;
     }
+    t.stop().await;
+}
+
+/// Weighted fair dispatch: two tenants flood one agent, team-gold of weight 3 and team-tin of
+/// the default weight 1. While both have tasks waiting in their lanes, the lanes' tasks complete
+/// 3:1, within 10%.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn flooding_tenants_share_the_slots_by_their_weights() {
+    use futures::StreamExt as _;
+    use hermes_proto::event::Kind;
+    const GOALS: usize = 100;
+    let t = Sandbox::builder().api_tokens(&tokens()).agents(1).max_concurrency(2).start().await;
+    // Interleaved, 16 at a time, so both floods arrive together. 200 naps of 80 ms on 2 slots
+    // take 8 s; submitting them takes far less, so both lanes are still full when it ends.
+    let submits = (0..2 * GOALS).map(|i| {
+        let token = if i % 2 == 0 { GOLD } else { TIN };
+        let t = &t;
+        async move { (token, submit(t, token, nap(80)).await.unwrap()) }
+    });
+    let goals: Vec<(&str, String)> = futures::stream::iter(submits).buffer_unordered(16).collect().await;
+    let submitted_at = hermes_core::now_unix_ms();
+    // Each goal's one task: whether it waited in its tenant's lane (no agent chosen), and when
+    // it completed.
+    let mut pooled = Vec::new();
+    for (token, goal_id) in &goals {
+        let events = t.events_as(goal_id, token).await;
+        let dispatched = events.iter().find_map(|e| match &e.kind {
+            Some(Kind::TaskDispatched(d)) => Some(d.clone()),
+            _ => None,
+        });
+        let dispatched = dispatched.expect("the task was dispatched");
+        let completed = events.iter().find(|e| matches!(e.kind, Some(Kind::TaskSucceeded(_))));
+        let completed = completed.expect("the task succeeded").at_unix_ms;
+        if dispatched.agent_id.is_empty() {
+            let tenant = if *token == GOLD { "team-gold" } else { "team-tin" };
+            assert_eq!(dispatched.subject, format!("hermes.task.lane.{tenant}.time.sleep"));
+            pooled.push((completed, *token));
+        }
+    }
+    pooled.sort();
+    // From the end of the submits (no task arrives after it) until team-gold's lane runs dry,
+    // both lanes held work. Its last few tasks are already pulled by the agent (a pull batch
+    // and the one it holds for the next free slot) while its lane on the server is empty, so the
+    // window ends 5 tasks before team-gold's last.
+    let gold_times: Vec<u64> = pooled.iter().filter(|(_, token)| *token == GOLD).map(|(at, _)| *at).collect();
+    let gold_end = gold_times[gold_times.len().saturating_sub(5)];
+    let window: Vec<&str> = pooled
+        .iter()
+        .filter(|(at, _)| *at > submitted_at && *at <= gold_end)
+        .map(|(_, token)| *token)
+        .collect();
+    let gold = window.iter().filter(|token| **token == GOLD).count();
+    let tin = window.len() - gold;
+    assert!(gold >= 40, "too few tasks completed after the submits to measure ({gold} of team-gold's)");
+    let ratio = gold as f64 / tin.max(1) as f64;
+    eprintln!("while both flooded, team-gold:team-tin completed {gold}:{tin} ({ratio:.2}:1)");
+    assert!(
+        (2.7..=3.3).contains(&ratio),
+        "team-gold's and team-tin's tasks completed {gold}:{tin} ({ratio:.2}:1) while both flooded, not 3:1"
+    );
     t.stop().await;
 }
 

@@ -5,8 +5,9 @@ protocol as the Rust executor (docs/protocol.md, docs/python.md):
   the `hermes_agents` bucket, with its task types and their JSON Schemas, so the planner sees
   them and the dispatcher validates inputs against them;
 - it binds the same durable consumers on `HERMES_TASKS` as the Rust executor, with the same
-  names, AckWait and MaxDeliver: each task type's pool (`pool_<type>`) and fair lanes
-  (`lane<n>_<type>`), and its directed consumer (`agent_<id>`);
+  names, AckWait and MaxDeliver: each task type's pool (`pool_<type>`), each tenant's lane of it
+  as the lanes bucket names the tenants (`lane_<type>__<tenant>`), and its directed consumer
+  (`agent_<id>`);
 - it sends progress acks while a task runs, publishes the `TaskResult` (with the attempt's result
   token, deduplicated by task id) before it acks, and abandons tasks of cancelled goals;
 - inputs that reference artifacts (other nodes' large outputs) are resolved before the function
@@ -42,8 +43,8 @@ from hermes_agents._proto.hermes.v1 import agent_pb2, common_pb2, task_pb2
 
 log = logging.getLogger("hermes_agents.worker")
 
-#: Lanes of the fair queues, as `hermes_core::topology::FAIR_LANES`.
-FAIR_LANES = 8
+#: How often the worker reads the lanes bucket for tenants it does not serve yet.
+LANES_POLL_S = 2.0
 #: A pending ledger claim younger than this may still be running in another delivery.
 PENDING_GRACE_S = 45.0
 #: Crashes with one node in flight after which its task is quarantined, as
@@ -215,10 +216,14 @@ class Worker:
         for task_type in sorted(self.tasks):
             flat = task_type.replace(".", "_")
             out.append((f"pool_{flat}", self._subject("task", "pool", task_type)))
-            for lane in range(FAIR_LANES):
-                out.append((f"lane{lane}_{flat}", self._subject("task", "lane", str(lane), task_type)))
         out.append((f"agent_{self.agent_id}", self._subject("task", "direct", self.agent_id, ">")))
         return out
+
+    def lane_consumers(self, tenant: str) -> list[tuple[str, str]]:
+        """The (durable name, filter subject) pairs of `tenant`'s lanes of this worker's task types,
+        as `hermes_core::topology::Topology::lane_consumer` names them."""
+        return [(f"lane_{task_type.replace('.', '_')}__{tenant}", self._subject("task", "lane", tenant, task_type))
+                for task_type in sorted(self.tasks)]
 
     # ---- running ---------------------------------------------------------------------------
 
@@ -290,11 +295,14 @@ class Worker:
         await self._beat()
         heartbeat = asyncio.create_task(self._heartbeats())
         pullers = [asyncio.create_task(self._pull(sub)) for sub in subs]
+        lanes = asyncio.create_task(self._follow_lanes(subs, pullers))
         log.info("worker %s serving %s", self.agent_id, sorted(self.tasks))
         await self._stopping.wait()
         # Drain: no new work (the registry routes nothing to a draining agent), finish in flight.
         log.info("worker %s draining", self.agent_id)
         await self._beat(draining=True)
+        lanes.cancel()
+        await asyncio.gather(lanes, return_exceptions=True)
         await asyncio.gather(*pullers, return_exceptions=True)
         running = [task for _, task in self._running.values()]
         if running:
@@ -375,6 +383,41 @@ class Worker:
             if goal == goal_id:
                 log.info("goal %s cancelled; abandoning task %s", goal_id, task_id)
                 task.cancel()
+
+    async def _follow_lanes(self, subs: list, pullers: list) -> None:
+        """Pulls from each tenant's lane as the lanes bucket names the tenant (`hermes_core::lanes`).
+        The lanes are served in turn with the pool, each a puller of its own: this worker does not
+        weigh tenants (the Rust executor does)."""
+        from nats.js.api import AckPolicy, ConsumerConfig
+        import nats.js.errors
+
+        followed: set[str] = set()
+        lanes_kv = None
+        while not self._stopping.is_set():
+            try:
+                if lanes_kv is None:
+                    lanes_kv = await self._js.key_value(self._bucket("lanes"))
+                try:
+                    tenants = await lanes_kv.keys()
+                except nats.js.errors.NoKeysError:
+                    tenants = []
+                for tenant in sorted(set(tenants) - followed):
+                    for durable, subject in self.lane_consumers(tenant):
+                        config = ConsumerConfig(durable_name=durable, filter_subject=subject,
+                                                ack_policy=AckPolicy.EXPLICIT, ack_wait=self.ack_wait_s,
+                                                max_deliver=self.max_deliver, max_ack_pending=20_000)
+                        sub = await self._js.pull_subscribe(subject, durable=durable, stream=self._stream("TASKS"),
+                                                            config=config)
+                        subs.append(sub)
+                        pullers.append(asyncio.create_task(self._pull(sub)))
+                    followed.add(tenant)
+                    log.info("worker %s serving tenant %s's lane", self.agent_id, tenant)
+            except Exception as e:  # noqa: BLE001 - no lanes bucket yet, or a sick server: try again
+                log.debug("cannot read the lanes: %s", e)
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=LANES_POLL_S)
+            except asyncio.TimeoutError:
+                pass
 
     async def _pull(self, sub) -> None:
         import nats.errors
