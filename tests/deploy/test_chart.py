@@ -707,6 +707,7 @@ class Rejections(unittest.TestCase):
         self.assert_rejected({"streamReplicas": 2}, "streamReplicas")
         self.assert_rejected({"executorPool": []}, "executorPool")
         self.assert_rejected({"externalNats": {"url": "http://nats:4222"}}, "externalNats", "url")
+        self.assert_rejected({"auth": {"tenants": ["team a"]}}, "auth", "tenants")
         no_resources = self.pool()
         del no_resources["executorPools"][0]["resources"]
         self.assert_rejected(no_resources, "executorPools", "resources")
