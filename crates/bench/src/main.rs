@@ -120,6 +120,12 @@ async fn main() -> anyhow::Result<()> {
         // The routing simulator alone: no nats-server, no stack (docs/routing.md).
         return simulated_routing_rows();
     }
+    if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "fairness") {
+        // A tenant's goals alone and under another tenant's flood, alone.
+        let (flood, samples) = scale().fairness;
+        fairness::rows(&fairness::measure(&nats.url(), flood, samples).await?);
+        return Ok(());
+    }
     if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "limits") {
         // The tool cache's and the model limiter's rows alone, each with its own baseline.
         return limit_rows(&nats.url()).await.map(|_| ());

@@ -3,8 +3,8 @@
 //! reasoning blocks (`<think>…</think>`, `<reasoning>…</reasoning>`), full-width punctuation
 //! (`，：“”｛｝［］`), `//` and `/* */` comments, single-quoted strings, unquoted keys, trailing
 //! commas, thousands separators in object values (`"total": 1,234.5`), identical duplicate keys
-//! (folded into one), and, where the caller looks for a shape a bare string cannot have, a value
-//! sent as one JSON-encoded string.
+//! (folded into one), Python's `True`, `False` and `None` where a value goes, and, where the
+//! caller looks for a shape a bare string cannot have, a value sent as one JSON-encoded string.
 //!
 //! Anything that could change meaning is refused rather than guessed, with a [`RepairError`] the
 //! caller can send back to the model:
@@ -12,8 +12,8 @@
 //!   inside a string or a number. Closing them would drop whatever the model had still to say;
 //! - a key given twice with different values ([`RepairError::DuplicateKey`]);
 //! - two different wanted values in one answer ([`RepairError::Ambiguous`]);
-//! - separators in an array (`[1,234]` is two numbers), Python literals, anything else that still
-//!   does not parse ([`RepairError::Unrepairable`]).
+//! - separators in an array (`[1,234]` is two numbers), a Python literal where a key goes, any
+//!   other bare word, anything else that still does not parse ([`RepairError::Unrepairable`]).
 
 use std::cell::Cell;
 use std::fmt;
@@ -35,6 +35,9 @@ pub enum Fix {
     ThousandsSeparators,
     DuplicateKeysFolded,
     DoubleEncoded,
+    /// `True`, `False` and `None` outside strings, where a value goes, read as `true`, `false`
+    /// and `null` (a Python dict's literals).
+    PythonLiterals,
 }
 
 impl Fix {
@@ -52,6 +55,7 @@ impl Fix {
             Fix::ThousandsSeparators => "thousands_separators",
             Fix::DuplicateKeysFolded => "duplicate_keys_folded",
             Fix::DoubleEncoded => "double_encoded",
+            Fix::PythonLiterals => "python_literals",
         }
     }
 }
@@ -488,12 +492,19 @@ fn normalize(text: &str, fixes: &mut Vec<Fix>) -> Result<String, RepairError> {
                 let next = chars[i..].iter().find(|c| !c.is_whitespace());
                 let key_position = stack.last() == Some(&Frame::Object) && matches!(last, '{' | ',');
                 if key_position && matches!(next, Some(':') | Some('：')) {
+                    if python_literal(&word).is_some() {
+                        // A Python dict's `True:` key is a boolean, which no JSON key is.
+                        return Err(unrepairable(&format!("`{word}` where a key goes")));
+                    }
                     fixes.push(Fix::UnquotedKeys);
                     out.push('"');
                     out.push_str(&word);
                     out.push('"');
                 } else if matches!(word.as_str(), "true" | "false" | "null") {
                     out.push_str(&word);
+                } else if let Some(literal) = python_literal(&word) {
+                    fixes.push(Fix::PythonLiterals);
+                    out.push_str(literal);
                 } else {
                     return Err(unrepairable(&format!("bare word `{word}`")));
                 }
@@ -506,6 +517,56 @@ fn normalize(text: &str, fixes: &mut Vec<Fix>) -> Result<String, RepairError> {
         return Err(RepairError::Truncated(format!("{} bracket(s) left open", stack.len())));
     }
     Ok(out)
+}
+
+/// The JSON literal a Python literal stands for.
+fn python_literal(word: &str) -> Option<&'static str> {
+    match word {
+        "True" => Some("true"),
+        "False" => Some("false"),
+        "None" => Some("null"),
+        _ => None,
+    }
+}
+
+/// One JSON-looking piece of a text ([`json_pieces`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    /// It parses, repaired as [`repair_json`] would.
+    Value(Value),
+    /// It does not parse, even repaired: its text.
+    Unparsed(String),
+}
+
+/// Every JSON-looking piece of `text`: the whole text when it is one value (the content of a
+/// JSON string that holds JSON, too), else each bracketed span, in code fences and in prose
+/// alike, parsed as [`repair_json`] would repair it. [`repair_json_where`] takes the one value
+/// it wants and passes over the rest; a caller that must not take a value when the text holds
+/// others like it (two candidate plans) looks at them all here.
+pub fn json_pieces(text: &str) -> Vec<Piece> {
+    let mut fixes = Vec::new();
+    let text = strip_reasoning(text.trim_start_matches('\u{feff}'), &mut fixes);
+    let trimmed = text.trim();
+    if let Ok((value, _)) = parse_checked(trimmed) {
+        return match &value {
+            Value::String(inner) if inner.trim_start().starts_with(is_open) => json_pieces(inner),
+            _ => vec![Piece::Value(value)],
+        };
+    }
+    let mut pieces = Vec::new();
+    let mut rest = trimmed;
+    while let Some(start) = rest.find(is_open) {
+        let tail = &rest[start..];
+        let end = span_end(tail).unwrap_or(tail.len());
+        let span = &tail[..end];
+        let parsed = normalize(span, &mut fixes).and_then(|n| parse_checked(&n));
+        pieces.push(match parsed {
+            Ok((value, _)) => Piece::Value(value),
+            Err(_) => Piece::Unparsed(span.to_owned()),
+        });
+        rest = &tail[end..];
+    }
+    pieces
 }
 
 /// Copies a string literal body starting at `i` (after the opening quote) as a JSON string;
@@ -632,7 +693,8 @@ mod tests {
             r#"{"a": "unterminated"#,
             r#"{"a": 1,"#,
             r#"{"a": {"b": "c"}"#,
-            "{\"a\": True}",
+            "{True: 1}",
+            "{\"a\": undefined}",
             r#"[1,234]"#,
         ] {
             let result = repair_json(bad);
@@ -643,6 +705,31 @@ mod tests {
                 assert!(result.is_err(), "{bad:?} was accepted as {result:?}");
             }
         }
+    }
+
+    #[test]
+    fn python_literals_where_a_value_goes_are_read_as_json() {
+        let r = repair_json("{'a': True, 'b': [False, None], 'c': 'True', \"d\": \"None\"}").unwrap();
+        assert_eq!(r.value, json!({"a": true, "b": [false, null], "c": "True", "d": "None"}));
+        assert!(r.fixes.contains(&Fix::PythonLiterals), "{:?}", r.fixes);
+        // Strict JSON with the word in a string needs no fix.
+        assert!(!repair_json(r#"{"a": "True"}"#).unwrap().fixes.contains(&Fix::PythonLiterals));
+    }
+
+    #[test]
+    fn every_json_piece_of_a_text_is_listed() {
+        let text =
+            "Example: {\"nodes\": []}\n```json\n{'nodes': [1], 'ok': True}\n```\nand {broken: \"x\" y}";
+        assert_eq!(
+            json_pieces(text),
+            vec![
+                Piece::Value(json!({"nodes": []})),
+                Piece::Value(json!({"nodes": [1], "ok": true})),
+                Piece::Unparsed("{broken: \"x\" y}".into()),
+            ]
+        );
+        assert_eq!(json_pieces("\"{\\\"a\\\": 1}\""), vec![Piece::Value(json!({"a": 1}))]);
+        assert_eq!(json_pieces("no json"), vec![]);
     }
 
     #[test]

@@ -9,7 +9,12 @@
 //! 3. The plan comes from the message content; when the content holds none (`""`, a sentence),
 //!    from the tool call's arguments (vLLM and llama.cpp put it there).
 //! 4. Exactly one plan-shaped object (one with `nodes` or `needs_input`) is taken from prose or a
-//!    code fence; prose may hold other braces. Two different plans are asked again.
+//!    code fence; prose may hold other braces. An answer that holds any other candidate plan,
+//!    in the content or a tool call, is asked again, saying what the other one is: another
+//!    plan, an object with a plan's field (`reasoning`, `output_node`, ...), a node or a list of
+//!    nodes (a "sample"), something that wraps a plan, or an attempt at one of these that does
+//!    not parse. Copies of the plan count once; JSON with nothing of a plan in it (an inputs
+//!    example, `{name}`) does not count.
 //! 5. Syntax is repaired as [`hermes_llm::repair`] documents; a plan sent as one JSON-encoded
 //!    string is decoded; a key given twice with different values is asked again.
 //! 6. Fields: the documented aliases ([`PLAN_FIELDS`], [`NODE_FIELDS`]) are read as their
@@ -25,7 +30,7 @@ use std::collections::{BTreeSet, HashMap};
 use hermes_clients::registry::CatalogSnapshot;
 use hermes_core::plan::validate_plan;
 use hermes_llm::ChatResponse;
-use hermes_llm::repair::{RepairError, repair_json_where};
+use hermes_llm::repair::{Piece, RepairError, json_pieces, repair_json_where};
 use hermes_proto::{ReplanContext, TaskNode, TaskPlan};
 use serde_json::{Map, Value};
 
@@ -76,6 +81,93 @@ fn plan_shaped(value: &Value) -> bool {
     })
 }
 
+/// Whether `key` is a field of the answer schema's plan, or an alias of one.
+fn plan_field(key: &str) -> bool {
+    PLAN_FIELDS.iter().any(|(f, aliases)| *f == key || aliases.contains(&key))
+}
+
+/// Whether `object` looks like a node: a node id and a task type, by any of their names.
+fn node_shaped(object: &Map<String, Value>) -> bool {
+    let named = |field: &str| {
+        NODE_FIELDS
+            .iter()
+            .filter(|(f, _)| *f == field)
+            .any(|(f, aliases)| object.contains_key(*f) || aliases.iter().any(|a| object.contains_key(*a)))
+    };
+    named("id") && named("task_type")
+}
+
+/// What makes `value` a candidate plan beside the one taken, if anything: it is a plan, holds a
+/// plan's field, is a node, or holds one of these at any depth.
+fn candidate_plan(value: &Value) -> Option<&'static str> {
+    match value {
+        Value::Object(_) if plan_shaped(value) => Some("another plan"),
+        Value::Object(object) if object.keys().any(|k| plan_field(k)) => {
+            Some("an object with a plan's field")
+        }
+        Value::Object(object) if node_shaped(object) => Some("a node outside the plan"),
+        Value::Object(object) => {
+            object.values().find_map(candidate_plan).map(|_| "an object that holds a plan or a node")
+        }
+        Value::Array(items) => {
+            items.iter().find_map(candidate_plan).map(|_| "a list that holds a plan or nodes")
+        }
+        _ => None,
+    }
+}
+
+/// Words an attempt at a plan holds, for a piece that does not parse.
+const PLAN_WORDS: &[&str] =
+    &["nodes", "steps", "task_type", "taskType", "needs_input", "needsInput", "output_node", "depends_on"];
+
+/// How many different candidate plans the answer holds, in its content and tool calls.
+fn candidates_in(response: &ChatResponse) -> usize {
+    let mut values = Vec::new();
+    let mut unparsed = 0;
+    for text in answer_texts(response) {
+        for piece in json_pieces(text) {
+            match piece {
+                Piece::Value(value) if candidate_plan(&value).is_some() && !values.contains(&value) => {
+                    values.push(value)
+                }
+                Piece::Unparsed(text) if PLAN_WORDS.iter().any(|w| text.contains(w)) => unparsed += 1,
+                _ => {}
+            }
+        }
+    }
+    values.len() + unparsed
+}
+
+/// The texts of an answer: its content and each tool call's arguments.
+fn answer_texts(response: &ChatResponse) -> impl Iterator<Item = &str> {
+    response
+        .content
+        .iter()
+        .map(String::as_str)
+        .chain(response.tool_calls.iter().map(|c| c.arguments.as_str()))
+}
+
+/// Refuses an answer that holds another candidate plan beside `taken`, in its content or any
+/// tool call (rule 4): which one the model meant would be a guess.
+fn the_only_candidate(response: &ChatResponse, taken: &Value) -> Result<(), RepairError> {
+    for text in answer_texts(response) {
+        for piece in json_pieces(text) {
+            let other = match &piece {
+                Piece::Value(value) if value == taken => None,
+                Piece::Value(value) => candidate_plan(value),
+                Piece::Unparsed(text) if PLAN_WORDS.iter().any(|w| text.contains(w)) => {
+                    Some("an attempt at a plan that is not valid JSON")
+                }
+                Piece::Unparsed(_) => None,
+            };
+            if let Some(other) = other {
+                return Err(RepairError::Ambiguous(format!("beside the plan it holds {other}")));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The message a refused text gets, naming the problem.
 fn describe(e: &RepairError) -> String {
     match e {
@@ -88,8 +180,10 @@ fn describe(e: &RepairError) -> String {
         RepairError::DuplicateKey(key) => {
             format!("duplicate key `{key}` with different values; give each key once")
         }
-        RepairError::Ambiguous(_) => {
-            "the answer holds more than one plan; answer with exactly one JSON object".into()
+        RepairError::Ambiguous(why) => {
+            format!(
+                "the answer holds more than one plan ({why}); answer with exactly one JSON object and nothing else that looks like a plan or a node"
+            )
         }
         RepairError::Unrepairable(why) => format!("the answer is not valid JSON ({why})"),
     }
@@ -135,6 +229,7 @@ fn extract(response: &ChatResponse, repairs: &mut Vec<String>) -> Result<Value, 
         .and_then(|r| if plan_shaped(&r.value) { Ok(r) } else { Err(RepairError::NoJson) });
     let content_error = match from_content {
         Ok(r) => {
+            the_only_candidate(response, &r.value)?;
             repairs.extend(r.fixes.iter().map(|f| f.name().to_owned()));
             return Ok(r.value);
         }
@@ -155,11 +250,17 @@ fn extract(response: &ChatResponse, repairs: &mut Vec<String>) -> Result<Value, 
     }
     match found.len() {
         0 => Err(match (content_error, call_error) {
+            // Two plans that together did not parse (two objects in one fence, one broken):
+            // what is wrong is that there are two.
+            (e, _) if !matches!(e, RepairError::Truncated(_)) && candidates_in(response) > 1 => {
+                RepairError::Ambiguous(format!("{} candidate plans", candidates_in(response)))
+            }
             (RepairError::NoJson, Some(e)) => e,
             (e, _) => e,
         }),
         1 => {
             let r = found.pop().expect("one plan");
+            the_only_candidate(response, &r.value)?;
             repairs.push("plan read from the tool call's arguments".into());
             repairs.extend(r.fixes.iter().map(|f| f.name().to_owned()));
             Ok(r.value)
@@ -481,8 +582,20 @@ mod tests {
     /// naming its problem.
     #[test]
     fn the_corpus_is_read_as_expected() {
+        read_corpus("answers.jsonl", include_str!("../tests/corpus/answers.jsonl"), 100);
+    }
+
+    /// A held-out corpus (`tests/corpus/held_out.jsonl`), written from classes of real model
+    /// output apart from the first one and never tuned against: answers with more than one
+    /// candidate plan (samples, wrappers, split documents, content and tool call disagreeing),
+    /// Python literals, and the other classes. The same bar.
+    #[test]
+    fn the_held_out_corpus_is_read_as_expected() {
+        read_corpus("held_out.jsonl", include_str!("../tests/corpus/held_out.jsonl"), 60);
+    }
+
+    fn read_corpus(file: &str, corpus: &str, at_least: usize) {
         let catalogue = builtin_catalogue();
-        let corpus = include_str!("../tests/corpus/answers.jsonl");
         let (mut repairable, mut repaired, mut false_accepts, mut cases) = (0, 0, 0, 0);
         let mut failures = Vec::new();
         for line in corpus.lines().filter(|l| !l.trim().is_empty()) {
@@ -567,9 +680,9 @@ mod tests {
         }
         let share = repaired as f64 / repairable as f64 * 100.0;
         println!(
-            "answer corpus: {cases} cases; {repaired}/{repairable} repairable read right without a re-ask ({share:.1}%); {false_accepts} false accepts"
+            "answer corpus {file}: {cases} cases; {repaired}/{repairable} repairable read right without a re-ask ({share:.1}%); {false_accepts} false accepts"
         );
-        assert!(cases >= 100, "the corpus holds {cases} cases");
+        assert!(cases >= at_least, "the corpus holds {cases} cases");
         assert_eq!(false_accepts, 0, "{failures:#?}");
         assert!(share >= 99.0, "{share:.1}%: {failures:#?}");
         assert!(failures.is_empty(), "{failures:#?}");
