@@ -13,16 +13,8 @@ import tempfile
 import unittest
 
 import hermes_agents as hermes
-from test_stack import BIN, HERE, nats_url, wait_for
+from test_stack import ANCHOR_AGENTS, BIN, HERE, hermes_up, nats_url, stop_up, wait_for
 
-AGENTS = """
-[defaults]
-workspace = "{workspace}"
-
-[[agent]]
-id = "anchor"
-tools = ["math.evaluate"]
-"""
 
 TOKEN = "token-of-team-py"
 
@@ -44,24 +36,9 @@ class Lanes(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.TemporaryDirectory()
         root = pathlib.Path(cls.dir.name)
-        (root / "workspace").mkdir()
-        agents = root / "agents.toml"
-        agents.write_text(AGENTS.format(workspace=root / "workspace"))
         tokens = root / "tokens.toml"
         tokens.write_text(TOKENS)
-        cls.up = subprocess.Popen(
-            [str(BIN), "up", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off", "--agents-config", str(agents),
-             "--data-dir", str(root / "data"), "--dispatcher-api-tokens-file", str(tokens)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=dict(os.environ, HERMES_LLM_PROVIDER="none"), cwd=root)
-        ready = None
-        for line in cls.up.stdout:
-            if line.startswith("hermes up: grpc"):
-                ready = line.split()
-                break
-        if ready is None:
-            cls.up.kill()
-            raise RuntimeError("hermes up did not become ready")
+        cls.up, ready = hermes_up(root, ANCHOR_AGENTS, "--dispatcher-api-tokens-file", str(tokens))
         cls.grpc = ready[3]
         cls.client = hermes.Client(cls.grpc, token=TOKEN)
         env = dict(os.environ, WORKER_ID="py-lanes", NATS_URL=nats_url(root / "data"), TASKS="py.nap",
@@ -81,11 +58,7 @@ class Lanes(unittest.TestCase):
         cls.client.close()
         cls.worker.kill()
         cls.worker.wait()
-        cls.up.terminate()
-        try:
-            cls.up.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            cls.up.kill()
+        stop_up(cls.up)
         cls.dir.cleanup()
 
     def test_a_python_worker_serves_its_tenants_lane(self):

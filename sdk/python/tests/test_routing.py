@@ -14,16 +14,8 @@ import time
 import unittest
 
 import hermes_agents as hermes
-from test_stack import BIN, HERE, nats_url, wait_for
+from test_stack import ANCHOR_AGENTS, BIN, HERE, hermes_up, nats_url, stop_up, wait_for
 
-AGENTS = """
-[defaults]
-workspace = "{workspace}"
-
-[[agent]]
-id = "anchor"
-tools = ["math.evaluate"]
-"""
 
 WORKERS = ("steady", "slowed", "failing")
 
@@ -33,22 +25,7 @@ class RoutingHealth(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.TemporaryDirectory()
         root = pathlib.Path(cls.dir.name)
-        (root / "workspace").mkdir()
-        agents = root / "agents.toml"
-        agents.write_text(AGENTS.format(workspace=root / "workspace"))
-        cls.up = subprocess.Popen(
-            [str(BIN), "up", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off", "--agents-config", str(agents),
-             "--data-dir", str(root / "data")],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=dict(os.environ, HERMES_LLM_PROVIDER="none"), cwd=root)
-        ready = None
-        for line in cls.up.stdout:
-            if line.startswith("hermes up: grpc"):
-                ready = line.split()
-                break
-        if ready is None:
-            cls.up.kill()
-            raise RuntimeError("hermes up did not become ready")
+        cls.up, ready = hermes_up(root, ANCHOR_AGENTS)
         cls.grpc = ready[3]
         nats = nats_url(root / "data")
         cls.client = hermes.Client(cls.grpc)
@@ -72,11 +49,7 @@ class RoutingHealth(unittest.TestCase):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        cls.up.terminate()
-        try:
-            cls.up.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            cls.up.kill()
+        stop_up(cls.up)
         cls.dir.cleanup()
 
     @classmethod

@@ -83,6 +83,46 @@ def wait_for(check, timeout=30.0, what="the condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+#: One Rust agent that serves only `math.evaluate`, for stacks whose tests bring their own workers.
+ANCHOR_AGENTS = """
+[defaults]
+workspace = "{workspace}"
+
+[[agent]]
+id = "anchor"
+tools = ["math.evaluate"]
+"""
+
+
+def hermes_up(root, agents_text, *args, **env):
+    """Starts `hermes up` on `root` (a temporary directory) with `agents_text` as its agents file
+    (`{workspace}` filled in), no HTTP door and no model, plus `args` and `env`; waits until it
+    serves. Returns the process and its ready line's words (`[3]` the gRPC address, `[5]` NATS)."""
+    root = pathlib.Path(root)
+    (root / "workspace").mkdir(exist_ok=True)
+    agents = root / "agents.toml"
+    agents.write_text(agents_text.format(workspace=root / "workspace"))
+    up = subprocess.Popen(
+        [str(BIN), "up", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off", "--agents-config", str(agents),
+         "--data-dir", str(root / "data"), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env=dict(os.environ, HERMES_LLM_PROVIDER="none", **env), cwd=root)
+    for line in up.stdout:
+        if line.startswith("hermes up: grpc"):
+            return up, line.split()
+    up.kill()
+    raise RuntimeError("hermes up did not become ready")
+
+
+def stop_up(up):
+    """Stops a `hermes up` (SIGTERM, then SIGKILL after 20 s)."""
+    up.terminate()
+    try:
+        up.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        up.kill()
+
+
 class Stack(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -92,23 +132,8 @@ class Stack(unittest.TestCase):
         cls.spans = Spans()
         cls.otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{cls.spans.port}",
                     "OTEL_BSP_SCHEDULE_DELAY": "200"}
-        (root / "workspace").mkdir()
-        agents = root / "agents.toml"
-        agents.write_text(AGENTS.format(workspace=root / "workspace"))
-        cls.up = subprocess.Popen(
-            [str(BIN), "up", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off", "--agents-config", str(agents),
-             "--data-dir", str(root / "data")],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=dict(os.environ, HERMES_LLM_PROVIDER="none", HERMES_DISPATCHER__WEBHOOKS__ALLOW="127.0.0.1",
-                     HERMES_DISPATCHER__WEBHOOKS__SCHEDULE="0s,300ms,300ms", **cls.otel), cwd=root)
-        ready = None
-        for line in cls.up.stdout:
-            if line.startswith("hermes up: grpc"):
-                ready = line.split()
-                break
-        if ready is None:
-            cls.up.kill()
-            raise RuntimeError("hermes up did not become ready")
+        cls.up, ready = hermes_up(root, AGENTS, HERMES_DISPATCHER__WEBHOOKS__ALLOW="127.0.0.1",
+                                  HERMES_DISPATCHER__WEBHOOKS__SCHEDULE="0s,300ms,300ms", **cls.otel)
         cls.grpc = ready[3]
         # The local nats-server refuses anonymous clients: `hermes nats-url` gives its URL with
         # the password, as docs/python.md says.
@@ -125,11 +150,7 @@ class Stack(unittest.TestCase):
         for proc in cls.workers.values():
             proc.kill()
             proc.wait()
-        cls.up.terminate()
-        try:
-            cls.up.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            cls.up.kill()
+        stop_up(cls.up)
         cls.spans.server.stop(None)
         cls.dir.cleanup()
 
