@@ -443,7 +443,17 @@ async fn consume(
                     _ = shutdown.cancelled() => return,
                     update = lanes.next() => match update {
                         Some(update) => update,
-                        None => return,
+                        None => {
+                            // The watch ended (its server went away for good): watch again, from
+                            // the start; the lanes already served are recognised and skipped.
+                            warn!(event = "lanes_watch_ended", "the lanes bucket's watch ended; watching it again");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            match hermes_core::lanes::follow(&bus).await {
+                                Ok(again) => lanes = Box::pin(again),
+                                Err(e) => warn!(error = %e, "cannot watch the lanes bucket; trying again"),
+                            }
+                            continue;
+                        }
                     },
                 };
                 let change = match known.insert(update.tenant.clone(), update.weight) {
