@@ -10,8 +10,9 @@
 //!
 //! The merge holds at most one task per consumer while it waits for a slot (the consumers' own
 //! pulls hold no more than the agent's concurrency each), and says whether pooled work was left
-//! waiting at the last take: the agent's heartbeat carries it (`backlogged`), and routing sends
-//! such an agent no more directed work, which would otherwise pass the lanes by.
+//! waiting at the last take: the agent's heartbeat carries it (`backlogged`; a heartbeat goes at
+//! once when it turns true), and routing sends such an agent no more directed work, which would
+//! otherwise pass the lanes by.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -67,10 +68,16 @@ pub(crate) struct FairMerge<T> {
     /// Where the search for the smallest pass starts, so consumers of one flow take turns.
     rotor: usize,
     backlogged: Arc<AtomicBool>,
+    /// Told when `backlogged` turns true, so the agent can say so before its next heartbeat.
+    rose: Arc<tokio::sync::Notify>,
 }
 
 impl<T> FairMerge<T> {
-    pub(crate) fn new(changes: mpsc::UnboundedReceiver<Change<T>>, backlogged: Arc<AtomicBool>) -> Self {
+    pub(crate) fn new(
+        changes: mpsc::UnboundedReceiver<Change<T>>,
+        backlogged: Arc<AtomicBool>,
+        rose: Arc<tokio::sync::Notify>,
+    ) -> Self {
         FairMerge {
             entries: Vec::new(),
             clocks: HashMap::new(),
@@ -78,6 +85,7 @@ impl<T> FairMerge<T> {
             now: 0.0,
             rotor: 0,
             backlogged,
+            rose,
         }
     }
 
@@ -174,7 +182,12 @@ where
         if let Some(i) = this.choose() {
             let taken = this.entries[i].peeked.take();
             let waiting = this.entries.iter().any(|e| e.flow.is_some() && e.peeked.is_some());
-            this.backlogged.store(waiting, Ordering::Relaxed);
+            if waiting && !this.backlogged.swap(true, Ordering::Relaxed) {
+                this.rose.notify_one();
+            }
+            if !waiting {
+                this.backlogged.store(false, Ordering::Relaxed);
+            }
             return Poll::Ready(taken);
         }
         this.backlogged.store(false, Ordering::Relaxed);
@@ -199,7 +212,7 @@ mod tests {
     fn merge() -> (FairMerge<Item>, mpsc::UnboundedSender<Change<Item>>, Arc<AtomicBool>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let backlogged = Arc::new(AtomicBool::new(false));
-        (FairMerge::new(rx, backlogged.clone()), tx, backlogged)
+        (FairMerge::new(rx, backlogged.clone(), Arc::default()), tx, backlogged)
     }
 
     async fn take(merge: &mut FairMerge<Item>, n: usize) -> Vec<String> {

@@ -221,6 +221,7 @@ impl Agent {
             ack_wait: self.config.ack_wait,
             in_flight: AtomicU32::new(0),
             backlogged: Arc::default(),
+            backlog_rose: Arc::default(),
             stats: std::sync::Mutex::new(Stats::default()),
             running: Default::default(),
         });
@@ -362,6 +363,8 @@ struct Shared {
     in_flight: AtomicU32,
     /// Whether pooled work waited when the agent last took a task (`fair`), for its heartbeat.
     backlogged: Arc<std::sync::atomic::AtomicBool>,
+    /// Told when `backlogged` turns true: the heartbeat loop sends a beat then.
+    backlog_rose: Arc<tokio::sync::Notify>,
     stats: std::sync::Mutex<Stats>,
     /// Running tasks' cancellation tokens, by task id, with their goal.
     running: std::sync::Mutex<std::collections::HashMap<String, (String, CancellationToken)>>,
@@ -422,7 +425,7 @@ async fn consume(
     // stream re-creates its consumer if it is deleted under it (see `Bus::resilient_messages`).
     let batch = max_concurrency as usize;
     let (changes, receiver) = tokio::sync::mpsc::unbounded_channel();
-    let mut messages = fair::FairMerge::new(receiver, shared.backlogged.clone());
+    let mut messages = fair::FairMerge::new(receiver, shared.backlogged.clone(), shared.backlog_rose.clone());
     let directed = topology.direct_tasks_of(&shared.agent_id);
     for spec in consumers {
         let is_directed = spec.filter_subject == directed;
@@ -965,10 +968,21 @@ async fn heartbeat_loop(
     // up behind it made the registry declare a live agent offline, again and again. One mirror
     // write at a time; a beat whose mirror is still being written is not mirrored.
     let mut mirror: Option<tokio::task::JoinHandle<()>> = None;
+    let mut early_beat = Instant::now();
     loop {
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
+            // Pooled work began to wait here: say so now rather than at the next tick, so routing
+            // stops sending this agent directed work that would pass the lanes by. At most one
+            // such beat a second.
+            _ = shared.backlog_rose.notified(), if early_beat.elapsed() >= Duration::from_secs(1) => {
+                early_beat = Instant::now();
+                let hb = beat(false, false);
+                if let Err(e) = shared.bus.client().publish(subject.clone(), hb.encode_to_vec().into()).await {
+                    warn!(error = %e, "heartbeat publish failed");
+                }
+            }
             _ = ticker.tick() => {
                 let hb = beat(false, false);
                 if let Err(e) = shared.bus.client().publish(subject.clone(), hb.encode_to_vec().into()).await {
