@@ -231,7 +231,7 @@ impl SandboxBuilder {
         }
         if let Some(tokens) = &self.api_tokens {
             let access = hermes_dispatcher::access::Access::parse(tokens).expect("valid API tokens");
-            dispatcher.access = std::sync::Arc::new(access);
+            dispatcher.access = hermes_dispatcher::access::Tokens::fixed(access);
         }
         if let Some(ttl) = self.catalog_ttl {
             dispatcher.catalog_ttl = ttl;

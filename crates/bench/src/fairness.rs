@@ -96,7 +96,7 @@ pub async fn measure(nats_url: &str, flood: usize, samples: usize) -> anyhow::Re
     let access = hermes_dispatcher::access::Access::parse(&tokens())?;
     let dispatcher = hermes_dispatcher::DispatcherConfig {
         grpc_listen: "127.0.0.1:0".parse()?,
-        access: Arc::new(access),
+        access: hermes_dispatcher::access::Tokens::fixed(access),
         ..Default::default()
     };
     let shutdown = CancellationToken::new();

@@ -18,6 +18,12 @@
 //! no tenant. With it, a missing or unknown token is `UNAUTHENTICATED` (HTTP 401), a role
 //! missing for the call is `DENIED` (gRPC `PERMISSION_DENIED`, HTTP 403), and a goal of another
 //! tenant is `NOT_FOUND`, as one that does not exist.
+//!
+//! The file is read again on SIGHUP, and when its content changes (within 10 s), by [`Tokens`]:
+//! a process that serves with it (the dispatcher, the registry and memory with
+//! `api_tokens_file`, `hermes up`) takes the new tokens, tenants, quotas and weights without a
+//! restart. A file that no longer reads is refused with an error in
+//! the log, and the tokens before it stay in force.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -317,6 +323,115 @@ impl Access {
     }
 }
 
+/// API tokens as the file holds them now: an [`Access`] that [`Tokens::reload`] replaces from
+/// the same file (on SIGHUP or a change, [`Tokens::reload_on_hangup`]), for every reader at once. Auth off
+/// (no file) stays off: there is nothing to read again.
+pub struct Tokens {
+    file: Option<std::path::PathBuf>,
+    current: tokio::sync::watch::Sender<std::sync::Arc<Access>>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokens").field("file", &self.file).field("current", &self.current()).finish()
+    }
+}
+
+impl Tokens {
+    /// The tokens of the file a setting names (`api_tokens_file`); a blank setting is auth off.
+    pub fn from_setting(file: &str) -> anyhow::Result<std::sync::Arc<Tokens>> {
+        let access = Access::from_setting(file)?;
+        let file = (!file.trim().is_empty()).then(|| std::path::PathBuf::from(file.trim()));
+        Ok(std::sync::Arc::new(Tokens { file, current: tokio::sync::watch::Sender::new(access.into()) }))
+    }
+
+    /// Tokens that come from no file and are never read again (tests, benches).
+    pub fn fixed(access: Access) -> std::sync::Arc<Tokens> {
+        std::sync::Arc::new(Tokens { file: None, current: tokio::sync::watch::Sender::new(access.into()) })
+    }
+
+    /// The tokens in force.
+    pub fn current(&self) -> std::sync::Arc<Access> {
+        self.current.borrow().clone()
+    }
+
+    /// Each set of tokens as it comes into force, the one in force first.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<std::sync::Arc<Access>> {
+        self.current.subscribe()
+    }
+
+    /// Reads the file again and puts its tokens in force; a file that does not read, or that has
+    /// no token, is an error and changes nothing. Says how many tokens and tenants are in force.
+    pub fn reload(&self) -> anyhow::Result<(usize, usize)> {
+        let Some(file) = &self.file else {
+            anyhow::bail!("auth is off: there is no tokens file to read again")
+        };
+        let access = Access::load(file)?;
+        let counts = (access.tokens.as_ref().map_or(0, HashMap::len), access.tenant_weights().len());
+        self.current.send_replace(access.into());
+        Ok(counts)
+    }
+
+    /// Reads the file again on every SIGHUP, and when its content changes (looked at every
+    /// [`TOKENS_POLL`]: a Kubernetes Secret mounted as a volume changes under the process), until
+    /// `shutdown`, logging what came of it. Nothing to do with auth off.
+    pub fn reload_on_hangup(self: &std::sync::Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        let Some(file) = self.file.clone() else { return };
+        let tokens = self.clone();
+        tokio::spawn(async move {
+            let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+                Ok(hangups) => Some(hangups),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch for SIGHUP: the API tokens file is read again only when it changes");
+                    None
+                }
+            };
+            let hangup = async |hangups: &mut Option<tokio::signal::unix::Signal>| match hangups {
+                Some(h) => h.recv().await,
+                None => std::future::pending().await,
+            };
+            let mut seen = std::fs::read(&file).ok();
+            let mut poll = tokio::time::interval(TOKENS_POLL);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                let why = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = hangup(&mut hangups) => {
+                        seen = std::fs::read(&file).ok();
+                        "SIGHUP"
+                    }
+                    _ = poll.tick() => {
+                        let now = std::fs::read(&file).ok();
+                        if now == seen {
+                            continue;
+                        }
+                        seen = now;
+                        "the file changed"
+                    }
+                };
+                match tokens.reload() {
+                    Ok((n, tenants)) => tracing::info!(
+                        tokens = n,
+                        tenants,
+                        why,
+                        event = "api_tokens_reloaded",
+                        "API tokens read again"
+                    ),
+                    Err(e) => tracing::error!(
+                        error = %format!("{e:#}"),
+                        why,
+                        event = "api_tokens_reload_failed",
+                        "the API tokens file was not taken; the tokens before it stay in force"
+                    ),
+                }
+            }
+        });
+    }
+}
+
+/// How often a tokens file is looked at for a change ([`Tokens::reload_on_hangup`]).
+pub const TOKENS_POLL: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The check of the services that check no credentials themselves, composed on the dispatcher's
 /// gRPC server or on their own (`hermes-registry`, `hermes-memory` with `api_tokens_file`):
 /// `hermes.v1.Registry` needs any role (it reads agents), `hermes.v1.Memory` the operator role.
@@ -328,7 +443,7 @@ impl Access {
 ///
 /// [`TENANT_HEADER`]: crate::grpc::TENANT_HEADER
 /// [`REDACT_HEADER`]: crate::grpc::REDACT_HEADER
-pub fn guard(access: std::sync::Arc<Access>) -> crate::grpc::Guard {
+pub fn guard(tokens: std::sync::Arc<Tokens>) -> crate::grpc::Guard {
     use crate::grpc::{REDACT_HEADER, TENANT_HEADER};
     std::sync::Arc::new(move |path: &str, headers: &mut axum::http::HeaderMap| {
         headers.remove(TENANT_HEADER);
@@ -341,7 +456,7 @@ pub fn guard(access: std::sync::Arc<Access>) -> crate::grpc::Guard {
             return Ok(());
         };
         let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
-        let who = access.authenticate(authorization)?;
+        let who = tokens.current().authenticate(authorization)?;
         who.require(need)?;
         if who.require(Need::Secrets).is_err() {
             headers.insert(REDACT_HEADER, axum::http::HeaderValue::from_static("1"));

@@ -48,8 +48,9 @@ pub struct DispatcherConfig {
     pub max_watches_per_client: usize,
     /// Goal event streams all clients together may hold open at once.
     pub max_watches: usize,
-    /// Who may call the API doors (API tokens; open when none are configured).
-    pub access: Arc<access::Access>,
+    /// Who may call the API doors (API tokens; open when none are configured), read again on
+    /// SIGHUP.
+    pub access: Arc<access::Tokens>,
     /// Serve a non-loopback address with auth off (behind a proxy that authenticates).
     pub allow_unauthenticated: bool,
     /// Record every model exchange of a goal (planner, summarizer, agents) and its agent loops'
@@ -100,7 +101,7 @@ impl Default for DispatcherConfig {
             http: None,
             max_watches_per_client: 256,
             max_watches: 4096,
-            access: Arc::new(access::Access::open()),
+            access: access::Tokens::fixed(access::Access::open()),
             allow_unauthenticated: false,
             record_model_exchanges: true,
             webhooks: WebhookConfig::default(),

@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use futures::Stream;
-use hermes_core::access::{Access, Need, Principal, TENANT_LABEL, tenant_of};
+use hermes_core::access::{Need, Principal, TENANT_LABEL, Tokens, tenant_of};
 use hermes_core::ids::{IdShape, check_id};
 use hermes_core::trace::TraceContext;
 use hermes_core::{Bus, Error, Result};
@@ -93,12 +93,12 @@ pub(crate) struct Gate {
     dead_letters: DeadLetters,
     audit: Audit,
     records: Records,
-    access: Arc<Access>,
+    access: Arc<Tokens>,
     bus: Bus,
 }
 
 impl Gate {
-    pub(crate) fn new(goals: Arc<GoalService>, audit: Audit, records: Records, access: Arc<Access>) -> Gate {
+    pub(crate) fn new(goals: Arc<GoalService>, audit: Audit, records: Records, access: Arc<Tokens>) -> Gate {
         let bus = goals.bus().clone();
         Gate { dead_letters: DeadLetters::new(bus.clone()), goals, audit, records, access, bus }
     }
@@ -112,13 +112,13 @@ impl Gate {
         peer: Option<SocketAddr>,
         trace: Option<TraceContext>,
     ) -> Result<Caller> {
-        let principal = self.access.authenticate(authorization)?.at(door.as_str(), peer);
+        let principal = self.access.current().authenticate(authorization)?.at(door.as_str(), peer);
         Ok(Caller { principal, door, peer, trace })
     }
 
     /// Whether callers must authenticate.
     pub(crate) fn auth_enabled(&self) -> bool {
-        self.access.enabled()
+        self.access.current().enabled()
     }
 
     /// Whether goals given as text are accepted (a planner serves this deployment).

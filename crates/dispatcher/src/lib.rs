@@ -69,7 +69,7 @@ pub struct Started {
 /// to listen anywhere but on loopback then, unless `allow_unauthenticated` says a proxy in front
 /// authenticates.
 fn refuse_open_doors(config: &DispatcherConfig) -> anyhow::Result<()> {
-    if config.access.enabled() || config.allow_unauthenticated {
+    if config.access.current().enabled() || config.allow_unauthenticated {
         return Ok(());
     }
     let doors =
@@ -97,7 +97,7 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let listen = config.grpc_listen;
     cx.grpc_listen(listen, config.grpc_max_message_bytes, hermes_runtime::GRPC_LIMIT_SETTING).await?;
     cx.grpc_tls(config.grpc_tls.clone())?;
-    if config.access.enabled() {
+    if config.access.current().enabled() {
         cx.grpc_guard(access::guard(config.access.clone()))?;
     }
     let http_listener = match &config.http {
@@ -148,11 +148,12 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let (followups, inbox) = effects::Followups::channel();
     let FollowupInbox { deadlines, summaries, unserved, unsent } = inbox;
     let audit = audit::Audit::open(bus.clone()).await.context("cannot open the audit stream")?;
-    let quotas = quota::Quotas::open(&bus, config.access.quotas.clone())
+    let tokens = config.access.current();
+    let quotas = quota::Quotas::open(&bus, tokens.quotas.clone(), tokens.enabled())
         .await
         .context("cannot open the tenants' quota bucket")?;
     // Before the API serves: a tenant's lane is known to the agents before its first task is in it.
-    hermes_core::lanes::publish(&bus, &config.access.tenant_weights())
+    hermes_core::lanes::publish(&bus, &tokens.tenant_weights())
         .await
         .context("cannot write the tenants' lanes")?;
     let records = records::Records::open(bus.clone(), config.record_model_exchanges)
@@ -161,6 +162,24 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let access = config.access.clone();
     let service =
         Arc::new(GoalService::new(bus.clone(), config, followups, quotas, records.clone(), webhooks));
+    // The tokens file read again (SIGHUP) brings its tenants' quotas and weights with it.
+    access.reload_on_hangup(cx.shutdown());
+    let (mut reloads, reloaded) = (access.subscribe(), service.clone());
+    let b = bus.clone();
+    cx.spawn_loop("api-tokens", move |stop| async move {
+        reloads.mark_unchanged();
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                changed = reloads.changed() => if changed.is_err() { return },
+            }
+            let tokens = reloads.borrow_and_update().clone();
+            reloaded.quotas().set(tokens.quotas.clone());
+            if let Err(e) = hermes_core::lanes::publish(&b, &tokens.tenant_weights()).await {
+                tracing::warn!(error = %e, "cannot write the tenants' lanes after the tokens file was read again");
+            }
+        }
+    });
     let gate = Arc::new(gate::Gate::new(service.clone(), audit, records, access));
     // The routing view is loaded before the API serves, so the first tasks go to live agents.
     let agents = service.agents().clone();

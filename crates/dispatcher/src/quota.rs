@@ -52,7 +52,8 @@ struct Bucket {
 
 /// The quotas and their state. Cheap to share.
 pub struct Quotas {
-    tenants: HashMap<String, TenantQuota>,
+    /// Replaced when the tokens file is read again ([`Quotas::set`]).
+    tenants: std::sync::RwLock<HashMap<String, TenantQuota>>,
     buckets: Mutex<HashMap<String, Bucket>>,
     kv: Option<kv::Store>,
 }
@@ -66,12 +67,14 @@ fn kv_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
 }
 
 impl Quotas {
-    /// The quotas of `tenants`; the bucket is opened (and created, by the first dispatcher) only
-    /// when a tenant has a running-goals quota or a daily budget.
-    pub async fn open(bus: &Bus, tenants: Vec<TenantQuota>) -> Result<Quotas> {
-        let needs_kv = tenants
-            .iter()
-            .any(|t| t.max_running_goals.is_some() || t.daily_tokens.is_some() || t.daily_cost_usd.is_some());
+    /// The quotas of `tenants`; the bucket is opened (and created, by the first dispatcher)
+    /// when auth is on (`tenants_exist`: a tokens file read again may bring quotas that need
+    /// it), or when a tenant has a running-goals quota or a daily budget.
+    pub async fn open(bus: &Bus, tenants: Vec<TenantQuota>, tenants_exist: bool) -> Result<Quotas> {
+        let needs_kv = tenants_exist
+            || tenants.iter().any(|t| {
+                t.max_running_goals.is_some() || t.daily_tokens.is_some() || t.daily_cost_usd.is_some()
+            });
         let kv = match needs_kv {
             true => Some(
                 bus.ensure_bucket(kv::Config {
@@ -86,20 +89,29 @@ impl Quotas {
             ),
             false => None,
         };
-        Ok(Quotas {
-            tenants: tenants.into_iter().map(|t| (t.name.clone(), t)).collect(),
-            buckets: Mutex::new(HashMap::new()),
-            kv,
-        })
+        Ok(Quotas { tenants: Default::default(), buckets: Mutex::new(HashMap::new()), kv }.with(tenants))
+    }
+
+    fn with(self, tenants: Vec<TenantQuota>) -> Quotas {
+        self.set(tenants);
+        self
+    }
+
+    /// Puts `tenants`' quotas in force in place of the ones before (the tokens file read again).
+    /// A tenant's submit rate starts again from a full burst.
+    pub fn set(&self, tenants: Vec<TenantQuota>) {
+        let tenants = tenants.into_iter().map(|t| (t.name.clone(), t)).collect();
+        *self.tenants.write().expect("quota tenants") = tenants;
+        self.buckets.lock().expect("quota buckets").clear();
     }
 
     /// No quotas.
     pub fn none() -> Quotas {
-        Quotas { tenants: HashMap::new(), buckets: Mutex::new(HashMap::new()), kv: None }
+        Quotas { tenants: Default::default(), buckets: Mutex::new(HashMap::new()), kv: None }
     }
 
-    fn of(&self, tenant: Option<&str>) -> Option<&TenantQuota> {
-        self.tenants.get(tenant?)
+    fn of(&self, tenant: Option<&str>) -> Option<TenantQuota> {
+        self.tenants.read().expect("quota tenants").get(tenant?).cloned()
     }
 
     /// Takes a submit from the tenant's rate, and checks its daily budgets: before the goal is
@@ -199,7 +211,11 @@ impl Quotas {
         scanned_from: u64,
     ) {
         let none = std::collections::HashSet::new();
-        for quota in self.tenants.values().filter(|q| q.max_running_goals.is_some()) {
+        let quotas: Vec<TenantQuota> = {
+            let tenants = self.tenants.read().expect("quota tenants");
+            tenants.values().filter(|q| q.max_running_goals.is_some()).cloned().collect()
+        };
+        for quota in &quotas {
             let alive = running.get(&quota.name).unwrap_or(&none);
             let key = running_key(&quota.name);
             let mut freed = 0;
@@ -309,11 +325,7 @@ mod tests {
             submit_burst: Some(2),
             ..Default::default()
         };
-        let quotas = Quotas {
-            tenants: [("team-a".to_owned(), quota)].into(),
-            buckets: Mutex::new(HashMap::new()),
-            kv: None,
-        };
+        let quotas = Quotas::none().with(vec![quota.clone()]);
         quotas.check_submit(Some("team-a")).await.unwrap();
         quotas.check_submit(Some("team-a")).await.unwrap();
         let refused = quotas.check_submit(Some("team-a")).await.unwrap_err();
@@ -322,11 +334,21 @@ mod tests {
         // Other tenants, and callers with no tenant, have no quota here.
         quotas.check_submit(Some("team-b")).await.unwrap();
         quotas.check_submit(None).await.unwrap();
+        // The tokens file read again: the new quotas apply, with a full burst.
+        quotas.set(vec![TenantQuota { submit_burst: Some(3), ..quota }]);
+        for _ in 0..3 {
+            quotas.check_submit(Some("team-a")).await.unwrap();
+        }
+        assert!(quotas.check_submit(Some("team-a")).await.is_err());
+        quotas.set(Vec::new());
+        quotas.check_submit(Some("team-a")).await.unwrap();
     }
 
     #[test]
     fn bad_quotas_are_refused() {
         for bad in [
+            TenantQuota { name: "t".into(), weight: Some(0.0), ..Default::default() },
+            TenantQuota { name: "t".into(), weight: Some(1e9), ..Default::default() },
             TenantQuota { name: "t".into(), max_running_goals: Some(0), ..Default::default() },
             TenantQuota { name: "t".into(), submits_per_second: Some(f64::NAN), ..Default::default() },
             TenantQuota { name: "t".into(), submit_burst: Some(3), ..Default::default() },

@@ -280,7 +280,7 @@ impl DispatchSettings {
         let config = self.config_unchecked(llm, grpc)?;
         // A cost budget with no prices would never trip: say so at start.
         if config.prices == crate::engine::Prices::default()
-            && let Some(tenant) = config.access.quotas.iter().find(|q| q.daily_cost_usd.is_some())
+            && let Some(tenant) = config.access.current().quotas.iter().find(|q| q.daily_cost_usd.is_some())
         {
             anyhow::bail!(
                 "tenant `{}` has a daily_cost_usd quota, but no LLM prices are set (llm.price_input_per_mtok, llm.price_output_per_mtok), so goals cost nothing and it would never apply",
@@ -305,7 +305,7 @@ impl DispatchSettings {
             http: self.http.config()?,
             max_watches_per_client: self.max_watches_per_client.max(1),
             max_watches: self.max_watches.max(1),
-            access: std::sync::Arc::new(hermes_core::access::Access::from_setting(&self.api_tokens_file)?),
+            access: hermes_core::access::Tokens::from_setting(&self.api_tokens_file)?,
             allow_unauthenticated: self.allow_unauthenticated,
             record_model_exchanges: self.record_model_exchanges,
             webhooks: self.webhooks.config()?,

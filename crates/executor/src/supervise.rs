@@ -7,7 +7,7 @@
 //! (`HERMES_SUPERVISED=1`, started through `setpriv --pdeathsig KILL`, so it dies with the
 //! supervisor) and waits for it:
 //! - the child exits on its own (a normal exit, a drain after SIGTERM, which the supervisor
-//!   forwards): the supervisor exits with its code;
+//!   forwards, as it forwards SIGINT and SIGHUP): the supervisor exits with its code;
 //! - the child dies of SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS or SIGKILL (the OOM
 //!   killer; a SIGKILL an operator sends to the supervisor instead takes both down and counts as
 //!   nothing): the supervisor starts a new child and hands it the tasks the crashed one ran.
@@ -243,7 +243,8 @@ async fn supervise(name: &str) -> i32 {
         return 2;
     };
     let args: Vec<_> = std::env::args_os().skip(1).collect();
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
     else {
         eprintln!("{name}: cannot handle signals; exiting");
         return 2;
@@ -306,6 +307,9 @@ async fn supervise(name: &str) -> i32 {
                 () = tasks.read_line(), if tasks.open => {}
                 _ = term.recv() => forward(&child, nix::sys::signal::Signal::SIGTERM),
                 _ = int.recv() => forward(&child, nix::sys::signal::Signal::SIGINT),
+                // "Read your files again" (the API tokens): the worker's to act on. One that does
+                // not handle it ends, and so does the supervisor, as before it was forwarded.
+                _ = hup.recv() => forward(&child, nix::sys::signal::Signal::SIGHUP),
             }
         };
         let status = match status {

@@ -347,10 +347,12 @@ impl Context {
     /// APIs, served on their own) with the API tokens of `file` (`hermes_core::access::guard`);
     /// empty: none, with a warning when the server listens beyond loopback, since any caller
     /// reaching it is then trusted with the tenant it names.
+    /// The file is read again on SIGHUP (`hermes_core::access::Tokens`).
     pub fn grpc_api_tokens(&mut self, file: &str) -> anyhow::Result<()> {
-        let access = hermes_core::access::Access::from_setting(file)?;
-        if access.enabled() {
-            return self.grpc_guard(hermes_core::access::guard(std::sync::Arc::new(access)));
+        let tokens = hermes_core::access::Tokens::from_setting(file)?;
+        if tokens.current().enabled() {
+            tokens.reload_on_hangup(self.shutdown());
+            return self.grpc_guard(hermes_core::access::guard(tokens));
         }
         if let Some(addr) = self.grpc_addr().filter(|a| !a.ip().is_loopback()) {
             tracing::warn!(

@@ -590,6 +590,64 @@ fn the_local_nats_server_refuses_anonymous_clients_and_takes_its_generated_passw
     assert!(text(&after).contains("no `hermes up` is running on"), "{}", text(&after));
 }
 
+/// SIGHUP reads the API tokens file again: a token added works and one removed is refused, on the
+/// dispatcher's calls and on the Registry and Memory APIs it serves, with no restart; a file that
+/// no longer reads leaves the tokens before it in force; a change with no signal is seen too.
+#[test]
+fn the_api_tokens_file_is_read_again_on_sighup_and_on_a_change() {
+    use sha2::Digest;
+    let nats = hermes_test_util::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let entry = |name: &str, secret: &str| {
+        let sha: String =
+            sha2::Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "[[token]]\nname = \"{name}\"\nsha256 = \"{sha}\"\ntenant = \"team-a\"\nroles = [\"viewer\"]\n"
+        )
+    };
+    let tokens = data.path().join("tokens.toml");
+    std::fs::write(&tokens, entry("old", "old-secret")).unwrap();
+    let tokens_arg = tokens.to_str().unwrap().to_owned();
+    let (up, grpc) = hermes_up_with(&nats.url(), data.path(), &["--dispatcher-api-tokens-file", &tokens_arg]);
+    let works =
+        |command: &str, token: &str| hermes(&[command, "--server", &grpc, "--token", token]).status.success();
+    assert!(works("list", "old-secret"));
+    assert!(!works("list", "new-secret"));
+
+    std::fs::write(&tokens, entry("new", "new-secret")).unwrap();
+    let hangup = || {
+        let sent = Command::new("kill").args(["-HUP", &up.0.id().to_string()]).status().unwrap();
+        assert!(sent.success());
+    };
+    hangup();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !works("list", "new-secret") {
+        assert!(Instant::now() < deadline, "the new token was not taken within 10 s of SIGHUP");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!works("list", "old-secret"), "a token removed from the file still works");
+    assert!(works("agents", "new-secret"), "the Registry API took the new token too");
+    assert!(!works("agents", "old-secret"));
+    let memory = hermes(&["memory", "artifacts", "--server", &grpc, "--token", "old-secret"]);
+    assert!(text(&memory).contains("UNAUTHENTICATED"), "{}", text(&memory));
+
+    // A broken file changes nothing, and the process goes on serving.
+    std::fs::write(&tokens, "[[token]]\nname = \"broken\"\n").unwrap();
+    hangup();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(works("list", "new-secret"), "a broken file took the tokens in force away");
+    assert!(!works("list", "old-secret"));
+
+    // A change with no signal (a Kubernetes Secret updated under the pod) is seen within 10 s.
+    std::fs::write(&tokens, entry("third", "third-secret")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !works("list", "third-secret") {
+        assert!(Instant::now() < deadline, "a changed file was not taken within 15 s without SIGHUP");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(!works("list", "new-secret"));
+}
+
 /// With an API tokens file, `hermes` client commands are refused without a token and work with
 /// `--token` (or `HERMES_TOKEN`); `hermes audit` shows an operator who did what.
 #[test]
