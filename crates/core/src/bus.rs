@@ -960,6 +960,7 @@ async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<
             bucket: t.agents_bucket(),
             description: "Hermes agents' last heartbeats".into(),
             history: 1,
+            max_age: crate::agents::MAX_AGE,
             num_replicas: config.replicas,
             ..Default::default()
         },

@@ -807,6 +807,17 @@ pub fn start(config: RegistryConfig, cx: &mut hermes_runtime::Context) -> anyhow
 pub async fn run(bus: Bus, registry: Registry, shutdown: CancellationToken) -> anyhow::Result<()> {
     export_metrics(&registry);
     let topology = bus.topology().clone();
+    // A bucket made by a release whose entries never expired: its delete markers piled up.
+    match bus.agents().expire_entries(bus.jetstream()).await {
+        Ok(true) => info!(
+            event = "agents_bucket_bounded",
+            "the agents bucket's entries now expire a day after their last write"
+        ),
+        Ok(false) => {}
+        Err(e) => {
+            warn!(error = %e, "cannot set the agents bucket's max age; its delete markers are not bounded")
+        }
+    }
     let (loaded, dead) = registry.rebuild_from_kv(&bus).await;
     let mut heartbeats = bus.client().subscribe(topology.all_heartbeats()).await?;
     let mut catalog = bus.client().queue_subscribe(topology.catalog(), topology.registry_queue()).await?;
