@@ -95,6 +95,11 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// A caller whose credentials were refused, for the audit trail: no role, no tenant.
+    pub fn unauthenticated(origin: String) -> Principal {
+        Principal { name: "unauthenticated".into(), tenant: None, roles: Vec::new(), origin }
+    }
+
     /// The caller when auth is off: every role, every goal.
     pub fn anyone() -> Principal {
         Principal {

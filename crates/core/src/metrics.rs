@@ -82,6 +82,9 @@ pub struct Metrics {
     /// Tool-result cache lookups by tool and outcome (`hit`, `miss`, `shared`: a concurrent
     /// identical call's result, `stored`, `too_large`).
     pub tool_cache: Family<Labels, Counter>,
+    /// Calls refused for their credentials (no token, an unknown one), by door, every one of
+    /// them (the audit trail keeps a bounded share).
+    pub auth_failures: Family<Labels, Counter>,
 }
 
 /// The process-wide metrics.
@@ -114,6 +117,7 @@ pub fn global() -> &'static Metrics {
             model_slots_in_use: Family::default(),
             model_throttles: Family::default(),
             tool_cache: Family::default(),
+            auth_failures: Family::default(),
         };
         let m = &metrics;
         registry.register("hermes_tool_calls", "Tool calls by agent, tool and outcome", m.tool_calls.clone());
@@ -197,6 +201,11 @@ pub fn global() -> &'static Metrics {
             "hermes_tool_cache",
             "Tool-result cache lookups by tool and outcome",
             m.tool_cache.clone(),
+        );
+        registry.register(
+            "hermes_auth_failures",
+            "Calls refused for their credentials, by door",
+            m.auth_failures.clone(),
         );
         *m.registry.lock().unwrap_or_else(|p| p.into_inner()) = registry;
         metrics

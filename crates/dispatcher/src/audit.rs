@@ -30,6 +30,9 @@ pub enum Action {
     WebhookRotate,
     WebhookResend,
     CacheClear,
+    /// A call refused for its credentials (no token, an unknown one): who is not known, so the
+    /// record names the door and address it came from ([`FailedAuth`]).
+    AuthFailed,
 }
 
 impl Action {
@@ -45,7 +48,65 @@ impl Action {
             Action::WebhookRotate => "webhook.rotate",
             Action::WebhookResend => "webhook.resend",
             Action::CacheClear => "tool_cache.clear",
+            Action::AuthFailed => "auth.failed",
         }
+    }
+}
+
+/// The failed authentications the trail keeps: at most one record per address every
+/// [`FAILED_AUTH_EVERY`], and at most [`FAILED_AUTH_BURST`] records a second from all addresses
+/// together, so a flood of bad tokens cannot fill the stream (or slow the doors: the records are
+/// written off the call's path). A record says how many failures from its address went
+/// unrecorded since the one before; `hermes_auth_failures` counts every one.
+#[derive(Default)]
+pub struct FailedAuth {
+    state: std::sync::Mutex<FailedAuthState>,
+}
+
+#[derive(Default)]
+struct FailedAuthState {
+    /// By address: when its last record was written, and the failures since then unrecorded.
+    by_peer: std::collections::HashMap<String, (std::time::Instant, u64)>,
+    /// The records written in the current second, and when it began.
+    second: (Option<std::time::Instant>, u32),
+}
+
+/// See [`FailedAuth`].
+pub const FAILED_AUTH_EVERY: Duration = Duration::from_secs(10);
+/// See [`FailedAuth`].
+pub const FAILED_AUTH_BURST: u32 = 10;
+/// Addresses remembered at most; past it the oldest are forgotten.
+const FAILED_AUTH_PEERS: usize = 10_000;
+
+impl FailedAuth {
+    /// Whether a failure from `peer` gets a record now, and how many before it went unrecorded.
+    pub fn admit(&self, peer: &str, now: std::time::Instant) -> Option<u64> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (last, skipped) = match state.by_peer.get(peer) {
+            Some(&(last, skipped)) => (Some(last), skipped),
+            None => (None, 0),
+        };
+        let second_full = match state.second {
+            (Some(start), n) if now.duration_since(start) < Duration::from_secs(1) => n >= FAILED_AUTH_BURST,
+            _ => false,
+        };
+        let too_soon = last.is_some_and(|last| now.duration_since(last) < FAILED_AUTH_EVERY);
+        if too_soon || second_full {
+            state.by_peer.insert(peer.to_owned(), (last.unwrap_or(now), skipped + 1));
+            return None;
+        }
+        state.second = match state.second {
+            (Some(start), n) if now.duration_since(start) < Duration::from_secs(1) => (Some(start), n + 1),
+            _ => (Some(now), 1),
+        };
+        if state.by_peer.len() >= FAILED_AUTH_PEERS && !state.by_peer.contains_key(peer) {
+            let oldest = state.by_peer.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                state.by_peer.remove(&oldest);
+            }
+        }
+        state.by_peer.insert(peer.to_owned(), (now, 0));
+        Some(skipped)
     }
 }
 
@@ -142,5 +203,28 @@ impl Audit {
         .await?;
         let records = read.into_iter().map(|(seq, record)| AuditRecord { seq, ..record }).collect();
         Ok(records)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn failed_authentications_are_recorded_once_per_address_every_10_s_and_10_a_second_in_all() {
+        let limit = FailedAuth::default();
+        let start = Instant::now();
+        assert_eq!(limit.admit("10.0.0.1", start), Some(0));
+        for _ in 0..5 {
+            assert_eq!(limit.admit("10.0.0.1", start + Duration::from_secs(1)), None);
+        }
+        // The next record from the address says how many went unrecorded.
+        assert_eq!(limit.admit("10.0.0.1", start + FAILED_AUTH_EVERY), Some(5));
+        // Many addresses at once: FAILED_AUTH_BURST records a second, no more.
+        let later = start + Duration::from_secs(60);
+        let recorded = (0..50).filter(|i| limit.admit(&format!("10.1.0.{i}"), later).is_some()).count();
+        assert_eq!(recorded, FAILED_AUTH_BURST as usize);
+        assert!(limit.admit("10.2.0.1", later + Duration::from_secs(1)).is_some(), "a new second");
     }
 }

@@ -95,12 +95,15 @@ pub(crate) struct Gate {
     records: Records,
     access: Arc<Tokens>,
     bus: Bus,
+    /// Which failed authentications get an audit record.
+    failed: Arc<crate::audit::FailedAuth>,
 }
 
 impl Gate {
     pub(crate) fn new(goals: Arc<GoalService>, audit: Audit, records: Records, access: Arc<Tokens>) -> Gate {
         let bus = goals.bus().clone();
-        Gate { dead_letters: DeadLetters::new(bus.clone()), goals, audit, records, access, bus }
+        let failed = Arc::default();
+        Gate { dead_letters: DeadLetters::new(bus.clone()), goals, audit, records, access, bus, failed }
     }
 
     /// The caller of a request through `door` from `peer`, by its `Authorization` value
@@ -112,8 +115,37 @@ impl Gate {
         peer: Option<SocketAddr>,
         trace: Option<TraceContext>,
     ) -> Result<Caller> {
-        let principal = self.access.current().authenticate(authorization)?.at(door.as_str(), peer);
+        let principal = match self.access.current().authenticate(authorization) {
+            Ok(principal) => principal.at(door.as_str(), peer),
+            Err(refused) => {
+                self.failed_authentication(door, peer, &refused);
+                return Err(refused);
+            }
+        };
         Ok(Caller { principal, door, peer, trace })
+    }
+
+    /// Counts a call refused for its credentials, and audits it as the rate limit allows
+    /// ([`crate::audit::FailedAuth`]), off the call's path: the refusal is answered at once.
+    fn failed_authentication(&self, door: Door, peer: Option<SocketAddr>, refused: &hermes_core::Error) {
+        let labels = hermes_core::metrics::labels(&[("door", door.as_str())]);
+        hermes_core::metrics::global().auth_failures.get_or_create(&labels).inc();
+        let address = peer.map(|p| p.ip().to_string()).unwrap_or_else(|| "unknown".into());
+        let Some(unrecorded) = self.failed.admit(&address, std::time::Instant::now()) else { return };
+        let who = Principal::unauthenticated(format!("{} {address}", door.as_str()));
+        let detail = match unrecorded {
+            0 => String::new(),
+            n => format!("{n} earlier failure(s) from this address not recorded (rate limit)"),
+        };
+        let reason = match refused {
+            hermes_core::Error::Unauthenticated(reason) => reason.clone(),
+            other => other.to_string(),
+        };
+        let (audit, outcome) =
+            (self.audit.clone(), Err::<(), _>(hermes_core::Error::Unauthenticated(reason)));
+        tokio::spawn(async move {
+            audit.record(&who, Action::AuthFailed, door.as_str(), &detail, &outcome).await;
+        });
     }
 
     /// Whether callers must authenticate.

@@ -312,6 +312,56 @@ async fn audited_actions_are_recorded_with_their_principal_and_read_by_their_ten
     t.stop().await;
 }
 
+/// A call refused for its credentials is audited with its door and address, at most once per
+/// address every 10 s: a flood of bad tokens leaves one record that counts the rest when the
+/// next is written, and the metric counts every one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failed_authentications_are_audited_at_a_bounded_rate() {
+    let t = Sandbox::builder().api_tokens(&tokens()).start().await;
+    let mut client = t.client.clone();
+    for _ in 0..25 {
+        let refused = client.list_goals(with_token(ListGoalsRequest::default(), "not-a-token")).await;
+        assert_eq!(refused.unwrap_err().code(), tonic::Code::Unauthenticated);
+    }
+    let read = || async {
+        let js = t.bus.jetstream();
+        let filter = "hermes.audit._".to_owned();
+        hermes_core::bus::read_filtered::<hermes_proto::AuditRecord>(
+            js,
+            "HERMES_AUDIT",
+            filter,
+            1,
+            100,
+            "audit",
+        )
+        .await
+        .unwrap()
+    };
+    // Written off the call's path: wait for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let records = loop {
+        let records = read().await;
+        if !records.is_empty() || std::time::Instant::now() > deadline {
+            break records;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(records.len(), 1, "25 failures from one address within 10 s leave one record: {records:?}");
+    let record = &records[0].1;
+    assert_eq!(
+        (record.principal.as_str(), record.action.as_str(), record.outcome.as_str(), record.tenant.as_str()),
+        ("unauthenticated", "auth.failed", "UNAUTHENTICATED", "")
+    );
+    assert!(record.origin.starts_with("grpc 127.0.0.1"), "{record:?}");
+    assert!(record.detail.contains("not known"), "{record:?}");
+    assert!(!format!("{record:?}").contains("not-a-token"), "the token itself is never recorded");
+    let metrics = hermes_core::metrics::global().render();
+    let line = metrics.lines().find(|l| l.starts_with("hermes_auth_failures_total{door=\"grpc\"}"));
+    let counted: f64 = line.and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    assert!(counted >= 25.0, "{line:?}");
+    t.stop().await;
+}
+
 /// The Registry and Memory gRPC services on the dispatcher's port check tokens too: any role
 /// reads agents, only operators use the Memory API (each in its tenant, see tenancy.rs);
 /// health stays open.
