@@ -67,6 +67,10 @@ pub enum Role {
     Operator,
     /// Sees goals' inputs and outputs whole, secrets included; everyone else sees them redacted.
     Secrets,
+    /// A platform operator: what its other roles allow, on every tenant's goals, dead letters,
+    /// cache and audit trail, not its own tenant's only. Its actions on another tenant's goals go
+    /// into that tenant's audit trail too. It still submits into its own tenant.
+    Platform,
 }
 
 impl Role {
@@ -155,12 +159,27 @@ impl Principal {
         crate::redact::artifact(bytes, &marked)
     }
 
-    /// Whether the goal belongs to this principal's tenant (every goal, with auth off).
+    /// Whether the goal belongs to this principal's tenant (every goal, with auth off or the
+    /// platform role).
     pub fn sees(&self, goal: &GoalState) -> bool {
-        match &self.tenant {
+        match self.scope() {
             None => true,
-            Some(tenant) => tenant_of(goal) == Some(tenant.as_str()),
+            Some(tenant) => tenant_of(goal) == Some(tenant),
         }
+    }
+
+    /// The one tenant this principal's reach is bounded to: its own, or none with auth off or
+    /// the platform role (every tenant's).
+    pub fn scope(&self) -> Option<&str> {
+        match self.roles.contains(&Role::Platform) {
+            true => None,
+            false => self.tenant.as_deref(),
+        }
+    }
+
+    /// Whether this principal acts across tenants (the platform role).
+    pub fn across_tenants(&self) -> bool {
+        self.tenant.is_some() && self.roles.contains(&Role::Platform)
     }
 }
 

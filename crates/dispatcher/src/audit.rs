@@ -152,6 +152,45 @@ impl Audit {
         detail: &str,
         outcome: &Result<T>,
     ) {
+        let tenant = who.tenant.clone();
+        self.append(who, tenant.as_deref(), action, target, detail, outcome).await
+    }
+
+    /// A platform operator's action on another tenant's goal, recorded in that tenant's trail
+    /// too (beside [`Audit::record`] in its own), so the tenant's operators see who acted on
+    /// their goals; `detail` names the operator's own tenant. Nothing for anyone else, or for
+    /// a goal of the operator's own tenant.
+    pub async fn record_across<T>(
+        &self,
+        who: &Principal,
+        goal_tenant: Option<&str>,
+        action: Action,
+        target: &str,
+        detail: &str,
+        outcome: &Result<T>,
+    ) {
+        let Some(tenant) = goal_tenant else { return };
+        if !who.across_tenants() || who.tenant.as_deref() == Some(tenant) {
+            return;
+        }
+        let by = format!(
+            "by platform operator `{}` of tenant `{}`",
+            who.name,
+            who.tenant.as_deref().unwrap_or("")
+        );
+        let detail = if detail.is_empty() { by } else { format!("{by}: {detail}") };
+        self.append(who, Some(tenant), action, target, &detail, outcome).await
+    }
+
+    async fn append<T>(
+        &self,
+        who: &Principal,
+        tenant: Option<&str>,
+        action: Action,
+        target: &str,
+        detail: &str,
+        outcome: &Result<T>,
+    ) {
         let (outcome, detail) = match outcome {
             Ok(_) => ("OK".to_owned(), detail.to_owned()),
             Err(e) => {
@@ -162,7 +201,7 @@ impl Audit {
             seq: 0,
             at_unix_ms: now_unix_ms(),
             principal: who.name.clone(),
-            tenant: who.tenant.clone().unwrap_or_default(),
+            tenant: tenant.unwrap_or_default().to_owned(),
             action: action.as_str().to_owned(),
             // Bounded as `detail` is: the stream keeps every record for 400 days.
             target: target.chars().take(300).collect(),
@@ -170,7 +209,7 @@ impl Audit {
             detail: detail.chars().take(500).collect(),
             origin: who.origin.clone(),
         };
-        let subject = self.bus.topology().audit(who.tenant.as_deref());
+        let subject = self.bus.topology().audit(tenant);
         let stored = match self.bus.jetstream().publish(subject, record.encode_to_vec().into()).await {
             Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),

@@ -191,7 +191,7 @@ impl Gate {
         items: Vec<T>,
         goal_of: impl Fn(&T) -> Option<&str>,
     ) -> Vec<T> {
-        if caller.principal.tenant.is_none() {
+        if caller.principal.scope().is_none() {
             return items;
         }
         let mut seen = std::collections::HashMap::<String, bool>::new();
@@ -274,13 +274,24 @@ impl Gate {
     /// Cancels a goal of the caller's tenant. Audited.
     pub(crate) async fn cancel(&self, caller: &Caller, goal_id: &str, reason: &str) -> Result<GoalState> {
         self.ready()?;
+        let mut goal_tenant = None;
         let cancelled = async {
             self.enter(caller, Need::Submit)?;
-            self.goal_of(caller, goal_id).await?;
+            goal_tenant = tenant_of(&self.goal_of(caller, goal_id).await?).map(str::to_owned);
             Ok(caller.principal.view(self.goals.cancel(goal_id, reason).await?))
         }
         .await;
         self.audit.record(&caller.principal, Action::Cancel, goal_id, reason, &cancelled).await;
+        self.audit
+            .record_across(
+                &caller.principal,
+                goal_tenant.as_deref(),
+                Action::Cancel,
+                goal_id,
+                reason,
+                &cancelled,
+            )
+            .await;
         cancelled
     }
 
@@ -312,11 +323,14 @@ impl Gate {
         self.ready()?;
         // A malformed call id is refused before anything is audited: the record names the call.
         check_id("call_id", call_id, 256, IdShape::Dotted)?;
+        let mut goal_tenant = None;
         let decided = async {
             self.enter(caller, Need::Approve)?;
-            self.goal_of(caller, goal_id)
+            let goal = self
+                .goal_of(caller, goal_id)
                 .await
                 .map_err(|_| Error::NotFound { what: "approval", id: format!("{goal_id}/{call_id}") })?;
+            goal_tenant = tenant_of(&goal).map(str::to_owned);
             let note = match (who.tenant.is_some(), note.is_empty()) {
                 (true, true) => format!("by {}", who.name),
                 (true, false) => format!("{note} (by {})", who.name),
@@ -333,7 +347,11 @@ impl Gate {
             }
             _ => note.to_owned(),
         };
-        self.audit.record(who, action, &format!("{goal_id}/{call_id}"), &detail, &decided).await;
+        let target = format!("{goal_id}/{call_id}");
+        self.audit.record(who, action, &target, &detail, &decided).await;
+        self.audit
+            .record_across(&caller.principal, goal_tenant.as_deref(), action, &target, &detail, &decided)
+            .await;
         decided
     }
 
@@ -377,7 +395,7 @@ impl Gate {
     pub(crate) async fn dead_letter(&self, caller: &Caller, sequence: u64) -> Result<DeadLetter> {
         self.enter(caller, Need::Operate)?;
         let mut letter = self.dead_letters.get(sequence).await?;
-        if caller.principal.tenant.is_some() {
+        if caller.principal.scope().is_some() {
             if letter.goal_id.is_empty() {
                 letter.decoded = "(withheld: it names no goal, so it is no tenant's)".into();
             } else if self.goal_of(caller, &letter.goal_id).await.is_err() {
@@ -390,9 +408,14 @@ impl Gate {
     /// Replays a dead letter (operators only, of its goal's tenant). Audited.
     pub(crate) async fn replay_dead_letter(&self, caller: &Caller, sequence: u64) -> Result<(String, u64)> {
         self.ready()?;
+        let mut goal_tenant = None;
         let replayed = async {
             let letter = self.dead_letter(caller, sequence).await?;
-            if caller.principal.tenant.is_some() && letter.goal_id.is_empty() {
+            if !letter.goal_id.is_empty() {
+                goal_tenant =
+                    self.goals.get(&letter.goal_id).await.ok().and_then(|g| tenant_of(&g).map(str::to_owned));
+            }
+            if caller.principal.scope().is_some() && letter.goal_id.is_empty() {
                 return Err(Error::FailedPrecondition(format!(
                     "dead letter {sequence} names no goal, so it is no tenant's: it is not replayed"
                 )));
@@ -400,7 +423,11 @@ impl Gate {
             self.dead_letters.replay(sequence).await
         }
         .await;
-        self.audit.record(&caller.principal, Action::Replay, &sequence.to_string(), "", &replayed).await;
+        let target = sequence.to_string();
+        self.audit.record(&caller.principal, Action::Replay, &target, "", &replayed).await;
+        self.audit
+            .record_across(&caller.principal, goal_tenant.as_deref(), Action::Replay, &target, "", &replayed)
+            .await;
         replayed
     }
 
@@ -412,14 +439,14 @@ impl Gate {
         tool: Option<&str>,
     ) -> Result<std::collections::BTreeMap<String, hermes_core::tool_cache::ToolStats>> {
         self.enter(caller, Need::Operate)?;
-        let tenant = caller.principal.tenant.as_deref();
+        let tenant = caller.principal.scope();
         hermes_core::tool_cache::stats(&self.bus, tenant, tool).await
     }
 
     /// Removes cached tool results (operators only, their tenant's with auth on). Audited.
     pub(crate) async fn clear_tool_cache(&self, caller: &Caller, tool: Option<&str>) -> Result<usize> {
         self.enter(caller, Need::Operate)?;
-        let tenant = caller.principal.tenant.as_deref();
+        let tenant = caller.principal.scope();
         let cleared = hermes_core::tool_cache::clear(&self.bus, tenant, tool).await;
         self.audit.record(&caller.principal, Action::CacheClear, tool.unwrap_or("*"), "", &cleared).await;
         cleared
@@ -434,7 +461,7 @@ impl Gate {
         after_seq: u64,
     ) -> Result<Vec<AuditRecord>> {
         self.enter(caller, Need::Operate)?;
-        self.audit.list(caller.principal.tenant.as_deref(), limit, after_seq).await
+        self.audit.list(caller.principal.scope(), limit, after_seq).await
     }
 
     /// An artifact `goal_id` produced, its metadata and its content, if the caller may read the

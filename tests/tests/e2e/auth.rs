@@ -19,6 +19,7 @@ const VIEWER_A: &str = "token-viewer-a";
 const SUBMITTER_B: &str = "token-submitter-b";
 const APPROVER_B: &str = "token-approver-b";
 const OPERATOR_A: &str = "token-operator-a";
+const PLATFORM: &str = "token-platform";
 
 fn tokens() -> String {
     use hermes_test_util::api_token as entry;
@@ -28,6 +29,7 @@ fn tokens() -> String {
         entry("ci-b", SUBMITTER_B, "team-b", &["submitter"]),
         entry("lead-b", APPROVER_B, "team-b", &["approver"]),
         entry("ops-a", OPERATOR_A, "team-a", &["operator"]),
+        entry("platform-ops", PLATFORM, "team-ops", &["platform", "operator", "submitter"]),
     ]
     .concat()
 }
@@ -309,6 +311,43 @@ async fn audited_actions_are_recorded_with_their_principal_and_read_by_their_ten
     assert_eq!(records[0]["action"], "goal.submit");
     assert_eq!(records[0]["principal"], "ci-a");
     assert!(!body.to_string().contains(&b), "no record of team-b's goal reaches team-a: {body}");
+    t.stop().await;
+}
+
+/// A platform operator (the `platform` role) reads and acts on every tenant's goals and reads
+/// every tenant's audit trail; its cancel of team-a's goal is in team-a's trail too, so team-a's
+/// operators see who acted. Its own submits stay in its own tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_platform_operator_acts_across_tenants_and_is_audited_in_theirs() {
+    let t = Sandbox::builder().api_tokens(&tokens()).start().await;
+    let mut client = t.client.clone();
+    let a = submit(&mut client, SUBMITTER_A, sleep_spec(30_000)).await;
+    let b = submit(&mut client, SUBMITTER_B, sleep_spec(1)).await;
+    let own = submit(&mut client, PLATFORM, sleep_spec(1)).await;
+    let listed =
+        client.list_goals(with_token(ListGoalsRequest::default(), PLATFORM)).await.unwrap().into_inner();
+    let ids: Vec<&str> = listed.goals.iter().map(|g| g.goal_id.as_str()).collect();
+    for goal in [&a, &b, &own] {
+        assert!(ids.contains(&goal.as_str()), "{goal} missing from {ids:?}");
+    }
+    // Tenants still do not see the platform's own goal.
+    let listed = client.list_goals(with_token(ListGoalsRequest::default(), SUBMITTER_A)).await.unwrap();
+    assert!(listed.into_inner().goals.iter().all(|g| g.goal_id != own));
+
+    let request = CancelGoalRequest { goal_id: a.clone(), reason: "runaway".into() };
+    client.cancel_goal(with_token(request, PLATFORM)).await.expect("the platform cancels team-a's goal");
+
+    let request = hermes_proto::ListAuditRequest { limit: 100, after_seq: 0 };
+    let team_a = client.list_audit(with_token(request, OPERATOR_A)).await.unwrap().into_inner().records;
+    let cancel = team_a.iter().find(|r| r.action == "goal.cancel").expect("the cancel is in team-a's trail");
+    assert_eq!(
+        (cancel.principal.as_str(), cancel.tenant.as_str(), cancel.target.as_str()),
+        ("platform-ops", "team-a", a.as_str())
+    );
+    assert!(cancel.detail.contains("platform operator `platform-ops` of tenant `team-ops`"), "{cancel:?}");
+    let all = client.list_audit(with_token(request, PLATFORM)).await.unwrap().into_inner().records;
+    let tenants: std::collections::BTreeSet<&str> = all.iter().map(|r| r.tenant.as_str()).collect();
+    assert!(tenants.is_superset(&["team-a", "team-b", "team-ops"].into()), "{tenants:?}");
     t.stop().await;
 }
 
