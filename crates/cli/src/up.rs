@@ -221,6 +221,11 @@ impl hermes_runtime::Service for UpService {
                 nats.url
             );
         }
+        if nats.url.is_empty() && nats.tls.enabled() {
+            anyhow::bail!(
+                "nats.tls is set, but hermes up's own nats-server listens on loopback without TLS: give the TLS server's URL (--nats-url), or leave nats.tls unset"
+            );
+        }
         if nats.url.is_empty() {
             let local =
                 crate::nats::start_local(&settings.data_dir.join("nats"), settings.store_secret.as_deref())

@@ -55,6 +55,63 @@ pub struct BusConfig {
     /// `_INBOX`. With one inbox prefix per NATS user, a server can forbid each user the others'
     /// replies (`deploy/nats/accounts.conf`).
     pub inbox_prefix: Option<String>,
+    /// TLS to the server ([`NatsTls`]); without any of its files the connection is plaintext
+    /// unless the URL says `tls://`.
+    pub tls: NatsTls,
+}
+
+/// TLS of a NATS connection (`nats.tls.*`): the CAs to trust for the server's certificate, and
+/// a client certificate with its key for a server that requires one (mTLS). Any of them makes
+/// TLS required: the connection never falls back to plaintext.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsTls {
+    /// CA certificates (PEM) the server's certificate must chain to; unset: the system's roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// The client's certificate chain (PEM), for a server that verifies clients.
+    pub cert_file: Option<std::path::PathBuf>,
+    /// The private key of `cert_file` (PEM).
+    pub key_file: Option<std::path::PathBuf>,
+}
+
+impl NatsTls {
+    /// Whether any TLS file is set.
+    pub fn enabled(&self) -> bool {
+        self.ca_file.is_some() || self.cert_file.is_some() || self.key_file.is_some()
+    }
+
+    /// `options` with these files: each must exist, and a certificate needs its key. Errors name
+    /// the setting.
+    pub fn apply(&self, mut options: async_nats::ConnectOptions) -> Result<async_nats::ConnectOptions> {
+        if !self.enabled() {
+            return Ok(options);
+        }
+        let readable = |setting: &str, path: &std::path::Path| {
+            std::fs::metadata(path).map(|_| ()).map_err(|e| Error::InvalidArgument {
+                field: format!("{setting} (HERMES_{})", setting.replace('.', "_").to_uppercase()),
+                reason: format!("cannot read {}: {e}", path.display()),
+            })
+        };
+        if let Some(ca) = &self.ca_file {
+            readable("nats.tls.ca_file", ca)?;
+            options = options.add_root_certificates(ca.clone());
+        }
+        match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => {
+                readable("nats.tls.cert_file", cert)?;
+                readable("nats.tls.key_file", key)?;
+                options = options.add_client_certificate(cert.clone(), key.clone());
+            }
+            (None, None) => {}
+            _ => {
+                return Err(Error::InvalidArgument {
+                    field: "nats.tls.cert_file, nats.tls.key_file".into(),
+                    reason: "a client certificate needs its key, and a key its certificate: set both".into(),
+                });
+            }
+        }
+        Ok(options.require_tls(true))
+    }
 }
 
 impl BusConfig {
@@ -72,6 +129,7 @@ impl BusConfig {
             artifacts_max_age: Duration::from_secs(7 * 24 * 3600),
             credentials_file: None,
             inbox_prefix: None,
+            tls: NatsTls::default(),
         }
     }
 
@@ -163,6 +221,7 @@ impl Bus {
                 tracing::warn!(error = %e, "the NATS server refused an operation of this connection");
             }
         });
+        options = config.tls.apply(options)?;
         if let Some(path) = &config.credentials_file {
             options = options.credentials_file(path).await.map_err(|e| Error::InvalidArgument {
                 field: "nats.creds (HERMES_NATS_CREDS)".into(),

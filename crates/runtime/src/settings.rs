@@ -18,11 +18,19 @@ pub struct NatsSettings {
     /// The prefix of the connection's reply subjects; unset: `_INBOX_<user>` with a user in the
     /// URL, else `_INBOX`.
     pub inbox_prefix: Option<String>,
+    /// TLS to the server (`[nats.tls]`: `ca_file`, `cert_file`, `key_file`); plaintext without.
+    pub tls: hermes_core::bus::NatsTls,
 }
 
 impl Default for NatsSettings {
     fn default() -> Self {
-        NatsSettings { url: "nats://127.0.0.1:4222".into(), replicas: 1, creds: None, inbox_prefix: None }
+        NatsSettings {
+            url: "nats://127.0.0.1:4222".into(),
+            replicas: 1,
+            creds: None,
+            inbox_prefix: None,
+            tls: Default::default(),
+        }
     }
 }
 
@@ -33,6 +41,7 @@ impl NatsSettings {
         config.replicas = self.replicas;
         config.credentials_file = self.creds.clone();
         config.inbox_prefix = self.inbox_prefix.clone();
+        config.tls = self.tls.clone();
         config
     }
 }
@@ -93,6 +102,13 @@ pub fn describe(key: &str) -> Option<&'static str> {
         "nats.inbox_prefix" => {
             "Prefix of the connection's reply subjects; unset: _INBOX_<user> with a user in the URL."
         }
+        "nats.tls.ca_file" => {
+            "CAs (PEM) to trust for the NATS server's certificate; any nats.tls file makes TLS required."
+        }
+        "nats.tls.cert_file" => {
+            "The client certificate (PEM) for a NATS server that verifies clients (mTLS)."
+        }
+        "nats.tls.key_file" => "The private key of nats.tls.cert_file (PEM).",
         "metrics_listen" => "Serve /metrics and /healthz on this address; unset: nowhere.",
         "drain_timeout_secs" => "Longest each shutdown step may take, in seconds.",
         "grpc.listen" => "Address the gRPC API listens on.",

@@ -111,13 +111,34 @@ class TaskContext:
         return await self.worker._ledger_once(key, self.attempt, name, fn, args, kwargs)
 
 
+def nats_tls(ca_file: str | None, cert_file: str | None, key_file: str | None):
+    """The TLS context of a NATS connection, as the Rust services' `nats.tls.*`: `ca_file` the CAs
+    the server's certificate must chain to (else the system's), `cert_file` and `key_file` a client
+    certificate for a server that verifies clients. None when none is set (plaintext); any makes
+    TLS required. A certificate without its key (or the reverse) is `InvalidArgument`."""
+    import ssl
+
+    if not (ca_file or cert_file or key_file):
+        return None
+    if bool(cert_file) != bool(key_file):
+        raise errors.InvalidArgument(
+            "nats.tls: a client certificate needs its key, and a key its certificate: set both "
+            "HERMES_NATS_TLS_CERT_FILE and HERMES_NATS_TLS_KEY_FILE")
+    context = ssl.create_default_context(cafile=ca_file or None)
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file)
+    return context
+
+
 class Worker:
     """A Hermes agent in Python. Declare task types with `@worker.task(...)`, then `run()`.
 
     Unset arguments come from the environment the Helm chart gives executor pods:
     `HERMES_AGENT_ID`, `HERMES_AGENT_POOL`, `HERMES_NATS_URL`, `HERMES_AGENT_MAX_CONCURRENCY`,
-    `HERMES_AGENT_TAGS`, `HERMES_NATS_CREDS`, `HERMES_NATS_INBOX_PREFIX`, and
-    `HERMES_METRICS_LISTEN`, where `/healthz` is served.
+    `HERMES_AGENT_TAGS`, `HERMES_NATS_CREDS`, `HERMES_NATS_INBOX_PREFIX`,
+    `HERMES_NATS_TLS_CA_FILE`, `HERMES_NATS_TLS_CERT_FILE` and `HERMES_NATS_TLS_KEY_FILE` (TLS
+    to NATS, as the Rust services' `nats.tls.*`), and `HERMES_METRICS_LISTEN`, where `/healthz`
+    is served.
 
     ```python
     worker = Worker(agent_id="py-1", pool="python", nats_url="nats://127.0.0.1:4222")
@@ -148,6 +169,9 @@ class Worker:
             nats_options.setdefault("user_credentials", env("HERMES_NATS_CREDS"))
         if env("HERMES_NATS_INBOX_PREFIX"):
             nats_options.setdefault("inbox_prefix", env("HERMES_NATS_INBOX_PREFIX"))
+        tls = nats_tls(env("HERMES_NATS_TLS_CA_FILE"), env("HERMES_NATS_TLS_CERT_FILE"), env("HERMES_NATS_TLS_KEY_FILE"))
+        if tls is not None:
+            nats_options.setdefault("tls", tls)
         self.health_listen = health_listen or env("HERMES_METRICS_LISTEN")
         if not agent_id or len(agent_id) > 64 or not all(c.isascii() and (c.isalnum() or c in "-_") for c in agent_id):
             raise errors.InvalidArgument(f"agent_id `{agent_id}` must be 1-64 characters of [A-Za-z0-9_-]")
