@@ -300,6 +300,35 @@ class Invariants(unittest.TestCase):
         service = next(d for d in by_kind(docs, "Service") if d["metadata"]["name"] == "hermes-dispatcher")
         self.assertEqual(service["spec"]["type"], "LoadBalancer")
 
+    def test_nats_tls_reaches_every_pod_that_connects_to_nats(self):
+        values = load_values("external-nats-values.yaml")
+        values["natsTls"] = {"secretName": "hermes-nats-tls", "clientCertificate": True}
+        docs, _ = render(values)
+        deployments = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
+        for dep_name, dep in deployments.items():
+            with self.subTest(deployment=dep_name):
+                spec = dep["spec"]["template"]["spec"]
+                container = spec["containers"][0]
+                env = env_of(container)
+                self.assertEqual(env["HERMES_NATS_TLS_CA_FILE"], "/etc/hermes/nats-tls/ca.crt")
+                self.assertEqual(env["HERMES_NATS_TLS_CERT_FILE"], "/etc/hermes/nats-tls/tls.crt")
+                self.assertEqual(env["HERMES_NATS_TLS_KEY_FILE"], "/etc/hermes/nats-tls/tls.key")
+                volume = next(v for v in spec["volumes"] if v["name"] == "nats-tls")
+                self.assertEqual(volume["secret"]["secretName"], "hermes-nats-tls")
+                self.assertEqual({i["key"] for i in volume["secret"]["items"]}, {"ca.crt", "tls.crt", "tls.key"})
+                mount = next(m for m in container["volumeMounts"] if m["name"] == "nats-tls")
+                self.assertEqual((mount["mountPath"], mount["readOnly"]), ("/etc/hermes/nats-tls", True))
+        # The CA alone: TLS without a client certificate.
+        values["natsTls"] = {"secretName": "hermes-nats-tls"}
+        docs, _ = render(values)
+        env = env_of(deployment(docs, "hermes-dispatcher")["spec"]["template"]["spec"]["containers"][0])
+        self.assertIn("HERMES_NATS_TLS_CA_FILE", env)
+        self.assertNotIn("HERMES_NATS_TLS_CERT_FILE", env)
+        # Off by default.
+        docs, _ = render(load_values("external-nats-values.yaml"))
+        env = env_of(deployment(docs, "hermes-dispatcher")["spec"]["template"]["spec"]["containers"][0])
+        self.assertNotIn("HERMES_NATS_TLS_CA_FILE", env)
+
     def test_dispatcher_timeouts_and_limits_reach_its_environment(self):
         values = load_values("minimal-values.yaml")
         values.setdefault("dispatcher", {}).update({"goalTimeoutSecs": 1234, "nodeTimeoutSecs": 56, "grpcMaxMessageBytes": 8388608})

@@ -104,6 +104,17 @@ Environment every Hermes container shares: NATS, logs, traces. Include with
 - name: HERMES_NATS_INBOX_PREFIX
   value: {{ printf "_INBOX_%s" $nats.user | quote }}
 {{- end }}
+{{- /* TLS to NATS (natsTls): the CA, and the client certificate for mTLS, under /etc/hermes/nats-tls. */}}
+{{- with $root.Values.natsTls.secretName }}
+- name: HERMES_NATS_TLS_CA_FILE
+  value: /etc/hermes/nats-tls/ca.crt
+{{- if $root.Values.natsTls.clientCertificate }}
+- name: HERMES_NATS_TLS_CERT_FILE
+  value: /etc/hermes/nats-tls/tls.crt
+- name: HERMES_NATS_TLS_KEY_FILE
+  value: /etc/hermes/nats-tls/tls.key
+{{- end }}
+{{- end }}
 - name: HERMES_METRICS_LISTEN
   value: {{ printf "0.0.0.0:%d" (int $root.Values.metricsPort) | quote }}
 - name: RUST_LOG
@@ -162,6 +173,23 @@ is mounted, so a Secret holding several services' files gives each pod only its 
       - key: {{ .nats.credentialsSecret.key }}
         path: {{ .nats.credentialsSecret.key }}
 {{- end }}
+{{- with .root.Values.natsTls.secretName }}
+- name: nats-tls
+  secret:
+    secretName: {{ . }}
+    {{- if $.root.Values.podSecurityContext.fsGroup }}
+    defaultMode: 0440
+    {{- end }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+      {{- if $.root.Values.natsTls.clientCertificate }}
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+      {{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "hermes.volumeMounts" -}}
@@ -170,6 +198,11 @@ is mounted, so a Secret holding several services' files gives each pod only its 
 {{- if .nats.credentialsSecret.name }}
 - name: nats-creds
   mountPath: /etc/hermes/nats
+  readOnly: true
+{{- end }}
+{{- if .root.Values.natsTls.secretName }}
+- name: nats-tls
+  mountPath: /etc/hermes/nats-tls
   readOnly: true
 {{- end }}
 {{- end -}}
