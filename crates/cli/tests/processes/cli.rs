@@ -311,6 +311,24 @@ fn hermes_up_with_an_unreachable_nats_url_fails_and_starts_no_local_server() {
     assert!(!dir.path().join("nats").exists(), "no local nats-server store was made");
 }
 
+/// `nats.tls` is for a server that serves TLS: `hermes up`'s own loopback server does not, so
+/// asking for it without a URL is refused, naming the way out, before any server starts.
+#[test]
+fn hermes_up_refuses_nats_tls_for_its_own_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .args(["up", "--nats-tls-ca-file", "/etc/ssl/certs/ca-certificates.crt", "--data-dir"])
+        .arg(dir.path())
+        .args(["--grpc-listen", &format!("127.0.0.1:{}", hermes_test_util::free_port())])
+        .env("HERMES_NO_SUPERVISOR", "1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("nats.tls is set"), "{}", text(&out));
+    assert!(text(&out).contains("--nats-url"), "{}", text(&out));
+    assert!(!dir.path().join("nats").exists(), "no local nats-server store was made");
+}
+
 #[test]
 fn a_nats_server_older_than_2_10_is_refused() {
     let dir = tempfile::tempdir().unwrap();
