@@ -353,6 +353,8 @@ impl Access {
 pub struct Tokens {
     file: Option<std::path::PathBuf>,
     current: tokio::sync::watch::Sender<std::sync::Arc<Access>>,
+    /// The file's content when it was read at start, so a change right after is not missed.
+    read_at_start: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -364,14 +366,20 @@ impl std::fmt::Debug for Tokens {
 impl Tokens {
     /// The tokens of the file a setting names (`api_tokens_file`); a blank setting is auth off.
     pub fn from_setting(file: &str) -> anyhow::Result<std::sync::Arc<Tokens>> {
+        let path = (!file.trim().is_empty()).then(|| std::path::PathBuf::from(file.trim()));
+        let read_at_start = path.as_ref().and_then(|p| std::fs::read(p).ok());
         let access = Access::from_setting(file)?;
-        let file = (!file.trim().is_empty()).then(|| std::path::PathBuf::from(file.trim()));
-        Ok(std::sync::Arc::new(Tokens { file, current: tokio::sync::watch::Sender::new(access.into()) }))
+        let current = tokio::sync::watch::Sender::new(access.into());
+        Ok(std::sync::Arc::new(Tokens { file: path, current, read_at_start }))
     }
 
     /// Tokens that come from no file and are never read again (tests, benches).
     pub fn fixed(access: Access) -> std::sync::Arc<Tokens> {
-        std::sync::Arc::new(Tokens { file: None, current: tokio::sync::watch::Sender::new(access.into()) })
+        std::sync::Arc::new(Tokens {
+            file: None,
+            current: tokio::sync::watch::Sender::new(access.into()),
+            read_at_start: None,
+        })
     }
 
     /// The tokens in force.
@@ -414,7 +422,7 @@ impl Tokens {
                 Some(h) => h.recv().await,
                 None => std::future::pending().await,
             };
-            let mut seen = std::fs::read(&file).ok();
+            let mut seen = tokens.read_at_start.clone();
             let mut poll = tokio::time::interval(TOKENS_POLL);
             poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

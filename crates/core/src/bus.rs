@@ -726,7 +726,8 @@ where
     use futures::StreamExt;
     let mut handed = std::collections::HashSet::new();
     while let Ok(Some(next)) = tokio::time::timeout(Duration::from_millis(20), messages.next()).await {
-        let Ok(msg) = next else { break };
+        // One consumer's pull error says nothing of the messages the others hold.
+        let Ok(msg) = next else { continue };
         let again = msg.info().is_ok_and(|info| !handed.insert(info.stream_sequence));
         let delay = again.then_some(HAND_BACK_DELAY);
         let _ = msg.ack_with(AckKind::Nak(delay)).await;

@@ -92,7 +92,11 @@ impl FailedAuth {
         };
         let too_soon = last.is_some_and(|last| now.duration_since(last) < FAILED_AUTH_EVERY);
         if too_soon || second_full {
-            state.by_peer.insert(peer.to_owned(), (last.unwrap_or(now), skipped + 1));
+            // Counted for an address already remembered; a new one is not remembered unrecorded,
+            // so a flood from many addresses cannot grow the map.
+            if let Some(entry) = state.by_peer.get_mut(peer) {
+                entry.1 += 1;
+            }
             return None;
         }
         state.second = match state.second {

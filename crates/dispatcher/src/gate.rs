@@ -237,10 +237,17 @@ impl Gate {
             let who = &caller.principal;
             self.goals.quotas().check_submit(who.tenant.as_deref()).await?;
             let mut spec = spec;
-            if let Some(tenant) = &who.tenant {
-                spec.labels.insert(TENANT_LABEL.to_owned(), tenant.clone());
-                if !spec.idempotency_key.is_empty() {
-                    spec.idempotency_key = format!("{tenant}/{}", spec.idempotency_key);
+            match &who.tenant {
+                Some(tenant) => {
+                    spec.labels.insert(TENANT_LABEL.to_owned(), tenant.clone());
+                    if !spec.idempotency_key.is_empty() {
+                        spec.idempotency_key = format!("{tenant}/{}", spec.idempotency_key);
+                    }
+                }
+                // With auth off goals carry no tenant: a `tenant` label the client wrote would
+                // put the goal's pooled tasks in a lane no agent serves.
+                None => {
+                    spec.labels.remove(TENANT_LABEL);
                 }
             }
             self.goals.submit(spec, caller.trace.as_ref()).await

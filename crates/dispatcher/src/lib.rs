@@ -167,7 +167,7 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let (mut reloads, reloaded) = (access.subscribe(), service.clone());
     let b = bus.clone();
     cx.spawn_loop("api-tokens", move |stop| async move {
-        reloads.mark_unchanged();
+        // `subscribe` took the tokens in force as seen: every reload after it is applied.
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,

@@ -60,6 +60,10 @@ pub(crate) fn record_decisions(
         .zip(decisions)
         .map(|(task, decision)| {
             let subject = if decision.agent_id.is_empty() {
+                // A tenant that is no word (a goal stored some other way) has no lane.
+                let tenant = tenant.filter(|t| {
+                    hermes_core::ids::check_id("tenant", t, 64, hermes_core::ids::IdShape::Word).is_ok()
+                });
                 topology.pool_task_of(&task.task_type, tenant)
             } else {
                 topology.direct_task(&decision.agent_id, &task.task_type)

@@ -48,6 +48,8 @@ struct Entry<T> {
     flow: Option<String>,
     source: Source<T>,
     peeked: Option<T>,
+    /// When `peeked` was taken from the consumer.
+    held_since: Option<tokio::time::Instant>,
 }
 
 struct Clock {
@@ -70,6 +72,10 @@ pub(crate) struct FairMerge<T> {
     backlogged: Arc<AtomicBool>,
     /// Told when `backlogged` turns true, so the agent can say so before its next heartbeat.
     rose: Arc<tokio::sync::Notify>,
+    /// A pooled task held this long is taken next, whatever its flow's pass: the server
+    /// delivers it again after the consumer's AckWait, and a low weight must not make a task
+    /// run twice. `None`: no bound.
+    max_hold: Option<std::time::Duration>,
 }
 
 impl<T> FairMerge<T> {
@@ -86,18 +92,25 @@ impl<T> FairMerge<T> {
             rotor: 0,
             backlogged,
             rose,
+            max_hold: None,
         }
+    }
+
+    /// Bounds how long a pooled task may wait here for its turn ([`FairMerge::max_hold`]).
+    pub(crate) fn hold_at_most(mut self, max_hold: std::time::Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
     }
 
     /// Adds the agent's directed consumer.
     pub(crate) fn directed(&mut self, source: Source<T>) {
-        self.entries.push(Entry { flow: None, source, peeked: None });
+        self.entries.push(Entry { flow: None, source, peeked: None, held_since: None });
     }
 
     /// Adds a consumer of `flow`, or sets its weight (the latest one given wins).
     pub(crate) fn pooled(&mut self, flow: &str, weight: f64, source: Source<T>) {
         self.weigh(flow, weight);
-        self.entries.push(Entry { flow: Some(flow.to_owned()), source, peeked: None });
+        self.entries.push(Entry { flow: Some(flow.to_owned()), source, peeked: None, held_since: None });
     }
 
     fn weigh(&mut self, flow: &str, weight: f64) {
@@ -116,6 +129,19 @@ impl<T> FairMerge<T> {
     fn choose(&mut self) -> Option<usize> {
         if let Some(directed) = self.entries.iter().position(|e| e.flow.is_none() && e.peeked.is_some()) {
             return Some(directed);
+        }
+        // A task held too long goes first, the oldest of them; its flow pays for it as usual.
+        if let Some(max_hold) = self.max_hold {
+            let overdue = (self.entries.iter().enumerate())
+                .filter(|(_, e)| e.flow.is_some() && e.peeked.is_some())
+                .filter_map(|(i, e)| e.held_since.filter(|at| at.elapsed() >= max_hold).map(|at| (i, at)))
+                .min_by_key(|(_, at)| *at);
+            if let Some((i, _)) = overdue {
+                let flow = self.entries[i].flow.as_deref().expect("a pooled entry");
+                let clock = self.clocks.get_mut(flow).expect("every flow has a clock");
+                clock.pass = clock.pass.max(self.now) + 1.0 / clock.weight;
+                return Some(i);
+            }
         }
         let n = self.entries.len();
         let mut best: Option<(usize, f64)> = None;
@@ -170,7 +196,10 @@ where
                 continue;
             }
             match entry.source.as_mut().poll_next(cx) {
-                Poll::Ready(Some(Ok(message))) => entry.peeked = Some(Ok(message)),
+                Poll::Ready(Some(Ok(message))) => {
+                    entry.peeked = Some(Ok(message));
+                    entry.held_since = Some(tokio::time::Instant::now());
+                }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => ended.push(i),
                 Poll::Pending => {}
@@ -268,6 +297,23 @@ mod tests {
         tx.send(Change::Weight { flow: "new".into(), weight: 4.0 }).unwrap();
         let after = take(&mut merge, 50).await;
         assert!((39..=41).contains(&count(&after, "n")), "{after:?}");
+    }
+
+    /// A weight of 1 beside one of 1000 would leave the light flow's held task waiting past the
+    /// consumer's AckWait; held for `max_hold`, it goes next.
+    #[tokio::test(start_paused = true)]
+    async fn a_task_held_too_long_goes_next_whatever_its_weight() {
+        let (merge, _tx, _) = merge();
+        let mut merge = merge.hold_at_most(std::time::Duration::from_secs(15));
+        merge.pooled("heavy", 1000.0, endless("h"));
+        merge.pooled("light", 1.0, endless("l"));
+        let first = take(&mut merge, 3).await;
+        assert_eq!(count(&first, "l"), 1, "{first:?}");
+        let soon = take(&mut merge, 50).await;
+        assert_eq!(count(&soon, "l"), 0, "{soon:?}");
+        tokio::time::advance(std::time::Duration::from_secs(16)).await;
+        let later = take(&mut merge, 1).await;
+        assert_eq!(later, ["l1"], "the light flow's held task, overdue, goes first");
     }
 
     #[tokio::test]

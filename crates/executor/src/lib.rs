@@ -425,7 +425,10 @@ async fn consume(
     // stream re-creates its consumer if it is deleted under it (see `Bus::resilient_messages`).
     let batch = max_concurrency as usize;
     let (changes, receiver) = tokio::sync::mpsc::unbounded_channel();
-    let mut messages = fair::FairMerge::new(receiver, shared.backlogged.clone(), shared.backlog_rose.clone());
+    // A pooled task waits here at most half its AckWait, so a low weight never lets the server
+    // deliver it again elsewhere while this agent still holds it.
+    let mut messages = fair::FairMerge::new(receiver, shared.backlogged.clone(), shared.backlog_rose.clone())
+        .hold_at_most(ack_wait / 2);
     let directed = topology.direct_tasks_of(&shared.agent_id);
     for spec in consumers {
         let is_directed = spec.filter_subject == directed;

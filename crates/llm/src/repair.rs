@@ -553,20 +553,40 @@ pub fn json_pieces(text: &str) -> Vec<Piece> {
             _ => vec![Piece::Value(value)],
         };
     }
+    // The fences' bodies, and the prose around them, each on its own: an apostrophe in the
+    // prose (`[the user's goal]`) must not open a string that swallows a fenced value.
     let mut pieces = Vec::new();
+    let mut prose = String::new();
     let mut rest = trimmed;
+    while let Some(open) = rest.find("```") {
+        prose.push_str(&rest[..open]);
+        prose.push('\n');
+        let after = &rest[open + 3..];
+        let body_start = after.find('\n').map_or(after.len(), |n| n + 1);
+        let body = &after[body_start..];
+        let close = body.find("```").unwrap_or(body.len());
+        spans_of(&body[..close], &mut pieces, &mut fixes);
+        rest = body.get(close + 3..).unwrap_or("");
+    }
+    prose.push_str(rest);
+    spans_of(&prose, &mut pieces, &mut fixes);
+    pieces
+}
+
+/// Each bracketed span of `text`, parsed, onto `pieces`.
+fn spans_of(text: &str, pieces: &mut Vec<Piece>, fixes: &mut Vec<Fix>) {
+    let mut rest = text;
     while let Some(start) = rest.find(is_open) {
         let tail = &rest[start..];
         let end = span_end(tail).unwrap_or(tail.len());
         let span = &tail[..end];
-        let parsed = normalize(span, &mut fixes).and_then(|n| parse_checked(&n));
+        let parsed = normalize(span, fixes).and_then(|n| parse_checked(&n));
         pieces.push(match parsed {
             Ok((value, _)) => Piece::Value(value),
             Err(_) => Piece::Unparsed(span.to_owned()),
         });
         rest = &tail[end..];
     }
-    pieces
 }
 
 /// Copies a string literal body starting at `i` (after the opening quote) as a JSON string;
@@ -723,13 +743,22 @@ mod tests {
         assert_eq!(
             json_pieces(text),
             vec![
-                Piece::Value(json!({"nodes": []})),
                 Piece::Value(json!({"nodes": [1], "ok": true})),
+                Piece::Value(json!({"nodes": []})),
                 Piece::Unparsed("{broken: \"x\" y}".into()),
             ]
         );
         assert_eq!(json_pieces("\"{\\\"a\\\": 1}\""), vec![Piece::Value(json!({"a": 1}))]);
         assert_eq!(json_pieces("no json"), vec![]);
+        // An apostrophe in bracketed prose does not swallow the fenced value after it.
+        let text = "For [the user's goal] here it is:\n```json\n{\"nodes\": [2]}\n```";
+        assert_eq!(
+            json_pieces(text),
+            vec![
+                Piece::Value(json!({"nodes": [2]})),
+                Piece::Unparsed("[the user's goal] here it is:\n\n".into())
+            ]
+        );
     }
 
     #[test]

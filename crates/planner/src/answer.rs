@@ -116,9 +116,20 @@ fn candidate_plan(value: &Value) -> Option<&'static str> {
     }
 }
 
-/// Words an attempt at a plan holds, for a piece that does not parse.
+/// Keys an attempt at a plan holds, for a piece that does not parse: a word counts only as a
+/// key (followed by `:`, quoted or not), so prose that says "steps" is no attempt.
 const PLAN_WORDS: &[&str] =
     &["nodes", "steps", "task_type", "taskType", "needs_input", "needsInput", "output_node", "depends_on"];
+
+/// Whether unparsed `text` names a plan's key ([`PLAN_WORDS`]) as a key.
+fn attempts_a_plan(text: &str) -> bool {
+    PLAN_WORDS.iter().any(|word| {
+        text.match_indices(word).any(|(at, _)| {
+            let after = text[at + word.len()..].trim_start_matches(['"', '\'', '”', '“']).trim_start();
+            after.starts_with(':') || after.starts_with('：')
+        })
+    })
+}
 
 /// How many different candidate plans the answer holds, in its content and tool calls.
 fn candidates_in(response: &ChatResponse) -> usize {
@@ -130,7 +141,7 @@ fn candidates_in(response: &ChatResponse) -> usize {
                 Piece::Value(value) if candidate_plan(&value).is_some() && !values.contains(&value) => {
                     values.push(value)
                 }
-                Piece::Unparsed(text) if PLAN_WORDS.iter().any(|w| text.contains(w)) => unparsed += 1,
+                Piece::Unparsed(text) if attempts_a_plan(&text) => unparsed += 1,
                 _ => {}
             }
         }
@@ -155,7 +166,7 @@ fn the_only_candidate(response: &ChatResponse, taken: &Value) -> Result<(), Repa
             let other = match &piece {
                 Piece::Value(value) if value == taken => None,
                 Piece::Value(value) => candidate_plan(value),
-                Piece::Unparsed(text) if PLAN_WORDS.iter().any(|w| text.contains(w)) => {
+                Piece::Unparsed(text) if attempts_a_plan(text) => {
                     Some("an attempt at a plan that is not valid JSON")
                 }
                 Piece::Unparsed(_) => None,

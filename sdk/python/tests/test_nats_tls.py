@@ -102,6 +102,41 @@ class NatsTls(unittest.TestCase):
         self.assertIsInstance(worker.nats_options["tls"], ssl.SSLContext)
         self.assertIsNotNone(asyncio.run(self.connect(self.url, worker.nats_options["tls"])))
 
+    def test_a_connection_that_is_not_tls_is_told_apart(self):
+        import nats
+
+        from hermes_agents.worker import _speaks_tls
+
+        async def speaks(url, tls):
+            nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False, tls=tls)
+            try:
+                return _speaks_tls(nc)
+            finally:
+                await nc.close()
+
+        d = self.d
+        tls = nats_tls(str(d / "ca.pem"), str(d / "client.pem"), str(d / "client.key"))
+        self.assertTrue(asyncio.run(speaks(self.url, tls)))
+        # A server that does not ask for TLS gets a plaintext connection from nats-py even with a
+        # TLS context: the Worker refuses it (worker.serve), as the Rust services do.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        plain = subprocess.Popen([NATS_SERVER, "-a", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            self.assertFalse(asyncio.run(speaks(f"nats://127.0.0.1:{port}", tls)))
+        finally:
+            plain.kill()
+            plain.wait()
+
     def test_settings_are_checked(self):
         self.assertIsNone(nats_tls(None, None, None))
         with self.assertRaises(errors.InvalidArgument):

@@ -130,6 +130,12 @@ def nats_tls(ca_file: str | None, cert_file: str | None, key_file: str | None):
     return context
 
 
+def _speaks_tls(nc) -> bool:
+    """Whether a nats-py connection runs over TLS."""
+    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+    return writer is not None and writer.get_extra_info("ssl_object") is not None
+
+
 class Worker:
     """A Hermes agent in Python. Declare task types with `@worker.task(...)`, then `run()`.
 
@@ -291,6 +297,11 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stopping.set)
         self._nc = await nats.connect(self.nats_url, name=f"hermes-worker-{self.agent_id}", **self.nats_options)
+        if self.nats_options.get("tls") is not None and not _speaks_tls(self._nc):
+            # nats-py upgrades only when the server asks for TLS; with TLS configured a server
+            # that does not (or someone between that says it does not) is refused, as in Rust.
+            await self._nc.close()
+            raise errors.Unavailable("nats.tls is set, but the connection to NATS is not TLS: refused")
         self._js = self._nc.jetstream()
         self._agents_kv = await self._js.key_value(self._bucket("agents"))
         self._ledger = await self._js.key_value(self._bucket("ledger"))
@@ -426,12 +437,26 @@ class Worker:
                 except nats.js.errors.NoKeysError:
                     tenants = []
                 for tenant in sorted(set(tenants) - followed):
-                    for durable, subject in self.lane_consumers(tenant):
-                        config = ConsumerConfig(durable_name=durable, filter_subject=subject,
-                                                ack_policy=AckPolicy.EXPLICIT, ack_wait=self.ack_wait_s,
-                                                max_deliver=self.max_deliver, max_ack_pending=20_000)
-                        sub = await self._js.pull_subscribe(subject, durable=durable, stream=self._stream("TASKS"),
-                                                            config=config)
+                    # A key that is no tenant (a word of [A-Za-z0-9_-]) names no lane: skipped once.
+                    if not (0 < len(tenant) <= 64 and all(c.isascii() and (c.isalnum() or c in "-_") for c in tenant)):
+                        log.warning("the lanes bucket holds %r, which is no tenant; skipped", tenant)
+                        followed.add(tenant)
+                        continue
+                    # All of the tenant's task types, or none: a failure is tried again whole.
+                    new = []
+                    try:
+                        for durable, subject in self.lane_consumers(tenant):
+                            config = ConsumerConfig(durable_name=durable, filter_subject=subject,
+                                                    ack_policy=AckPolicy.EXPLICIT, ack_wait=self.ack_wait_s,
+                                                    max_deliver=self.max_deliver, max_ack_pending=20_000)
+                            new.append(await self._js.pull_subscribe(subject, durable=durable,
+                                                                     stream=self._stream("TASKS"), config=config))
+                    except Exception as e:  # noqa: BLE001 - tried again at the next poll
+                        log.warning("cannot serve tenant %s's lane yet: %s", tenant, e)
+                        for sub in new:
+                            await sub.unsubscribe()
+                        continue
+                    for sub in new:
                         subs.append(sub)
                         pullers.append(asyncio.create_task(self._pull(sub)))
                     followed.add(tenant)
