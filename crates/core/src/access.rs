@@ -266,9 +266,15 @@ impl Access {
     /// The tokens of `path`; any problem with the file is an error naming it, so a server never
     /// starts with auth silently off.
     pub fn load(path: &Path) -> anyhow::Result<Access> {
+        let text = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Access::from_file_content(path, &text)
+    }
+
+    /// The tokens of `content`, read from `path` (named in errors).
+    fn from_file_content(path: &Path, content: &[u8]) -> anyhow::Result<Access> {
         let text =
-            std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-        Access::parse(&text).with_context(|| format!("in the API tokens file {}", path.display()))
+            std::str::from_utf8(content).with_context(|| format!("{} is not UTF-8", path.display()))?;
+        Access::parse(text).with_context(|| format!("in the API tokens file {}", path.display()))
     }
 
     pub fn parse(text: &str) -> anyhow::Result<Access> {
@@ -347,13 +353,14 @@ impl Access {
     }
 }
 
-/// API tokens as the file holds them now: an [`Access`] that [`Tokens::reload`] replaces from
-/// the same file (on SIGHUP or a change, [`Tokens::reload_on_hangup`]), for every reader at once. Auth off
-/// (no file) stays off: there is nothing to read again.
+/// API tokens as the file holds them now: an [`Access`] replaced from the same file on SIGHUP or
+/// a change ([`Tokens::reload_on_hangup`]), for every reader at once. Auth off (no file) stays
+/// off: there is nothing to read again.
 pub struct Tokens {
     file: Option<std::path::PathBuf>,
     current: tokio::sync::watch::Sender<std::sync::Arc<Access>>,
-    /// The file's content when it was read at start, so a change right after is not missed.
+    /// The file's content the tokens in force were read from, so a change right after start is
+    /// not missed.
     read_at_start: Option<Vec<u8>>,
 }
 
@@ -367,8 +374,14 @@ impl Tokens {
     /// The tokens of the file a setting names (`api_tokens_file`); a blank setting is auth off.
     pub fn from_setting(file: &str) -> anyhow::Result<std::sync::Arc<Tokens>> {
         let path = (!file.trim().is_empty()).then(|| std::path::PathBuf::from(file.trim()));
-        let read_at_start = path.as_ref().and_then(|p| std::fs::read(p).ok());
-        let access = Access::from_setting(file)?;
+        let (access, read_at_start) = match &path {
+            None => (Access::open(), None),
+            Some(path) => {
+                let content =
+                    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+                (Access::from_file_content(path, &content)?, Some(content))
+            }
+        };
         let current = tokio::sync::watch::Sender::new(access.into());
         Ok(std::sync::Arc::new(Tokens { file: path, current, read_at_start }))
     }
@@ -392,13 +405,11 @@ impl Tokens {
         self.current.subscribe()
     }
 
-    /// Reads the file again and puts its tokens in force; a file that does not read, or that has
-    /// no token, is an error and changes nothing. Says how many tokens and tenants are in force.
-    pub fn reload(&self) -> anyhow::Result<(usize, usize)> {
-        let Some(file) = &self.file else {
-            anyhow::bail!("auth is off: there is no tokens file to read again")
-        };
-        let access = Access::load(file)?;
+    /// Puts the tokens of `content`, read again from the file, in force; content that does not
+    /// parse, or has no token, is an error and changes nothing. Says how many tokens and tenants
+    /// are in force.
+    fn take(&self, file: &Path, content: &[u8]) -> anyhow::Result<(usize, usize)> {
+        let access = Access::from_file_content(file, content)?;
         let counts = (access.tokens.as_ref().map_or(0, HashMap::len), access.tenant_weights().len());
         self.current.send_replace(access.into());
         Ok(counts)
@@ -428,20 +439,20 @@ impl Tokens {
             loop {
                 let why = tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = hangup(&mut hangups) => {
-                        seen = std::fs::read(&file).ok();
-                        "SIGHUP"
-                    }
-                    _ = poll.tick() => {
-                        let now = std::fs::read(&file).ok();
-                        if now == seen {
-                            continue;
-                        }
-                        seen = now;
-                        "the file changed"
-                    }
+                    _ = hangup(&mut hangups) => "SIGHUP",
+                    _ = poll.tick() => "the file changed",
                 };
-                match tokens.reload() {
+                // Read once: what is compared is what is taken.
+                let content = std::fs::read(&file).ok();
+                if why != "SIGHUP" && content == seen {
+                    continue;
+                }
+                seen = content.clone();
+                let taken = match content {
+                    Some(content) => tokens.take(&file, &content),
+                    None => Err(anyhow::anyhow!("cannot read {}", file.display())),
+                };
+                match taken {
                     Ok((n, tenants)) => tracing::info!(
                         tokens = n,
                         tenants,
