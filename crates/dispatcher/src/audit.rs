@@ -86,10 +86,9 @@ impl FailedAuth {
             Some(&(last, skipped)) => (Some(last), skipped),
             None => (None, 0),
         };
-        let second_full = match state.second {
-            (Some(start), n) if now.duration_since(start) < Duration::from_secs(1) => n >= FAILED_AUTH_BURST,
-            _ => false,
-        };
+        let this_second =
+            state.second.0.is_some_and(|start| now.duration_since(start) < Duration::from_secs(1));
+        let second_full = this_second && state.second.1 >= FAILED_AUTH_BURST;
         let too_soon = last.is_some_and(|last| now.duration_since(last) < FAILED_AUTH_EVERY);
         if too_soon || second_full {
             // Counted for an address already remembered; a new one is not remembered unrecorded,
@@ -99,9 +98,9 @@ impl FailedAuth {
             }
             return None;
         }
-        state.second = match state.second {
-            (Some(start), n) if now.duration_since(start) < Duration::from_secs(1) => (Some(start), n + 1),
-            _ => (Some(now), 1),
+        state.second = match this_second {
+            true => (state.second.0, state.second.1 + 1),
+            false => (Some(now), 1),
         };
         if state.by_peer.len() >= FAILED_AUTH_PEERS && !state.by_peer.contains_key(peer) {
             let oldest = state.by_peer.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| k.clone());

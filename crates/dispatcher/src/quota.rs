@@ -68,14 +68,10 @@ fn kv_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
 
 impl Quotas {
     /// The quotas of `tenants`; the bucket is opened (and created, by the first dispatcher)
-    /// when auth is on (`tenants_exist`: a tokens file read again may bring quotas that need
-    /// it), or when a tenant has a running-goals quota or a daily budget.
-    pub async fn open(bus: &Bus, tenants: Vec<TenantQuota>, tenants_exist: bool) -> Result<Quotas> {
-        let needs_kv = tenants_exist
-            || tenants.iter().any(|t| {
-                t.max_running_goals.is_some() || t.daily_tokens.is_some() || t.daily_cost_usd.is_some()
-            });
-        let kv = match needs_kv {
+    /// when auth is on (`auth_on`): only a tokens file has tenants, and one read again may bring
+    /// quotas that need it.
+    pub async fn open(bus: &Bus, tenants: Vec<TenantQuota>, auth_on: bool) -> Result<Quotas> {
+        let kv = match auth_on {
             true => Some(
                 bus.ensure_bucket(kv::Config {
                     bucket: bus.topology().tenants_bucket(),

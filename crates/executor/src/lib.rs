@@ -122,6 +122,26 @@ impl Error {
     }
 }
 
+impl AgentConfig {
+    /// A durable consumer of the task stream with this agent's AckWait and MaxDeliver: its
+    /// pools', its tenants' lanes' and its directed one.
+    fn task_consumer(
+        &self,
+        topology: &hermes_core::topology::Topology,
+        name: String,
+        filter_subject: String,
+    ) -> ConsumerSpec {
+        ConsumerSpec {
+            stream: topology.tasks_stream(),
+            name,
+            filter_subject,
+            ack_wait: self.ack_wait,
+            max_deliver: self.max_deliver,
+            max_ack_pending: 20_000,
+        }
+    }
+}
+
 /// A built agent, connected and bound to its consumers, ready to [`Agent::run`].
 pub struct Agent {
     bus: Bus,
@@ -154,24 +174,18 @@ impl Agent {
         let mut consumers = Vec::new();
         // Each task type's plain pool; the tenants' lanes follow the lanes bucket (`consume`).
         for task_type in registry.names() {
-            consumers.push(ConsumerSpec {
-                stream: topology.tasks_stream(),
-                name: topology.pool_consumer(task_type),
-                filter_subject: topology.pool_task(task_type),
-                ack_wait: config.ack_wait,
-                max_deliver: config.max_deliver,
-                max_ack_pending: 20_000,
-            });
+            consumers.push(config.task_consumer(
+                &topology,
+                topology.pool_consumer(task_type),
+                topology.pool_task(task_type),
+            ));
         }
         // Work the registry routed to this agent in particular.
-        consumers.push(ConsumerSpec {
-            stream: topology.tasks_stream(),
-            name: topology.agent_consumer(&config.agent_id),
-            filter_subject: topology.direct_tasks_of(&config.agent_id),
-            ack_wait: config.ack_wait,
-            max_deliver: config.max_deliver,
-            max_ack_pending: 20_000,
-        });
+        consumers.push(config.task_consumer(
+            &topology,
+            topology.agent_consumer(&config.agent_id),
+            topology.direct_tasks_of(&config.agent_id),
+        ));
         // Bind them now, so a problem shows at start rather than in the pull loop.
         let bound =
             futures::future::try_join_all(consumers.iter().map(|spec| bus.durable_consumer(spec.clone())))
@@ -237,15 +251,8 @@ impl Agent {
         });
         // No span around the long-lived loops: a span lives until it closes, and one that lasts the
         // process would be exported at shutdown as a trace of its own. Each task gets its span.
-        let consumer = consume(
-            shared.clone(),
-            self.consumers,
-            self.lanes,
-            self.config.ack_wait,
-            self.config.max_deliver,
-            self.config.max_concurrency,
-            shutdown.clone(),
-        );
+        let consumer =
+            consume(shared.clone(), self.consumers, self.lanes, self.config.clone(), shutdown.clone());
         let consumer = tokio::spawn(consumer);
         let drained = CancellationToken::new();
         let heartbeat = heartbeat_loop(
@@ -413,11 +420,10 @@ async fn consume(
     shared: Arc<Shared>,
     consumers: Vec<ConsumerSpec>,
     mut lanes: Lanes,
-    ack_wait: Duration,
-    max_deliver: i64,
-    max_concurrency: u32,
+    config: AgentConfig,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    let max_concurrency = config.max_concurrency;
     use futures::StreamExt as _;
     let bus = shared.bus.clone();
     let topology = bus.topology().clone();
@@ -428,7 +434,7 @@ async fn consume(
     // A pooled task waits here at most half its AckWait, so a low weight never lets the server
     // deliver it again elsewhere while this agent still holds it.
     let mut messages = fair::FairMerge::new(receiver, shared.backlogged.clone(), shared.backlog_rose.clone())
-        .hold_at_most(ack_wait / 2);
+        .hold_at_most(config.ack_wait / 2);
     let directed = topology.direct_tasks_of(&shared.agent_id);
     for spec in consumers {
         let is_directed = spec.filter_subject == directed;
@@ -470,14 +476,11 @@ async fn consume(
                     None => task_types
                         .iter()
                         .map(|task_type| {
-                            let spec = ConsumerSpec {
-                                stream: topology.tasks_stream(),
-                                name: topology.lane_consumer(&update.tenant, task_type),
-                                filter_subject: topology.lane_task(&update.tenant, task_type),
-                                ack_wait,
-                                max_deliver,
-                                max_ack_pending: 20_000,
-                            };
+                            let spec = config.task_consumer(
+                                &topology,
+                                topology.lane_consumer(&update.tenant, task_type),
+                                topology.lane_task(&update.tenant, task_type),
+                            );
                             let source: fair::Source<_> = Box::pin(bus.resilient_messages(spec, batch));
                             fair::Change::Add { flow: update.tenant.clone(), weight: update.weight, source }
                         })
@@ -934,6 +937,13 @@ async fn run_tool(
     result.map(|output| (output, hit))
 }
 
+/// Publishes a heartbeat on `subject`; a failure is logged (the next beat tries again).
+async fn publish_beat(bus: &Bus, subject: &str, heartbeat: &AgentHeartbeat) {
+    if let Err(e) = bus.client().publish(subject.to_owned(), heartbeat.encode_to_vec().into()).await {
+        warn!(error = %e, "heartbeat publish failed");
+    }
+}
+
 async fn heartbeat_loop(
     shared: Arc<Shared>,
     config: AgentConfig,
@@ -981,16 +991,11 @@ async fn heartbeat_loop(
             // such beat a second.
             _ = shared.backlog_rose.notified(), if early_beat.elapsed() >= Duration::from_secs(1) => {
                 early_beat = Instant::now();
-                let hb = beat(false, false);
-                if let Err(e) = shared.bus.client().publish(subject.clone(), hb.encode_to_vec().into()).await {
-                    warn!(error = %e, "heartbeat publish failed");
-                }
+                publish_beat(&shared.bus, &subject, &beat(false, false)).await;
             }
             _ = ticker.tick() => {
                 let hb = beat(false, false);
-                if let Err(e) = shared.bus.client().publish(subject.clone(), hb.encode_to_vec().into()).await {
-                    warn!(error = %e, "heartbeat publish failed");
-                }
+                publish_beat(&shared.bus, &subject, &hb).await;
                 if mirror.as_ref().is_none_or(|m| m.is_finished()) {
                     let (bus, agent_id) = (shared.bus.clone(), config.agent_id.clone());
                     mirror = Some(tokio::spawn(async move {

@@ -215,21 +215,10 @@ fn candidates(text: &str) -> Result<(Vec<Candidate>, bool), RepairError> {
     if !fences.is_empty() {
         return Ok((fences, true));
     }
-    let mut spans = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find(is_open) {
-        let tail = &rest[start..];
-        match span_end(tail) {
-            Some(end) => {
-                spans.push(Candidate { text: tail[..end].to_owned(), open_at_end: false });
-                rest = &tail[end..];
-            }
-            None => {
-                spans.push(Candidate { text: tail.to_owned(), open_at_end: true });
-                break;
-            }
-        }
-    }
+    let spans: Vec<Candidate> = bracketed_spans(text)
+        .into_iter()
+        .map(|(span, open_at_end)| Candidate { text: span.to_owned(), open_at_end })
+        .collect();
     if spans.is_empty() {
         return Err(RepairError::NoJson);
     }
@@ -331,9 +320,18 @@ fn is_close(c: char) -> bool {
 
 /// The contents of ``` fenced blocks, each with whether its closing fence came.
 fn fenced_blocks(text: &str) -> Vec<(&str, bool)> {
+    split_fences(text).0
+}
+
+/// The bodies of the ``` fences of `text`, each with whether its fence closes, and the prose
+/// outside them (the pieces joined by newlines).
+fn split_fences(text: &str) -> (Vec<(&str, bool)>, String) {
     let mut blocks = Vec::new();
+    let mut prose = String::new();
     let mut rest = text;
     while let Some(open) = rest.find("```") {
+        prose.push_str(&rest[..open]);
+        prose.push('\n');
         let after = &rest[open + 3..];
         let body_start = after.find('\n').map_or(after.len(), |n| n + 1);
         let body = &after[body_start..];
@@ -345,11 +343,13 @@ fn fenced_blocks(text: &str) -> Vec<(&str, bool)> {
             None => {
                 // No closing fence: the JSON inside may still be complete.
                 blocks.push((body, false));
+                rest = "";
                 break;
             }
         }
     }
-    blocks
+    prose.push_str(rest);
+    (blocks, prose)
 }
 
 /// Byte offset just past the value starting at the beginning of `text`, if it closes.
@@ -556,37 +556,44 @@ pub fn json_pieces(text: &str) -> Vec<Piece> {
     // The fences' bodies, and the prose around them, each on its own: an apostrophe in the
     // prose (`[the user's goal]`) must not open a string that swallows a fenced value.
     let mut pieces = Vec::new();
-    let mut prose = String::new();
-    let mut rest = trimmed;
-    while let Some(open) = rest.find("```") {
-        prose.push_str(&rest[..open]);
-        prose.push('\n');
-        let after = &rest[open + 3..];
-        let body_start = after.find('\n').map_or(after.len(), |n| n + 1);
-        let body = &after[body_start..];
-        let close = body.find("```").unwrap_or(body.len());
-        spans_of(&body[..close], &mut pieces, &mut fixes);
-        rest = body.get(close + 3..).unwrap_or("");
+    let (fences, prose) = split_fences(trimmed);
+    for (body, _) in fences {
+        spans_of(body, &mut pieces, &mut fixes);
     }
-    prose.push_str(rest);
     spans_of(&prose, &mut pieces, &mut fixes);
     pieces
 }
 
 /// Each bracketed span of `text`, parsed, onto `pieces`.
 fn spans_of(text: &str, pieces: &mut Vec<Piece>, fixes: &mut Vec<Fix>) {
-    let mut rest = text;
-    while let Some(start) = rest.find(is_open) {
-        let tail = &rest[start..];
-        let end = span_end(tail).unwrap_or(tail.len());
-        let span = &tail[..end];
+    for (span, _) in bracketed_spans(text) {
         let parsed = normalize(span, fixes).and_then(|n| parse_checked(&n));
         pieces.push(match parsed {
             Ok((value, _)) => Piece::Value(value),
             Err(_) => Piece::Unparsed(span.to_owned()),
         });
-        rest = &tail[end..];
     }
+}
+
+/// Each span of `text` from an opening bracket to its match, in order, and whether it runs to
+/// the end of the text without closing (the last one only).
+fn bracketed_spans(text: &str) -> Vec<(&str, bool)> {
+    let mut spans = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(is_open) {
+        let tail = &rest[start..];
+        match span_end(tail) {
+            Some(end) => {
+                spans.push((&tail[..end], false));
+                rest = &tail[end..];
+            }
+            None => {
+                spans.push((tail, true));
+                break;
+            }
+        }
+    }
+    spans
 }
 
 /// Copies a string literal body starting at `i` (after the opening quote) as a JSON string;

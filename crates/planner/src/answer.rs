@@ -131,52 +131,45 @@ fn attempts_a_plan(text: &str) -> bool {
     })
 }
 
-/// How many different candidate plans the answer holds, in its content and tool calls.
+/// Every candidate plan of the answer, in its content and tool calls, with what makes it one.
+fn candidates(response: &ChatResponse) -> impl Iterator<Item = (Piece, &'static str)> {
+    let texts = response
+        .content
+        .iter()
+        .map(String::as_str)
+        .chain(response.tool_calls.iter().map(|c| c.arguments.as_str()));
+    texts.flat_map(json_pieces).filter_map(|piece| {
+        let why = match &piece {
+            Piece::Value(value) => candidate_plan(value)?,
+            Piece::Unparsed(text) => {
+                attempts_a_plan(text).then_some("an attempt at a plan that is not valid JSON")?
+            }
+        };
+        Some((piece, why))
+    })
+}
+
+/// How many different candidate plans the answer holds.
 fn candidates_in(response: &ChatResponse) -> usize {
     let mut values = Vec::new();
     let mut unparsed = 0;
-    for text in answer_texts(response) {
-        for piece in json_pieces(text) {
-            match piece {
-                Piece::Value(value) if candidate_plan(&value).is_some() && !values.contains(&value) => {
-                    values.push(value)
-                }
-                Piece::Unparsed(text) if attempts_a_plan(&text) => unparsed += 1,
-                _ => {}
-            }
+    for (piece, _) in candidates(response) {
+        match piece {
+            Piece::Value(value) if !values.contains(&value) => values.push(value),
+            Piece::Value(_) => {}
+            Piece::Unparsed(_) => unparsed += 1,
         }
     }
     values.len() + unparsed
 }
 
-/// The texts of an answer: its content and each tool call's arguments.
-fn answer_texts(response: &ChatResponse) -> impl Iterator<Item = &str> {
-    response
-        .content
-        .iter()
-        .map(String::as_str)
-        .chain(response.tool_calls.iter().map(|c| c.arguments.as_str()))
-}
-
 /// Refuses an answer that holds another candidate plan beside `taken`, in its content or any
 /// tool call (rule 4): which one the model meant would be a guess.
 fn the_only_candidate(response: &ChatResponse, taken: &Value) -> Result<(), RepairError> {
-    for text in answer_texts(response) {
-        for piece in json_pieces(text) {
-            let other = match &piece {
-                Piece::Value(value) if value == taken => None,
-                Piece::Value(value) => candidate_plan(value),
-                Piece::Unparsed(text) if attempts_a_plan(text) => {
-                    Some("an attempt at a plan that is not valid JSON")
-                }
-                Piece::Unparsed(_) => None,
-            };
-            if let Some(other) = other {
-                return Err(RepairError::Ambiguous(format!("beside the plan it holds {other}")));
-            }
-        }
+    match candidates(response).find(|(piece, _)| !matches!(piece, Piece::Value(v) if v == taken)) {
+        Some((_, other)) => Err(RepairError::Ambiguous(format!("beside the plan it holds {other}"))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The message a refused text gets, naming the problem.

@@ -139,6 +139,14 @@ impl LiveAgent {
         }
     }
 
+    /// Takes no directed work now: every slot reserved, draining, or pooled work waiting on it
+    /// (which a directed task would pass by).
+    fn saturated(&self) -> bool {
+        self.load >= self.heartbeat.max_concurrency.max(1)
+            || self.heartbeat.draining
+            || self.heartbeat.backlogged
+    }
+
     /// Its last heartbeat is older than [`HealthSettings::late_heartbeats`] of its periods (a
     /// third of the TTL for an agent that does not say its period).
     fn late(&self, now_ms: u64, config: &RegistryConfig) -> bool {
@@ -406,7 +414,7 @@ impl Registry {
             for id in ids.iter() {
                 let Some(mut agent) = self.inner.agents.get_mut(id) else { continue };
                 let max = agent.heartbeat.max_concurrency.max(1);
-                if agent.load >= max || agent.heartbeat.draining || agent.heartbeat.backlogged {
+                if agent.saturated() {
                     saturated += 1;
                     continue;
                 }
@@ -524,7 +532,7 @@ impl Registry {
             for id in ids.iter() {
                 let Some(agent) = self.inner.agents.get(id) else { continue };
                 let max = agent.heartbeat.max_concurrency.max(1);
-                if agent.load >= max || agent.heartbeat.draining || agent.heartbeat.backlogged {
+                if agent.saturated() {
                     saturated += 1;
                     continue;
                 }

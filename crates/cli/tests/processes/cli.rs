@@ -65,6 +65,20 @@ fn hermes_up_ready(nats_url: &str, data_dir: &Path, extra: &[&str]) -> (Up, Stri
     panic!("hermes up did not become ready within 30 s");
 }
 
+/// Runs `hermes up` on `data_dir` with `extra`, unsupervised, to its end: for starts that must
+/// fail.
+fn hermes_up_once(data_dir: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .arg("up")
+        .args(extra)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--grpc-listen", &format!("127.0.0.1:{}", hermes_test_util::free_port())])
+        .env("HERMES_NO_SUPERVISOR", "1")
+        .output()
+        .unwrap()
+}
+
 fn hermes(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hermes")).args(args).current_dir(repo_root()).output().unwrap()
 }
@@ -298,13 +312,7 @@ fn an_unreachable_server_gives_a_clear_error() {
 fn hermes_up_with_an_unreachable_nats_url_fails_and_starts_no_local_server() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("nats://127.0.0.1:{}", hermes_test_util::free_port());
-    let out = Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args(["up", "--nats-url", &url, "--data-dir"])
-        .arg(dir.path())
-        .args(["--grpc-listen", &format!("127.0.0.1:{}", hermes_test_util::free_port())])
-        .env("HERMES_NO_SUPERVISOR", "1")
-        .output()
-        .unwrap();
+    let out = hermes_up_once(dir.path(), &["--nats-url", &url]);
     assert!(!out.status.success(), "{}", text(&out));
     assert!(text(&out).contains(&format!("nats.url {url} is not reachable")), "{}", text(&out));
     assert!(!text(&out).contains("hermes up: grpc"), "no stack became ready: {}", text(&out));
@@ -316,13 +324,7 @@ fn hermes_up_with_an_unreachable_nats_url_fails_and_starts_no_local_server() {
 #[test]
 fn hermes_up_refuses_nats_tls_for_its_own_server() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args(["up", "--nats-tls-ca-file", "/etc/ssl/certs/ca-certificates.crt", "--data-dir"])
-        .arg(dir.path())
-        .args(["--grpc-listen", &format!("127.0.0.1:{}", hermes_test_util::free_port())])
-        .env("HERMES_NO_SUPERVISOR", "1")
-        .output()
-        .unwrap();
+    let out = hermes_up_once(dir.path(), &["--nats-tls-ca-file", "/etc/ssl/certs/ca-certificates.crt"]);
     assert!(!out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("nats.tls is set"), "{}", text(&out));
     assert!(text(&out).contains("--nats-url"), "{}", text(&out));

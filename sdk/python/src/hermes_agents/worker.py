@@ -130,6 +130,11 @@ def nats_tls(ca_file: str | None, cert_file: str | None, key_file: str | None):
     return context
 
 
+def _is_word(text: str) -> bool:
+    """1-64 characters of [A-Za-z0-9_-]: an agent id, a tenant (`hermes_core::ids`, `Word`)."""
+    return 0 < len(text) <= 64 and all(c.isascii() and (c.isalnum() or c in "-_") for c in text)
+
+
 def _speaks_tls(nc) -> bool:
     """Whether a nats-py connection runs over TLS."""
     writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
@@ -179,7 +184,7 @@ class Worker:
         if tls is not None:
             nats_options.setdefault("tls", tls)
         self.health_listen = health_listen or env("HERMES_METRICS_LISTEN")
-        if not agent_id or len(agent_id) > 64 or not all(c.isascii() and (c.isalnum() or c in "-_") for c in agent_id):
+        if not _is_word(agent_id):
             raise errors.InvalidArgument(f"agent_id `{agent_id}` must be 1-64 characters of [A-Za-z0-9_-]")
         if max_concurrency < 1:
             raise errors.InvalidArgument("max_concurrency must be at least 1")
@@ -286,7 +291,6 @@ class Worker:
     async def serve(self, stop: asyncio.Event | None = None) -> None:
         """Serves until `stop` is set (or SIGTERM/SIGINT when it is not given), then drains."""
         import nats
-        from nats.js.api import AckPolicy, ConsumerConfig
 
         if not self.tasks:
             raise errors.InvalidArgument("the worker declares no task types")
@@ -314,11 +318,8 @@ class Worker:
         subs = []
         differing = []
         for durable, subject in self.consumers():
-            config = ConsumerConfig(durable_name=durable, filter_subject=subject, ack_policy=AckPolicy.EXPLICIT,
-                                    ack_wait=self.ack_wait_s, max_deliver=self.max_deliver, max_ack_pending=20_000)
-            subs.append(await self._js.pull_subscribe(subject, durable=durable, stream=self._stream("TASKS"),
-                                                      config=config))
-            differs = await self._differences(durable, config)
+            subs.append(await self._pull_subscribe(durable, subject))
+            differs = await self._differences(durable, self._consumer_config(durable, subject))
             if differs:
                 differing.append(f"{durable}: {', '.join(differs)}")
         if differing:
@@ -419,11 +420,22 @@ class Worker:
                 log.info("goal %s cancelled; abandoning task %s", goal_id, task_id)
                 task.cancel()
 
+    def _consumer_config(self, durable: str, subject: str):
+        """The settings of a task consumer this worker binds, as the Rust executor's."""
+        from nats.js.api import AckPolicy, ConsumerConfig
+
+        return ConsumerConfig(durable_name=durable, filter_subject=subject, ack_policy=AckPolicy.EXPLICIT,
+                              ack_wait=self.ack_wait_s, max_deliver=self.max_deliver, max_ack_pending=20_000)
+
+    async def _pull_subscribe(self, durable: str, subject: str):
+        """Binds (creating it if needed) the task consumer `durable` on `subject`."""
+        return await self._js.pull_subscribe(subject, durable=durable, stream=self._stream("TASKS"),
+                                             config=self._consumer_config(durable, subject))
+
     async def _follow_lanes(self, subs: list, pullers: list) -> None:
         """Pulls from each tenant's lane as the lanes bucket names the tenant (`hermes_core::lanes`).
         The lanes are served in turn with the pool, each a puller of its own: this worker does not
         weigh tenants (the Rust executor does)."""
-        from nats.js.api import AckPolicy, ConsumerConfig
         import nats.js.errors
 
         followed: set[str] = set()
@@ -438,7 +450,7 @@ class Worker:
                     tenants = []
                 for tenant in sorted(set(tenants) - followed):
                     # A key that is no tenant (a word of [A-Za-z0-9_-]) names no lane: skipped once.
-                    if not (0 < len(tenant) <= 64 and all(c.isascii() and (c.isalnum() or c in "-_") for c in tenant)):
+                    if not _is_word(tenant):
                         log.warning("the lanes bucket holds %r, which is no tenant; skipped", tenant)
                         followed.add(tenant)
                         continue
@@ -446,11 +458,7 @@ class Worker:
                     new = []
                     try:
                         for durable, subject in self.lane_consumers(tenant):
-                            config = ConsumerConfig(durable_name=durable, filter_subject=subject,
-                                                    ack_policy=AckPolicy.EXPLICIT, ack_wait=self.ack_wait_s,
-                                                    max_deliver=self.max_deliver, max_ack_pending=20_000)
-                            new.append(await self._js.pull_subscribe(subject, durable=durable,
-                                                                     stream=self._stream("TASKS"), config=config))
+                            new.append(await self._pull_subscribe(durable, subject))
                     except Exception as e:  # noqa: BLE001 - tried again at the next poll
                         log.warning("cannot serve tenant %s's lane yet: %s", tenant, e)
                         for sub in new:
