@@ -24,7 +24,9 @@ const PROTO_FILES: &[&str] = &[
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read when the script runs, not baked in when it is compiled: checkouts that share a target
+    // directory share the compiled script, and each must read its own protos.
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let paths: Vec<PathBuf> = PROTO_FILES.iter().map(|f| root.join(f)).collect();
     println!("cargo:rerun-if-changed=strings.rs");
     for path in &paths {

@@ -318,11 +318,20 @@ impl Sandbox {
 
     /// Stops every service (the nats-server and its store stay) and starts them afresh with the
     /// same settings, as a redeploy or a crash and restart of every pod would.
-    pub async fn restart_services(mut self) -> Sandbox {
+    pub async fn restart_services(self) -> Sandbox {
+        self.restart_services_with(|| async {}).await
+    }
+
+    /// [`Sandbox::restart_services`], running `between` while every service is stopped.
+    pub async fn restart_services_with<F: std::future::Future<Output = ()>>(
+        mut self,
+        between: impl FnOnce() -> F,
+    ) -> Sandbox {
         self.shutdown.cancel();
         if let Some(stack) = self.stack.take() {
             stack.stop().await;
         }
+        between().await;
         let builder = self.builder.clone();
         builder.start_on(self.nats).await
     }

@@ -90,6 +90,17 @@ impl ApprovalStore {
         Err(Error::Unavailable(format!("approval {call_id}: too many concurrent updates")))
     }
 
+    /// Every approval written from now on (asked for, decided, timed out), in order, until the
+    /// watch ends: for following changes rather than listing again and again.
+    pub async fn changes(&self) -> Result<impl futures::Stream<Item = Approval> + Send + use<>> {
+        use futures::StreamExt as _;
+        let watch = self.kv.watch(">").await.map_err(|e| Error::jetstream("watch approvals", e))?;
+        Ok(watch.filter_map(|entry| async move {
+            let entry = entry.ok().filter(|e| e.operation == kv::Operation::Put)?;
+            Approval::decode(entry.value).ok()
+        }))
+    }
+
     /// Every approval nobody decided yet, across goals, the soonest to expire first.
     pub async fn pending(&self) -> Result<Vec<Approval>> {
         let mut out = Vec::new();

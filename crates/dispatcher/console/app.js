@@ -158,34 +158,13 @@ function followEvents(goalId, onEvent) {
   const run = async () => {
     while (!controller.signal.aborted && !ended) {
       try {
-        const headers = { Accept: 'text/event-stream' };
-        if (app.token) headers.Authorization = 'Bearer ' + app.token;
-        if (lastId) headers['Last-Event-ID'] = lastId;
-        const response = await fetch('/v1/goals/' + encodeURIComponent(goalId) + '/events', { headers, signal: controller.signal });
-        if (!response.ok) { if (response.status === 401) showSignin(true); throw new Error('events: ' + response.status); }
-        const reader = response.body.getReader();
-        const decoder = new TextDecoder();
-        let buffer = '';
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          buffer += decoder.decode(value, { stream: true });
-          let cut;
-          while ((cut = buffer.indexOf('\n\n')) >= 0) {
-            const block = buffer.slice(0, cut);
-            buffer = buffer.slice(cut + 2);
-            let data = '', id = '', kind = '';
-            for (const line of block.split('\n')) {
-              if (line.startsWith('data:')) data += line.slice(5).trimStart();
-              else if (line.startsWith('id:')) id = line.slice(3).trim();
-              else if (line.startsWith('event:')) kind = line.slice(6).trim();
-            }
-            if (id) lastId = id;
-            if (kind === 'error' || !data) continue;
-            const event = parse(data);
-            if (event) onEvent(event);
-          }
-        }
+        const headers = lastId ? { 'Last-Event-ID': lastId } : {};
+        await readSse('/v1/goals/' + encodeURIComponent(goalId) + '/events', headers, controller.signal, null, (kind, data, id) => {
+          if (id) lastId = id;
+          if (kind === 'error' || !data) return;
+          const event = parse(data);
+          if (event) onEvent(event);
+        });
         // The server ends the stream after the goal's terminal event.
         ended = true;
       } catch (e) {
@@ -195,6 +174,75 @@ function followEvents(goalId, onEvent) {
     }
   };
   run();
+}
+
+/**
+ * Reads one Server-Sent Events response of `path` with the token in a header: `onOpen()` once
+ * it is answered, `onEvent(kind, data, id)` per event; returns when the server ends the stream.
+ */
+async function readSse(path, extraHeaders, signal, onOpen, onEvent) {
+  const headers = Object.assign({ Accept: 'text/event-stream' }, extraHeaders);
+  if (app.token) headers.Authorization = 'Bearer ' + app.token;
+  const response = await fetch(path, { headers, signal });
+  if (!response.ok) { if (response.status === 401) showSignin(true); throw new Error(path + ': ' + response.status); }
+  if (onOpen) onOpen();
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf('\n\n')) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      let data = '', id = '', kind = '';
+      for (const line of block.split('\n')) {
+        if (line.startsWith('data:')) data += line.slice(5).trimStart();
+        else if (line.startsWith('id:')) id = line.slice(3).trim();
+        else if (line.startsWith('event:')) kind = line.slice(6).trim();
+      }
+      onEvent(kind, data, id);
+    }
+  }
+}
+
+/**
+ * One follower of `/v1/changes` for the whole console. Listeners get `(kind, json)`: `goal` (a
+ * goal created or changing status), `approval` (asked for or decided), or `lagged` (on every
+ * (re)connect too, since changes may have been missed: list again). A page's listeners go with
+ * the page; `always` ones stay.
+ */
+const changeListeners = { page: new Set(), always: new Set() };
+
+function onChange(fn, always) {
+  if (always) { changeListeners.always.add(fn); return; }
+  changeListeners.page.add(fn);
+  app.aborts.push({ abort: () => changeListeners.page.delete(fn) });
+}
+
+function followChanges() {
+  const tell = (kind, json) => {
+    for (const fn of [...changeListeners.always, ...changeListeners.page]) fn(kind, json);
+  };
+  const run = async () => {
+    for (;;) {
+      try {
+        await readSse('/v1/changes', {}, undefined, () => tell('lagged', null), (kind, data) => {
+          if (kind === 'goal' || kind === 'approval' || kind === 'lagged') tell(kind, parse(data));
+        });
+      } catch (_) { /* shown by the pages' own lists */ }
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+  };
+  run();
+}
+
+/** `fn`, once, `ms` after the last of a burst of calls to the function this returns. */
+function debounced(fn, ms) {
+  let timer = null;
+  return () => { clearTimeout(timer); timer = setTimeout(fn, ms); };
 }
 
 function eventKind(event) {
@@ -286,7 +334,9 @@ function goalsPage(view) {
     first = false;
     document.body.dataset.ready = 'goals';
   }
-  every(1500, refresh);
+  // Listed again when a goal is created or changes status, not on a timer.
+  refresh();
+  onChange(debounced(refresh, 200));
 }
 
 function goalRow(g, isNew) {
@@ -757,7 +807,10 @@ function approvalsPage(view) {
     empty.textContent = shown.size ? '' : 'Nothing is waiting for a decision.';
     document.body.dataset.ready = 'approvals';
   }
-  every(1000, refresh);
+  // Listed again when an approval is asked for or decided, not on a timer.
+  refresh();
+  const later = debounced(refresh, 100);
+  onChange((kind) => { if (kind !== 'goal') later(); });
   every(1000, () => {
     for (const el of cards.querySelectorAll('[data-expires]')) {
       const left = num(el.dataset.expires) - Date.now();
@@ -1047,7 +1100,9 @@ async function start() {
   window.addEventListener('hashchange', route);
   route();
   approvalCount();
-  setInterval(approvalCount, 3000);
+  const count = debounced(approvalCount, 100);
+  onChange((kind) => { if (kind !== 'goal') count(); }, true);
+  followChanges();
 }
 
 start();

@@ -116,6 +116,7 @@ pub(crate) struct EffectsPublisher {
     no_agent_wait: Duration,
     followups: Followups,
     webhooks: crate::webhooks::Webhooks,
+    index: crate::goal_index::GoalIndex,
 }
 
 impl EffectsPublisher {
@@ -126,8 +127,14 @@ impl EffectsPublisher {
         no_agent_wait: Duration,
         followups: Followups,
         webhooks: crate::webhooks::Webhooks,
+        index: crate::goal_index::GoalIndex,
     ) -> Self {
-        Self { bus, agents, limits, no_agent_wait, followups, webhooks }
+        Self { bus, agents, limits, no_agent_wait, followups, webhooks, index }
+    }
+
+    /// The goal index this replica lists goals from.
+    pub(crate) fn index(&self) -> &crate::goal_index::GoalIndex {
+        &self.index
     }
 
     /// The dispatcher's view of the live agents, which routes its tasks.
@@ -177,11 +184,28 @@ impl EffectsPublisher {
                 trace: None,
             });
         }
-        if let Err(e) = self.send_patiently(&state.goal_id, &outgoing, patience).await {
-            // The transition is committed: its tasks must still reach the agents. The timers
-            // worker publishes the goal's in-flight tasks again until that succeeds.
-            self.followups.unsent(&state.goal_id);
-            return Err(e);
+        // The goal's index entry, when it is new or its status changed (`goal_index.rs`).
+        let entry = effects.index.then(|| crate::goal_index::entry_of(state));
+        if let Some(entry) = &entry {
+            outgoing.push(Outgoing {
+                subject: self.bus.topology().goal_index(&state.goal_id),
+                body: entry.encode_to_vec().into(),
+                msg_id: format!("{}:index:{}", state.goal_id, state.event_seq),
+                trace: None,
+            });
+        }
+        let stored = match self.send_patiently(&state.goal_id, &outgoing, patience).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                // The transition is committed: its tasks must still reach the agents. The timers
+                // worker publishes the goal's in-flight tasks again until that succeeds.
+                self.followups.unsent(&state.goal_id);
+                return Err(e);
+            }
+        };
+        // Applied here at once, so this replica's next list has it; the follower skips it then.
+        if let (Some(entry), Some(seq)) = (entry, stored.last()) {
+            self.index.apply(entry, *seq);
         }
         drop(dispatch_spans);
         self.follow_up(state, &effects).await;
@@ -290,12 +314,18 @@ impl EffectsPublisher {
     /// fan-out's events reversed.)
     /// [`Self::send_in_order`], sent again after a failure for up to `patience`: every message
     /// carries its `Nats-Msg-Id`, so what was stored the first time is not stored twice.
-    async fn send_patiently(&self, goal_id: &str, outgoing: &[Outgoing], patience: Duration) -> Result<()> {
+    /// Returns each message's stream sequence, in order.
+    async fn send_patiently(
+        &self,
+        goal_id: &str,
+        outgoing: &[Outgoing],
+        patience: Duration,
+    ) -> Result<Vec<u64>> {
         let deadline = Instant::now() + patience;
         let mut pause = Duration::from_millis(100);
         loop {
             match self.send_in_order(outgoing).await {
-                Ok(()) => return Ok(()),
+                Ok(stored) => return Ok(stored),
                 Err(e) if Instant::now() + pause < deadline => {
                     warn!(goal_id, error = %e, "cannot publish a committed transition's effects; sending them again");
                     tokio::time::sleep(pause).await;
@@ -306,17 +336,14 @@ impl EffectsPublisher {
         }
     }
 
-    async fn send_in_order(&self, outgoing: &[Outgoing]) -> Result<()> {
+    async fn send_in_order(&self, outgoing: &[Outgoing]) -> Result<Vec<u64>> {
         let mut acks = Vec::with_capacity(outgoing.len());
         for m in outgoing {
             acks.push(
                 self.bus.send_bytes(m.subject.clone(), m.body.clone(), &m.msg_id, m.trace.as_ref()).await?,
             );
         }
-        for ack in futures::future::join_all(acks).await {
-            ack?;
-        }
-        Ok(())
+        futures::future::join_all(acks).await.into_iter().map(|ack| Ok(ack?.sequence)).collect()
     }
 
     /// Tells the workers and the agents what the transition means for them.

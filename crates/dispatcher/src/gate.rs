@@ -269,13 +269,51 @@ impl Gate {
         Ok(caller.principal.view(self.goal_of(caller, goal_id).await?))
     }
 
-    /// The newest goals of the caller's tenant first, at most `limit`.
-    pub(crate) async fn list(&self, caller: &Caller, limit: usize) -> Result<Vec<GoalState>> {
+    /// The newest goals of the caller's tenant first (every tenant's with auth off or the
+    /// platform role) that `query` and `text` ask for, at most `limit`, and whether more follow.
+    /// The caller's scope replaces `query.tenant`.
+    pub(crate) async fn list(
+        &self,
+        caller: &Caller,
+        query: crate::goal_index::PageQuery<'_>,
+        text: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<GoalState>, bool)> {
         self.enter(caller, Need::Read)?;
-        let mut goals = self.goals.list(usize::MAX).await?;
+        let query = crate::goal_index::PageQuery { tenant: caller.principal.scope(), ..query };
+        let (mut goals, more) = self.goals.page(&query, text, limit).await?;
         goals.retain(|g| caller.principal.sees(g));
-        goals.truncate(limit);
-        Ok(goals.into_iter().map(|g| caller.principal.view(g)).collect())
+        Ok((goals.into_iter().map(|g| caller.principal.view(g)).collect(), more))
+    }
+
+    /// Goals created or changing status and approvals asked for or decided, from now on, those
+    /// of the caller's tenant only (every tenant's with auth off or the platform role); `Lagged`
+    /// when the caller fell behind and should list again.
+    pub(crate) fn changes(
+        &self,
+        caller: &Caller,
+    ) -> Result<impl futures::Stream<Item = Change> + Send + use<>> {
+        use futures::StreamExt as _;
+        use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
+        self.enter(caller, Need::Read)?;
+        let index = self.goals.index().clone();
+        let scope: Option<Arc<str>> = caller.principal.scope().map(Arc::from);
+        let goals = BroadcastStream::new(index.subscribe()).map(|e| match e {
+            Ok(entry) => Change::Goal(entry),
+            Err(BroadcastStreamRecvError::Lagged(_)) => Change::Lagged,
+        });
+        let approvals = BroadcastStream::new(index.subscribe_approvals()).map(|e| match e {
+            Ok(approval) => Change::Approval(approval),
+            Err(BroadcastStreamRecvError::Lagged(_)) => Change::Lagged,
+        });
+        Ok(futures::stream::select(goals, approvals).filter(move |change| {
+            let visible = match (&scope, change) {
+                (None, _) | (_, Change::Lagged) => true,
+                (Some(scope), Change::Goal(entry)) => *entry.tenant == **scope,
+                (Some(scope), Change::Approval(a)) => index.tenant(&a.goal_id).is_some_and(|t| t == *scope),
+            };
+            std::future::ready(visible)
+        }))
     }
 
     /// Cancels a goal of the caller's tenant. Audited.
@@ -552,6 +590,13 @@ impl Gate {
         let memory = hermes_clients::memory::MemoryClient::new(&self.bus);
         memory.session(caller.principal.tenant.as_deref().unwrap_or(""), session_id).await
     }
+}
+
+/// One change [`Gate::changes`] reports.
+pub(crate) enum Change {
+    Goal(Arc<hermes_proto::GoalIndexEntry>),
+    Approval(Arc<hermes_proto::Approval>),
+    Lagged,
 }
 
 /// A goal id argument of any door: `INVALID_ARGUMENT` naming the field unless it is an id's

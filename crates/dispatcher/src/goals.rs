@@ -70,6 +70,7 @@ impl GoalService {
         quotas: Quotas,
         records: crate::records::Records,
         webhooks: crate::webhooks::Webhooks,
+        index: crate::goal_index::GoalIndex,
     ) -> Self {
         let max_value = bus.client().server_info().max_payload;
         let store = GoalStore::new(bus.goals().clone(), max_value);
@@ -83,6 +84,7 @@ impl GoalService {
             config.no_agent_wait,
             followups,
             webhooks.clone(),
+            index,
         );
         let watchers = crate::watchers::WatchLimits::new(config.max_watches_per_client, config.max_watches);
         let hub = crate::fanout::EventHub::new(bus.clone());
@@ -99,6 +101,11 @@ impl GoalService {
             records,
             webhooks,
         }
+    }
+
+    /// The goal index this replica lists goals from.
+    pub(crate) fn index(&self) -> &crate::goal_index::GoalIndex {
+        self.effects.index()
     }
 
     /// The webhook endpoints and deliveries.
@@ -393,6 +400,7 @@ impl GoalService {
         }
         info!(goal_id = %goal_id, nodes = state.nodes.len(), event = "goal_accepted", "goal accepted");
         tracing::Span::current().record("goal_id", state.goal_id.as_str());
+        effects.index = true;
         self.effects.publish(&state, effects).await?;
         Ok(Submitted { goal_id: goal_id.to_string(), duplicate: false, callback_secrets })
     }
@@ -435,21 +443,46 @@ impl GoalService {
             .ok_or_else(|| Error::NotFound { what: "goal", id: goal_id.to_owned() })
     }
 
-    /// The newest goals first.
-    pub async fn list(&self, limit: usize) -> Result<Vec<GoalState>> {
+    /// The goals `query` asks for (and, with `text`, whose text contains it, lower-cased),
+    /// newest first, at most `limit`, and whether more follow. Found through the goal index
+    /// (`goal_index.rs`), so a page reads the goals it lists: the same with a hundred goals
+    /// stored or a million. Only a text filter walks further, a chunk at a time, until the page
+    /// is full. A goal whose stored status no longer matches (the index of another replica's
+    /// change not yet read) is left out.
+    pub async fn page(
+        &self,
+        query: &crate::goal_index::PageQuery<'_>,
+        text: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<GoalState>, bool)> {
         use futures::{StreamExt as _, TryStreamExt as _};
-        let keys = self.store.keys().await?;
-        // Every goal is read (a goal's id says nothing of its age when it came from an
-        // idempotency key), so the reads go out together rather than one round trip at a time.
-        let loaded: Vec<Option<(GoalState, u64)>> = futures::stream::iter(keys)
-            .map(|key| async move { self.store.load(&key).await })
-            .buffer_unordered(64)
-            .try_collect()
-            .await?;
-        let mut goals: Vec<GoalState> = loaded.into_iter().flatten().map(|(state, _)| state).collect();
-        goals.sort_by_key(|g| std::cmp::Reverse(g.created_unix_ms));
-        goals.truncate(limit);
-        Ok(goals)
+        let mut out: Vec<GoalState> = Vec::new();
+        let mut walk = query.clone();
+        loop {
+            let chunk = match text {
+                None => (limit + 1).saturating_sub(out.len()).max(1),
+                Some(_) => 256,
+            };
+            let places = self.index().page(&walk, chunk);
+            let Some((created, id)) = places.last() else { break };
+            walk.after = Some((*created, id.to_string()));
+            let ids: Vec<Arc<str>> = places.iter().map(|(_, id)| id.clone()).collect();
+            let loaded: Vec<Option<(GoalState, u64)>> = futures::stream::iter(ids)
+                .map(|id| async move { self.store.load(&id).await })
+                .buffered(64)
+                .try_collect()
+                .await?;
+            out.extend(loaded.into_iter().flatten().map(|(state, _)| state).filter(|g| {
+                query.status.is_none_or(|s| g.status == s)
+                    && text.is_none_or(|t| g.spec.as_ref().is_some_and(|s| s.text.to_lowercase().contains(t)))
+            }));
+            if out.len() > limit || places.len() < chunk {
+                break;
+            }
+        }
+        let more = out.len() > limit;
+        out.truncate(limit);
+        Ok((out, more))
     }
 
     /// The goal's events from the start, or those after `after_seq`, ending with its terminal
@@ -921,10 +954,12 @@ impl GoalService {
     /// for a dispatcher that starts or reconnects, or a goal whose effects were not sent; once,
     /// without the effects publisher's patience (the timers worker tries again).
     pub(crate) async fn republish_in_flight(&self, state: &GoalState) -> Result<()> {
-        let effects = engine::in_flight_tasks(state, self.limits());
+        let mut effects = engine::in_flight_tasks(state, self.limits());
         if effects.tasks.is_empty() {
             return Ok(());
         }
+        // The entry may be what was not sent.
+        effects.index = true;
         info!(goal_id = %state.goal_id, tasks = effects.tasks.len(), "re-publishing in-flight tasks");
         let _order = self.order.lock(&state.goal_id).await;
         self.effects.publish_within(state, effects, std::time::Duration::ZERO).await

@@ -127,7 +127,8 @@ impl DispatcherApi for Api {
     ) -> Result<Response<ListGoalsResponse>, Status> {
         let (caller, req) = caller(request)?;
         let limit = list_limit(req.limit as usize);
-        let goals = self.gate.list(&caller, limit).await?.into_iter().map(to_goal).collect();
+        let (goals, _) = self.gate.list(&caller, Default::default(), None, limit).await?;
+        let goals = goals.into_iter().map(to_goal).collect();
         Ok(Response::new(ListGoalsResponse { goals }))
     }
 

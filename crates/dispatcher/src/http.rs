@@ -23,7 +23,7 @@ use futures::{Stream, StreamExt};
 use hermes_core::Error;
 use hermes_core::error::ErrorCode;
 use hermes_core::plan_file::PlanFile;
-use hermes_proto::{GoalSpec, GoalState, GoalStatus};
+use hermes_proto::{GoalSpec, GoalStatus};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -174,6 +174,7 @@ fn handler(id: &str) -> axum::routing::MethodRouter<Api> {
         "goalEvents" => get(events),
         "goalEventsWebSocket" => get(events_ws),
         "listApprovals" => get(approvals),
+        "changes" => get(changes),
         "decideApproval" => post(decide),
         "listDeadLetters" => get(dead_letters_list),
         "getDeadLetter" => get(dead_letter),
@@ -487,10 +488,6 @@ fn parse_status(text: &str) -> std::result::Result<GoalStatus, Problem> {
 
 /// Goals are listed newest first; the page token is the position of the last goal listed
 /// (creation time and id), so pages do not shift when new goals arrive.
-fn page_key(state: &GoalState) -> (u64, String) {
-    (state.created_unix_ms, state.goal_id.clone())
-}
-
 async fn list(
     caller: Caller,
     State(api): State<Api>,
@@ -507,28 +504,13 @@ async fn list(
         None => None,
     };
     let needle = query.q.as_deref().map(str::to_lowercase);
-    let mut goals: Vec<GoalState> = api
-        .gate
-        .list(&caller, usize::MAX)
-        .await?
-        .into_iter()
-        .filter(|g| status.is_none_or(|s| g.status == s as i32))
-        .filter(|g| {
-            query.session.as_deref().is_none_or(|s| g.spec.as_ref().is_some_and(|spec| spec.session_id == s))
-        })
-        .filter(|g| {
-            needle
-                .as_deref()
-                .is_none_or(|n| g.spec.as_ref().is_some_and(|spec| spec.text.to_lowercase().contains(n)))
-        })
-        .collect();
-    // Newest first, ties by id, so the order is total.
-    goals.sort_by_key(|g| std::cmp::Reverse(page_key(g)));
-    if let Some(after) = &after {
-        goals.retain(|g| page_key(g) < *after);
-    }
-    let more = goals.len() > limit;
-    goals.truncate(limit);
+    let page = crate::goal_index::PageQuery {
+        tenant: None,
+        status: status.map(|s| s as i32),
+        session: query.session.as_deref(),
+        after,
+    };
+    let (goals, more) = api.gate.list(&caller, page, needle.as_deref(), limit).await?;
     let next = match (more, goals.last()) {
         (true, Some(last)) => format!("{}.{}", last.created_unix_ms, last.goal_id),
         _ => String::new(),
@@ -614,6 +596,34 @@ async fn events(
                 }
                 // The stream ends after this; the client resumes from the last id it saw.
                 Err(e) => SseEvent::default().event("error").data(Problem::from(e).body().to_string()),
+            })
+        })
+        .take_until(api.shutdown.clone().cancelled_owned());
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(HEARTBEAT).text("heartbeat")))
+}
+
+/// `GET /v1/changes`: what changes in the lists, as Server-Sent Events, from now on: `event:
+/// goal` with a goal's index entry when it is created or its status changes, `event: approval`
+/// with an approval asked for or decided, `event: lagged` when this stream fell behind (list
+/// again). The caller's tenant's only. The console's Goals and Approvals pages follow it instead
+/// of polling.
+async fn changes(
+    caller: Caller,
+    State(api): State<Api>,
+) -> std::result::Result<Sse<impl Stream<Item = std::result::Result<SseEvent, Infallible>>>, Problem> {
+    use crate::gate::Change;
+    let stream = api
+        .gate
+        .changes(&caller)?
+        .map(|change| {
+            Ok::<_, Infallible>(match change {
+                Change::Goal(entry) => {
+                    SseEvent::default().event("goal").data(message_json(&*entry).to_string())
+                }
+                Change::Approval(a) => {
+                    SseEvent::default().event("approval").data(message_json(&*a).to_string())
+                }
+                Change::Lagged => SseEvent::default().event("lagged").data("{}"),
             })
         })
         .take_until(api.shutdown.clone().cancelled_owned());

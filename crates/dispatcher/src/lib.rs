@@ -32,6 +32,7 @@ mod effects;
 pub mod engine;
 mod fanout;
 mod gate;
+pub mod goal_index;
 mod goals;
 mod grpc;
 pub mod http;
@@ -159,9 +160,14 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let records = records::Records::open(bus.clone(), config.record_model_exchanges)
         .await
         .context("cannot open the records stream")?;
+    // Read whole before the API serves, so a list never misses an older goal.
+    let index =
+        goal_index::GoalIndex::open(&bus, cx.shutdown()).await.context("cannot open the goal index")?;
+    let (i, b) = (index.clone(), bus.clone());
+    cx.spawn_loop("approval-changes", move |stop| i.follow_approvals(b, stop));
     let access = config.access.clone();
     let service =
-        Arc::new(GoalService::new(bus.clone(), config, followups, quotas, records.clone(), webhooks));
+        Arc::new(GoalService::new(bus.clone(), config, followups, quotas, records.clone(), webhooks, index));
     // The tokens file read again (SIGHUP) brings its tenants' quotas and weights with it.
     access.reload_on_hangup(cx.shutdown());
     let (mut reloads, reloaded) = (access.subscribe(), service.clone());

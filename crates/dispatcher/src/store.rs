@@ -83,6 +83,7 @@ impl GoalStore {
                     }
                 },
             };
+            let status_before = state.status;
             let Some(mut value) = change(&mut state) else {
                 if from_cache {
                     // "Nothing to do" on the state this replica wrote last is not proof: another
@@ -95,6 +96,7 @@ impl GoalStore {
                 return Ok(None);
             };
             value.effects().number(&mut state);
+            value.effects().index |= state.status != status_before;
             let bytes = self.encode(&state)?;
             match self.kv.update(goal_id, bytes, revision).await {
                 Ok(revision) => {

@@ -722,3 +722,44 @@ async fn agents_and_memory_sessions_are_read_over_http() {
     }
     t.stop().await;
 }
+
+/// `GET /v1/changes`: a goal's creation and status changes and its approvals as they happen,
+/// which the console follows instead of polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_changes_stream_reports_goals_and_approvals_as_they_change() {
+    let workspace = tempfile::tempdir().unwrap();
+    let t = Sandbox::builder()
+        .workspace(workspace.path())
+        .confirm(&["fs.write"], Duration::from_secs(60))
+        .start()
+        .await;
+    let base = t.http_url();
+    let changes = client().get(format!("{base}/v1/changes")).send().await.unwrap();
+    let node = json!({"id": "w", "task_type": "fs.write", "inputs": {"path": "c.txt", "content": "x"}});
+    let (code, goal) = post(&format!("{base}/v1/goals"), &json!({"plan": {"nodes": [node]}})).await;
+    assert_eq!(code, StatusCode::CREATED, "{goal}");
+    let goal = goal["goalId"].as_str().unwrap().to_owned();
+    let reader = tokio::spawn(read_sse(changes, 3));
+    // The approval is asked for; approve it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let call = loop {
+        let (_, inbox) = get(&format!("{base}/v1/approvals")).await;
+        if let Some(call) = inbox["approvals"].as_array().and_then(|l| l.first()) {
+            break call["callId"].as_str().unwrap().to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "no approval asked for");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (code, _) = post(&format!("{base}/v1/approvals/{goal}/{call}:approve"), &json!({})).await;
+    assert_eq!(code, StatusCode::OK);
+    let (events, _) = reader.await.unwrap();
+    // The goal's creation, the approval asked for, the approval decided (the completion may
+    // come before the decision's change is read, so it is looked for below).
+    assert_eq!(events[0].data["goalId"], goal.as_str(), "{events:?}");
+    assert_eq!(events[0].data["status"], "GOAL_STATUS_RUNNING", "{events:?}");
+    let approvals: Vec<&Sse> = events.iter().filter(|e| e.data.get("callId").is_some()).collect();
+    assert!(!approvals.is_empty(), "no approval change: {events:?}");
+    assert!(approvals.iter().all(|a| a.data["callId"] == call.as_str()), "{events:?}");
+    wait_status(&base, &goal, "GOAL_STATUS_COMPLETED").await;
+    t.stop().await;
+}

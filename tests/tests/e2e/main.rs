@@ -18,6 +18,7 @@ mod events;
 #[cfg(feature = "local")]
 mod gate;
 mod goal_flow;
+mod goal_index;
 mod http;
 mod ledger;
 mod ledger_kill;

@@ -531,7 +531,9 @@ async fn list(api: &Api, who: &Caller, params: &Value, headers: &HeaderMap) -> R
     let context = params.get("contextId").and_then(Value::as_str).filter(|c| !c.is_empty());
     let status = params.get("status").and_then(Value::as_str).filter(|s| *s != "TASK_STATE_UNSPECIFIED");
     let after = params.get("pageToken").and_then(Value::as_str).filter(|t| !t.is_empty());
-    let mut goals = api.gate.list(who, usize::MAX).await?;
+    // `totalSize` counts every match, so every goal of the caller's is read (the goal index
+    // finds them without reading other tenants').
+    let (mut goals, _) = api.gate.list(who, Default::default(), None, usize::MAX - 1).await?;
     goals.retain(|g| context.is_none_or(|c| context_id(g) == c));
     let mut tasks = Vec::new();
     for goal in goals {

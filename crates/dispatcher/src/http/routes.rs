@@ -146,6 +146,13 @@ pub(crate) const ROUTES: &[Route] = &[
     },
     route(
         "GET",
+        "/v1/changes",
+        "changes",
+        "Goals created or changing status and approvals asked for or decided, as Server-Sent Events",
+        Reply::EventStream,
+    ),
+    route(
+        "GET",
         "/v1/approvals",
         "listApprovals",
         "Every tool call waiting for a person, across goals",
