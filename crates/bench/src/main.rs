@@ -23,6 +23,7 @@ mod context;
 mod fairness;
 mod footprint;
 mod limits;
+mod lists;
 mod memory;
 mod routing;
 mod routing_sim;
@@ -125,6 +126,10 @@ async fn main() -> anyhow::Result<()> {
         let (flood, samples) = scale().fairness;
         fairness::rows(&fairness::measure(&nats.url(), flood, samples).await?);
         return Ok(());
+    }
+    if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "lists") {
+        // The goal index's pages at 10k and 1M goals, alone.
+        return goal_list_rows(&nats.url()).await;
     }
     if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "limits") {
         // The tool cache's and the model limiter's rows alone, each with its own baseline.
@@ -273,6 +278,7 @@ async fn main() -> anyhow::Result<()> {
     println!("target: route p99 under 1 ms; memory linear in agents.");
     simulated_routing_rows()?;
     memory_rows(&nats.url()).await?;
+    goal_list_rows(&nats.url()).await?;
     if scale().local_model {
         local_model_rows();
     }
@@ -361,6 +367,14 @@ fn open_files_allow(watchers: usize) -> Result<(), String> {
             Err(format!("the open-file limit is {limit}; `ulimit -n {}` first", watchers + 1024))
         }
         _ => Ok(()),
+    }
+}
+
+/// Goal lists through the goal index: 10k and 1M goals (smoke: 2k and 10k).
+async fn goal_list_rows(nats_url: &str) -> anyhow::Result<()> {
+    match std::env::var("HERMES_BENCH_SCALE").is_ok_and(|s| s == "smoke") {
+        true => lists::rows(nats_url, &[2_000, 10_000], 1_000).await,
+        false => lists::rows(nats_url, &[10_000, 1_000_000], 100_000).await,
     }
 }
 

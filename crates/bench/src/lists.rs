@@ -1,0 +1,113 @@
+//! Goal lists: a page of the 100 newest goals through the goal index
+//! (`hermes_dispatcher::goal_index`) with 10k and 1M goals indexed, the index's memory per goal,
+//! and how long a dispatcher takes to read the index at start. The 1M goals are synthesized into
+//! the index directly; the goals a page lists are read from the KV bucket afterwards (100 reads,
+//! the same whatever the index holds), which this row leaves out.
+
+use std::time::Instant;
+
+use hermes_dispatcher::goal_index::{GoalIndex, PageQuery};
+use hermes_proto::GoalIndexEntry;
+use prost::Message as _;
+
+const TENANTS: usize = 10;
+const PAGE: usize = 100;
+
+fn entry(i: usize) -> GoalIndexEntry {
+    GoalIndexEntry {
+        goal_id: format!("g-{i:012}"),
+        tenant: format!("tenant-{}", i % TENANTS),
+        // Mostly completed, some running, a few failed: a live system's mix.
+        status: match i % 20 {
+            3 => 4,
+            0..=2 => 2,
+            _ => 3,
+        },
+        created_unix_ms: 1_700_000_000_000 + i as u64,
+        session_id: String::new(),
+        updated_unix_ms: 1_700_000_000_000 + i as u64,
+    }
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// p50 and p99 in microseconds of `queries` pages asked of `index`.
+fn page_latency(index: &GoalIndex, queries: usize) -> [(f64, f64); 3] {
+    let shapes: [PageQuery<'static>; 3] = [
+        PageQuery::default(),
+        PageQuery { tenant: Some("tenant-3"), ..Default::default() },
+        PageQuery { tenant: Some("tenant-3"), status: Some(4), ..Default::default() },
+    ];
+    shapes.map(|query| {
+        let mut samples: Vec<f64> = (0..queries)
+            .map(|_| {
+                let start = Instant::now();
+                let page = index.page(&query, PAGE);
+                let took = start.elapsed().as_secs_f64() * 1e6;
+                assert_eq!(page.len(), PAGE, "a full page");
+                took
+            })
+            .collect();
+        (crate::percentile(&mut samples, 0.5), crate::percentile(&mut samples, 0.99))
+    })
+}
+
+/// Prints the rows: `sizes` goals indexed in memory, then the start-up read of `stream_goals`
+/// entries from a real stream.
+pub async fn rows(nats_url: &str, sizes: &[usize], stream_goals: usize) -> anyhow::Result<()> {
+    println!(
+        "\n{:<58} {:>12} {:>12} {:>9}",
+        "goal lists (a page of 100, goal index)", "p50 us", "p99 us", "p50 x"
+    );
+    let mut first = None;
+    for &n in sizes {
+        let before = rss_kib();
+        let index = GoalIndex::default();
+        for i in 0..n {
+            index.apply(entry(i), i as u64 + 1);
+        }
+        let per_goal = (rss_kib().saturating_sub(before) * 1024) as f64 / n as f64;
+        let [all, tenant, tenant_status] = page_latency(&index, 200);
+        let base = *first.get_or_insert(all.0);
+        for (name, (p50, p99)) in
+            [("newest", all), ("newest of a tenant", tenant), ("newest failed of a tenant", tenant_status)]
+        {
+            println!("{:<58} {:>12.1} {:>12.1} {:>8.2}x", format!("{name}, {n} goals"), p50, p99, p50 / base);
+        }
+        println!("{:<58} {:>12.0}", format!("index memory per goal (bytes, RSS), {n} goals"), per_goal);
+    }
+    // The start-up read: entries published into a fresh stream, then one GoalIndex::open.
+    let bus = hermes_core::Bus::connect(hermes_core::BusConfig::new(nats_url)).await?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    // Creates the stream.
+    GoalIndex::open(&bus, stop.clone()).await?;
+    let js = bus.jetstream();
+    let subject = |i: usize| bus.topology().goal_index(&entry(i).goal_id);
+    let mut acks = Vec::new();
+    for i in 0..stream_goals {
+        acks.push(js.publish(subject(i), entry(i).encode_to_vec().into()).await?);
+        if acks.len() == 1000 {
+            for ack in acks.drain(..) {
+                ack.await?;
+            }
+        }
+    }
+    for ack in acks {
+        ack.await?;
+    }
+    let start = Instant::now();
+    let index = GoalIndex::open(&bus, stop.clone()).await?;
+    let took = start.elapsed().as_secs_f64() * 1e3;
+    stop.cancel();
+    println!("{:<58} {:>12.0}", format!("index read at start (ms), {} goals", index.len()), took);
+    Ok(())
+}
