@@ -26,6 +26,8 @@ fn the_bench_runs_every_row_at_smoke_scale() {
         "40 watchers: another goal end to end (ms)",
         "route decision, in-process",
         "VectorIndex::search, 500 vectors",
+        "newest failed of a tenant, 10000 goals",
+        "index read at start (ms), 1000 goals",
         "while another tenant floods 200 goals (ms)",
         "single-node goal, its call a cache hit",
         "single-node goal, its call a cache miss (stored after)",
