@@ -1,8 +1,8 @@
 //! Goal lists: a page of the 100 newest goals through the goal index
 //! (`hermes_dispatcher::goal_index`) with 10k and 1M goals indexed, the index's memory per goal,
-//! and how long a dispatcher takes to read the index at start. The 1M goals are synthesized into
-//! the index directly; the goals a page lists are read from the KV bucket afterwards (100 reads,
-//! the same whatever the index holds), which this row leaves out.
+//! and how long a dispatcher takes to read the index at start (the goals bucket, headers only).
+//! The 1M goals are synthesized into the index directly; the goals a page lists are read from the
+//! KV bucket afterwards (100 reads, the same whatever the index holds), which this row leaves out.
 
 use std::time::Instant;
 
@@ -85,16 +85,23 @@ pub async fn rows(nats_url: &str, sizes: &[usize], stream_goals: usize) -> anyho
         }
         println!("{:<58} {:>12.0}", format!("index memory per goal (bytes, RSS), {n} goals"), per_goal);
     }
-    // The start-up read: entries published into a fresh stream, then one GoalIndex::open.
+    // The start-up read: goals written into the goals bucket with their index headers, as the
+    // goal store writes them, then one GoalIndex::open.
     let bus = hermes_core::Bus::connect(hermes_core::BusConfig::new(nats_url)).await?;
-    let stop = tokio_util::sync::CancellationToken::new();
-    // Creates the stream.
-    GoalIndex::open(&bus, stop.clone()).await?;
     let js = bus.jetstream();
-    let subject = |i: usize| bus.topology().goal_index(&entry(i).goal_id);
+    let prefix = bus.goals().prefix.clone();
     let mut acks = Vec::new();
     for i in 0..stream_goals {
-        acks.push(js.publish(subject(i), entry(i).encode_to_vec().into()).await?);
+        let entry = entry(i);
+        let state = hermes_proto::GoalState {
+            goal_id: entry.goal_id.clone(),
+            status: entry.status,
+            created_unix_ms: entry.created_unix_ms,
+            ..Default::default()
+        };
+        let headers = hermes_dispatcher::goal_index::headers(&entry);
+        let subject = format!("{prefix}{}", entry.goal_id);
+        acks.push(js.publish_with_headers(subject, headers, state.encode_to_vec().into()).await?);
         if acks.len() == 1000 {
             for ack in acks.drain(..) {
                 ack.await?;
@@ -104,6 +111,7 @@ pub async fn rows(nats_url: &str, sizes: &[usize], stream_goals: usize) -> anyho
     for ack in acks {
         ack.await?;
     }
+    let stop = tokio_util::sync::CancellationToken::new();
     let start = Instant::now();
     let index = GoalIndex::open(&bus, stop.clone()).await?;
     let took = start.elapsed().as_secs_f64() * 1e3;

@@ -118,17 +118,6 @@ impl Topology {
     pub fn plans_stream(&self) -> String {
         self.stream_name("PLANS")
     }
-    /// The goal index: one message per goal (its last status), for listing pages of goals.
-    pub fn goal_index_stream(&self) -> String {
-        self.stream_name("GOAL_INDEX")
-    }
-    /// The subject of `goal_id`'s goal-index entry.
-    pub fn goal_index(&self, goal_id: &str) -> String {
-        format!("{}.goalidx.{goal_id}", self.prefix)
-    }
-    pub fn all_goal_index(&self) -> String {
-        format!("{}.goalidx.>", self.prefix)
-    }
     pub fn goals_bucket(&self) -> String {
         self.bucket_name("goals")
     }

@@ -116,7 +116,6 @@ pub(crate) struct EffectsPublisher {
     no_agent_wait: Duration,
     followups: Followups,
     webhooks: crate::webhooks::Webhooks,
-    index: crate::goal_index::GoalIndex,
 }
 
 impl EffectsPublisher {
@@ -127,14 +126,8 @@ impl EffectsPublisher {
         no_agent_wait: Duration,
         followups: Followups,
         webhooks: crate::webhooks::Webhooks,
-        index: crate::goal_index::GoalIndex,
     ) -> Self {
-        Self { bus, agents, limits, no_agent_wait, followups, webhooks, index }
-    }
-
-    /// The goal index this replica lists goals from.
-    pub(crate) fn index(&self) -> &crate::goal_index::GoalIndex {
-        &self.index
+        Self { bus, agents, limits, no_agent_wait, followups, webhooks }
     }
 
     /// The dispatcher's view of the live agents, which routes its tasks.
@@ -184,28 +177,11 @@ impl EffectsPublisher {
                 trace: None,
             });
         }
-        // The goal's index entry, when it is new or its status changed (`goal_index.rs`).
-        let entry = effects.index.then(|| crate::goal_index::entry_of(state));
-        if let Some(entry) = &entry {
-            outgoing.push(Outgoing {
-                subject: self.bus.topology().goal_index(&state.goal_id),
-                body: entry.encode_to_vec().into(),
-                msg_id: format!("{}:index:{}", state.goal_id, state.event_seq),
-                trace: None,
-            });
-        }
-        let stored = match self.send_patiently(&state.goal_id, &outgoing, patience).await {
-            Ok(stored) => stored,
-            Err(e) => {
-                // The transition is committed: its tasks must still reach the agents. The timers
-                // worker publishes the goal's in-flight tasks again until that succeeds.
-                self.followups.unsent(&state.goal_id);
-                return Err(e);
-            }
-        };
-        // Applied here at once, so this replica's next list has it; the follower skips it then.
-        if let (Some(entry), Some(seq)) = (entry, stored.last()) {
-            self.index.apply(entry, *seq);
+        if let Err(e) = self.send_patiently(&state.goal_id, &outgoing, patience).await {
+            // The transition is committed: its tasks must still reach the agents. The timers
+            // worker publishes the goal's in-flight tasks again until that succeeds.
+            self.followups.unsent(&state.goal_id);
+            return Err(e);
         }
         drop(dispatch_spans);
         self.follow_up(state, &effects).await;
@@ -314,18 +290,12 @@ impl EffectsPublisher {
     /// fan-out's events reversed.)
     /// [`Self::send_in_order`], sent again after a failure for up to `patience`: every message
     /// carries its `Nats-Msg-Id`, so what was stored the first time is not stored twice.
-    /// Returns each message's stream sequence, in order.
-    async fn send_patiently(
-        &self,
-        goal_id: &str,
-        outgoing: &[Outgoing],
-        patience: Duration,
-    ) -> Result<Vec<u64>> {
+    async fn send_patiently(&self, goal_id: &str, outgoing: &[Outgoing], patience: Duration) -> Result<()> {
         let deadline = Instant::now() + patience;
         let mut pause = Duration::from_millis(100);
         loop {
             match self.send_in_order(outgoing).await {
-                Ok(stored) => return Ok(stored),
+                Ok(()) => return Ok(()),
                 Err(e) if Instant::now() + pause < deadline => {
                     warn!(goal_id, error = %e, "cannot publish a committed transition's effects; sending them again");
                     tokio::time::sleep(pause).await;
@@ -336,14 +306,17 @@ impl EffectsPublisher {
         }
     }
 
-    async fn send_in_order(&self, outgoing: &[Outgoing]) -> Result<Vec<u64>> {
+    async fn send_in_order(&self, outgoing: &[Outgoing]) -> Result<()> {
         let mut acks = Vec::with_capacity(outgoing.len());
         for m in outgoing {
             acks.push(
                 self.bus.send_bytes(m.subject.clone(), m.body.clone(), &m.msg_id, m.trace.as_ref()).await?,
             );
         }
-        futures::future::join_all(acks).await.into_iter().map(|ack| Ok(ack?.sequence)).collect()
+        for ack in futures::future::join_all(acks).await {
+            ack?;
+        }
+        Ok(())
     }
 
     /// Tells the workers and the agents what the transition means for them.

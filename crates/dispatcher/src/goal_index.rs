@@ -1,31 +1,28 @@
 //! The goal index: which goals exist, newest first, by tenant and by status, so that a page of
 //! `ListGoals` reads the hundred goals it shows and not every goal stored.
 //!
-//! **Stored.** The stream `HERMES_GOAL_INDEX` holds one message per goal
-//! (`hermes.goalidx.<goal id>`, one message per subject kept): a [`GoalIndexEntry`] with the
-//! goal's tenant, status, session and creation time. A dispatcher writes it with the effects of a
-//! goal's first transition and of every transition that changes the goal's status, in the same
-//! batch as the transition's events, whose acks are awaited together: it costs a message, not a
-//! round trip.
+//! **Stored with the goal.** Every write of a goal to the `hermes_goals` bucket (`store.rs`)
+//! carries the goal's [`GoalIndexEntry`] in its headers (`Hermes-Goal-Status`, `-Created`,
+//! `-Tenant`, `-Session`): nothing is written beside the goal, and the index is never behind or
+//! ahead of what is stored.
 //!
-//! **Held.** Every dispatcher reads the whole stream at start (before its API serves) and follows
-//! it, keeping sorted sets of `(created, goal id)` in memory: all goals, each tenant's, each
-//! status's and each tenant's in each status. A page is a walk down one set from the page token,
-//! so it costs the same with a hundred goals stored or a million. What a replica writes itself it
-//! applies at once, so a goal it accepted is in its next list. Entries carry their stream
-//! sequence and an older one never replaces a newer.
+//! **Held.** Every dispatcher reads the bucket's stream at start, headers only, before its API
+//! serves, and follows it, keeping sorted sets of `(created, goal id)` in memory: all goals, each
+//! tenant's, each status's and each tenant's in each status. A page is a walk down one set from
+//! the page token, so it costs the same with a hundred goals stored or a million. What a replica
+//! writes it applies at once, so a goal it accepted is in its next list. Entries carry their
+//! stream sequence and an older one never replaces a newer.
 //!
-//! **Changes.** Each entry applied is also sent to [`GoalIndex::subscribe`]rs: the console's
-//! Goals page follows that stream (`GET /v1/changes`) instead of polling.
+//! **Changes.** A goal created or changing status is also sent to [`GoalIndex::subscribe`]rs:
+//! `GET /v1/changes`, which the console's Goals page follows instead of polling.
 //!
-//! **Upgrade.** A goal store written by an older release has no index. A dispatcher that finds
-//! the index empty while goals exist writes an entry for each goal (once; an entry that exists is
-//! never replaced by this backfill, so a racing transition's entry wins).
+//! **Upgrade.** A goal last written by an older release has no such headers: its entry is read
+//! from the goal itself, once, when the index meets it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
-use async_nats::jetstream::{consumer, stream};
+use async_nats::jetstream::{consumer, kv, stream};
 use futures::StreamExt as _;
 use hermes_core::{Bus, Error, Result};
 use hermes_proto::{Approval, GoalIndexEntry, GoalState};
@@ -139,16 +136,18 @@ pub fn entry_of(state: &GoalState) -> GoalIndexEntry {
 
 impl GoalIndex {
     /// Applies an entry stored at stream sequence `seq`; an older one than the goal's is ignored.
-    /// Returns whether it changed the index.
+    /// Returns whether it was applied; a new goal or status is also sent to subscribers.
     pub fn apply(&self, entry: GoalIndexEntry, seq: u64) -> bool {
-        {
+        let changed = {
             let Ok(mut sets) = self.sets.write() else { return false };
             let id: Arc<str> = match sets.goals.get_key_value(entry.goal_id.as_str()) {
                 Some((_, old)) if old.seq >= seq => return false,
                 Some((id, _)) => id.clone(),
                 None => Arc::from(entry.goal_id.as_str()),
             };
-            if let Some(old) = sets.goals.remove(&id) {
+            let old = sets.goals.remove(&id);
+            let changed = old.as_ref().is_none_or(|old| old.status != entry.status);
+            if let Some(old) = old {
                 sets.unlink(&id, &old);
             }
             let tenant = sets.tenant(&entry.tenant);
@@ -160,10 +159,24 @@ impl GoalIndex {
                 session: entry.session_id.as_str().into(),
             };
             sets.link(id, indexed);
+            changed
+        };
+        // Only a new goal or a new status is news; nobody listening is not an error.
+        if changed {
+            let _ = self.changes.send(Arc::new(entry));
         }
-        // Nobody listening is not an error.
-        let _ = self.changes.send(Arc::new(entry));
         true
+    }
+
+    /// Removes a goal deleted from the bucket (stream sequence `seq`).
+    fn remove(&self, goal_id: &str, seq: u64) {
+        let Ok(mut sets) = self.sets.write() else { return };
+        let Some((id, old)) = sets.goals.remove_entry(goal_id) else { return };
+        if old.seq >= seq {
+            sets.goals.insert(id, old);
+            return;
+        }
+        sets.unlink(&id, &old);
     }
 
     /// How many goals the index holds.
@@ -242,56 +255,36 @@ impl GoalIndex {
         self.changes.subscribe()
     }
 
-    /// Opens the index stream (the dispatchers own it), writes the entries of an older release's
-    /// goals when the index is empty, reads every entry, then follows the stream until `stop`.
+    /// Reads the goals bucket's stream, headers only, up to its end at the call, then follows it
+    /// until `stop`.
     pub async fn open(bus: &Bus, stop: CancellationToken) -> Result<GoalIndex> {
-        let topology = bus.topology();
-        let config = stream::Config {
-            name: topology.goal_index_stream(),
-            description: Some("Hermes goal index: each goal's last status, for listing goals".into()),
-            subjects: vec![topology.all_goal_index()],
-            retention: stream::RetentionPolicy::Limits,
-            max_messages_per_subject: 1,
-            duplicate_window: std::time::Duration::from_secs(120),
-            num_replicas: bus.config().replicas,
-            ..Default::default()
-        };
-        let mut stream = hermes_core::bus::patiently(|| async {
-            bus.jetstream()
-                .get_or_create_stream(config.clone())
-                .await
-                .map_err(|e| Error::JetStream { operation: "create the goal index", reason: e.to_string() })
-        })
-        .await?;
-        let stored = stream.info().await.map_err(|e| js("goal index info", e))?.state.messages;
-        if stored == 0 {
-            backfill(bus).await?;
-        }
         let index = GoalIndex::default();
-        let mut messages = ordered(&stream, topology.all_goal_index(), 1).await?;
-        let mut next = 1;
+        let goals = bus.goals().clone();
+        let mut stream = goals.stream.clone();
         let last = stream.info().await.map_err(|e| js("goal index info", e))?.state.last_sequence;
+        let filter = format!("{}>", goals.prefix);
+        let mut messages = ordered(&stream, filter.clone(), 1).await?;
+        let mut next = 1;
         // Read up to what was there at start before answering: a list never misses an old goal.
         while next <= last {
             match tokio::time::timeout(std::time::Duration::from_secs(10), messages.next()).await {
-                Ok(Some(Ok(message))) => next = index.take(&message).max(next),
+                Ok(Some(Ok(message))) => next = index.take(&goals, &message).await.max(next),
                 Ok(Some(Err(e))) => return Err(js("read the goal index", e)),
                 Ok(None) | Err(_) => break,
             }
         }
         info!(goals = index.len(), "goal index loaded");
         let follower = index.clone();
-        let prefix = topology.all_goal_index();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     message = messages.next() => match message {
-                        Some(Ok(message)) => next = follower.take(&message).max(next),
+                        Some(Ok(message)) => next = follower.take(&goals, &message).await.max(next),
                         Some(Err(e)) => {
-                            warn!(error = %e, "the goal index follower failed; reading again after the last entry");
+                            warn!(error = %e, "the goal index follower failed; reading again after the last goal");
                             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                            match ordered(&stream, prefix.clone(), next).await {
+                            match ordered(&stream, filter.clone(), next).await {
                                 Ok(fresh) => messages = fresh,
                                 Err(e) => warn!(error = %e, "cannot follow the goal index"),
                             }
@@ -310,18 +303,74 @@ fn js(operation: &'static str, e: impl std::fmt::Display) -> Error {
 }
 
 impl GoalIndex {
-    /// Applies one stream message; returns the sequence to read from next.
-    fn take(&self, message: &async_nats::jetstream::Message) -> u64 {
+    /// Applies one message of the goals bucket (headers only); returns the sequence to read from
+    /// next.
+    async fn take(&self, goals: &kv::Store, message: &async_nats::jetstream::Message) -> u64 {
         let Ok(info) = message.info() else { return 0 };
         let seq = info.stream_sequence;
-        match GoalIndexEntry::decode(message.payload.clone()) {
-            Ok(entry) => {
+        let Some(goal_id) = message.subject.as_str().strip_prefix(goals.prefix.as_str()) else {
+            return seq + 1;
+        };
+        let headers = message.headers.as_ref();
+        let operation = headers.and_then(|h| h.get("KV-Operation")).map(|v| v.as_str());
+        if matches!(operation, Some("DEL") | Some("PURGE")) {
+            self.remove(goal_id, seq);
+            return seq + 1;
+        }
+        match headers.and_then(from_headers) {
+            Some(mut entry) => {
+                entry.goal_id = goal_id.to_owned();
                 self.apply(entry, seq);
             }
-            Err(e) => warn!(seq, error = %e, "an undecodable goal index entry"),
+            // Written by an older release: the entry is read from the goal.
+            None => match goals.entry(goal_id).await {
+                Ok(Some(stored)) if stored.operation == kv::Operation::Put => {
+                    match GoalState::decode(stored.value) {
+                        Ok(state) => {
+                            self.apply(entry_of(&state), stored.revision);
+                        }
+                        Err(e) => warn!(goal_id, error = %e, "an undecodable goal is not listed"),
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => warn!(goal_id, error = %e, "cannot read a goal to index it"),
+            },
         }
         seq + 1
     }
+}
+
+const STATUS: &str = "Hermes-Goal-Status";
+const CREATED: &str = "Hermes-Goal-Created";
+const TENANT: &str = "Hermes-Goal-Tenant";
+const SESSION: &str = "Hermes-Goal-Session";
+
+/// The headers a goal's write carries: its index entry (its id is the key).
+pub fn headers(entry: &GoalIndexEntry) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(STATUS, entry.status.to_string().as_str());
+    headers.insert(CREATED, entry.created_unix_ms.to_string().as_str());
+    // Tenants are words and sessions dotted words: safe as header values.
+    if !entry.tenant.is_empty() {
+        headers.insert(TENANT, entry.tenant.as_str());
+    }
+    if !entry.session_id.is_empty() {
+        headers.insert(SESSION, entry.session_id.as_str());
+    }
+    headers
+}
+
+/// The entry [`headers`] wrote (without the goal id), or `None` without them.
+fn from_headers(headers: &async_nats::HeaderMap) -> Option<GoalIndexEntry> {
+    let text = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
+    Some(GoalIndexEntry {
+        goal_id: String::new(),
+        status: text(STATUS)?.parse().ok()?,
+        created_unix_ms: text(CREATED)?.parse().ok()?,
+        tenant: text(TENANT).unwrap_or_default(),
+        session_id: text(SESSION).unwrap_or_default(),
+        updated_unix_ms: 0,
+    })
 }
 
 async fn ordered(
@@ -333,53 +382,12 @@ async fn ordered(
         .create_consumer(consumer::pull::OrderedConfig {
             filter_subject,
             deliver_policy: consumer::DeliverPolicy::ByStartSequence { start_sequence: from.max(1) },
+            headers_only: true,
             ..Default::default()
         })
         .await
         .map_err(|e| js("goal index consumer", e))?;
     consumer.messages().await.map_err(|e| js("goal index consumer", e))
-}
-
-/// Writes an entry for every stored goal that has none (a goal store from before the index).
-async fn backfill(bus: &Bus) -> Result<()> {
-    use futures::TryStreamExt as _;
-    let goals = bus.goals();
-    let keys = hermes_core::bus::kv_keys(goals, "backfill the goal index").await?;
-    if keys.is_empty() {
-        return Ok(());
-    }
-    info!(goals = keys.len(), "writing the goal index of goals stored before it existed");
-    let topology = bus.topology();
-    let written: Vec<()> = futures::stream::iter(keys)
-        .map(|key| async move {
-            let Some(entry) = goals.entry(&key).await.map_err(|e| js("load goal", e))? else {
-                return Ok(());
-            };
-            if entry.operation != async_nats::jetstream::kv::Operation::Put {
-                return Ok(());
-            }
-            let Ok(state) = GoalState::decode(entry.value) else { return Ok(()) };
-            let mut headers = async_nats::HeaderMap::new();
-            // Only where the goal has no entry yet: a transition's own entry is newer.
-            headers.insert(async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, "0");
-            let published = bus
-                .jetstream()
-                .publish_with_headers(
-                    topology.goal_index(&state.goal_id),
-                    headers,
-                    entry_of(&state).encode_to_vec().into(),
-                )
-                .await
-                .map_err(|e| js("backfill the goal index", e))?;
-            // A wrong last sequence means the goal has its entry already.
-            let _ = published.await;
-            Ok::<(), Error>(())
-        })
-        .buffer_unordered(64)
-        .try_collect()
-        .await?;
-    info!(goals = written.len(), "goal index written");
-    Ok(())
 }
 
 #[cfg(test)]
@@ -431,6 +439,7 @@ mod tests {
         let mut changes = index.subscribe();
         assert!(index.apply(entry("a", "t", 2, 10, ""), 5));
         assert!(index.apply(entry("a", "t", 3, 10, ""), 7));
+        assert!(index.apply(entry("a", "t", 3, 10, ""), 8), "a newer write in the same status");
         assert!(!index.apply(entry("a", "t", 2, 10, ""), 6), "an older entry replaced a newer one");
         assert!(!index.apply(entry("a", "t", 3, 10, ""), 7), "the same entry applied twice");
         let running = PageQuery { status: Some(2), ..Default::default() };
@@ -440,6 +449,27 @@ mod tests {
         assert_eq!(index.len(), 1);
         assert_eq!(changes.try_recv().unwrap().status, 2);
         assert_eq!(changes.try_recv().unwrap().status, 3);
-        assert!(changes.try_recv().is_err(), "an ignored entry was announced");
+        assert!(changes.try_recv().is_err(), "an ignored entry, or one in the same status, was announced");
+        index.remove("a", 7);
+        assert_eq!(index.len(), 1, "an older delete removed a newer goal");
+        index.remove("a", 9);
+        assert!(index.is_empty());
+        assert!(index.page(&PageQuery::default(), 10).is_empty());
+    }
+
+    #[test]
+    fn the_headers_carry_the_entry() {
+        let written = entry("", "team-a", 3, 1_700_000_000_123, "chat.1");
+        let read = from_headers(&headers(&written)).unwrap();
+        assert_eq!(GoalIndexEntry { updated_unix_ms: written.updated_unix_ms, ..read }, written);
+        let unscoped = entry("", "", 2, 5, "");
+        assert_eq!(
+            from_headers(&headers(&unscoped)).unwrap(),
+            GoalIndexEntry { updated_unix_ms: 0, ..unscoped }
+        );
+        assert!(
+            from_headers(&async_nats::HeaderMap::new()).is_none(),
+            "no headers: an older release's write"
+        );
     }
 }

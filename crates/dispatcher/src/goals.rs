@@ -73,7 +73,7 @@ impl GoalService {
         index: crate::goal_index::GoalIndex,
     ) -> Self {
         let max_value = bus.client().server_info().max_payload;
-        let store = GoalStore::new(bus.goals().clone(), max_value);
+        let store = GoalStore::new(bus.goals().clone(), bus.jetstream().clone(), max_value, index);
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
         let limits = limits(&config);
         let agents = hermes_registry::Registry::mirror(hermes_registry::RegistryConfig::default());
@@ -84,7 +84,6 @@ impl GoalService {
             config.no_agent_wait,
             followups,
             webhooks.clone(),
-            index,
         );
         let watchers = crate::watchers::WatchLimits::new(config.max_watches_per_client, config.max_watches);
         let hub = crate::fanout::EventHub::new(bus.clone());
@@ -105,7 +104,7 @@ impl GoalService {
 
     /// The goal index this replica lists goals from.
     pub(crate) fn index(&self) -> &crate::goal_index::GoalIndex {
-        self.effects.index()
+        self.store.index()
     }
 
     /// The webhook endpoints and deliveries.
@@ -400,7 +399,6 @@ impl GoalService {
         }
         info!(goal_id = %goal_id, nodes = state.nodes.len(), event = "goal_accepted", "goal accepted");
         tracing::Span::current().record("goal_id", state.goal_id.as_str());
-        effects.index = true;
         self.effects.publish(&state, effects).await?;
         Ok(Submitted { goal_id: goal_id.to_string(), duplicate: false, callback_secrets })
     }
@@ -954,12 +952,10 @@ impl GoalService {
     /// for a dispatcher that starts or reconnects, or a goal whose effects were not sent; once,
     /// without the effects publisher's patience (the timers worker tries again).
     pub(crate) async fn republish_in_flight(&self, state: &GoalState) -> Result<()> {
-        let mut effects = engine::in_flight_tasks(state, self.limits());
+        let effects = engine::in_flight_tasks(state, self.limits());
         if effects.tasks.is_empty() {
             return Ok(());
         }
-        // The entry may be what was not sent.
-        effects.index = true;
         info!(goal_id = %state.goal_id, tasks = effects.tasks.len(), "re-publishing in-flight tasks");
         let _order = self.order.lock(&state.goal_id).await;
         self.effects.publish_within(state, effects, std::time::Duration::ZERO).await

@@ -1,6 +1,10 @@
 //! Goal state in the `hermes_goals` KV bucket. Every change is a compare-and-set on the entry's
 //! revision, retried on conflict with the transition recomputed on fresh state, so several
 //! dispatcher replicas can work on the same goal without losing an update.
+//!
+//! Every write carries the goal's index entry in its headers (`goal_index::headers`), so the
+//! goal index follows the bucket from headers alone and is never behind what was stored; what
+//! this replica writes it indexes at once.
 
 use async_nats::jetstream::kv;
 use bytes::Bytes;
@@ -14,12 +18,15 @@ const MAX_CAS_ATTEMPTS: usize = 64;
 
 pub struct GoalStore {
     kv: kv::Store,
+    /// Writes go through JetStream directly, to carry the index entry's headers.
+    js: async_nats::jetstream::Context,
     /// Largest value the server accepts.
     max_value_bytes: usize,
     /// The last state and revision this process wrote for each running goal. It saves a read
     /// before every update; when another replica wrote in between, the CAS fails and the state is
     /// read afresh, so a stale entry costs one retry and never a lost update.
     written: DashMap<String, (GoalState, u64)>,
+    index: crate::goal_index::GoalIndex,
 }
 
 /// The outcome of [`GoalStore::update`].
@@ -29,8 +36,40 @@ pub struct Updated<T> {
 }
 
 impl GoalStore {
-    pub fn new(kv: kv::Store, max_value_bytes: usize) -> Self {
-        Self { kv, max_value_bytes, written: DashMap::new() }
+    pub fn new(
+        kv: kv::Store,
+        js: async_nats::jetstream::Context,
+        max_value_bytes: usize,
+        index: crate::goal_index::GoalIndex,
+    ) -> Self {
+        Self { kv, js, max_value_bytes, written: DashMap::new(), index }
+    }
+
+    /// The goal index, which every write of this store keeps current.
+    pub fn index(&self) -> &crate::goal_index::GoalIndex {
+        &self.index
+    }
+
+    /// Writes `state` if the goal's last revision is `revision` (0: the goal does not exist),
+    /// with its index entry in the headers. `Ok(None)` when the revision was not the last.
+    async fn write(&self, state: &GoalState, value: Bytes, revision: u64) -> Result<Option<u64>> {
+        use async_nats::jetstream::context::PublishErrorKind;
+        let entry = crate::goal_index::entry_of(state);
+        let mut headers = crate::goal_index::headers(&entry);
+        headers
+            .insert(async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, revision.to_string().as_str());
+        let subject = format!("{}{}", self.kv.put_prefix.as_ref().unwrap_or(&self.kv.prefix), state.goal_id);
+        let failed =
+            |e: &dyn std::fmt::Display| Error::JetStream { operation: "write goal", reason: e.to_string() };
+        let ack = self.js.publish_with_headers(subject, headers, value).await.map_err(|e| failed(&e))?;
+        match ack.await {
+            Ok(ack) => {
+                self.index.apply(entry, ack.sequence);
+                Ok(Some(ack.sequence))
+            }
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(None),
+            Err(e) => Err(failed(&e)),
+        }
     }
 
     pub async fn load(&self, goal_id: &str) -> Result<Option<(GoalState, u64)>> {
@@ -52,13 +91,13 @@ impl GoalStore {
     /// Stores a new goal. Returns `false` when a goal with this id already exists.
     pub async fn create(&self, state: &GoalState) -> Result<bool> {
         let value = self.encode(state)?;
-        match self.kv.create(&state.goal_id, value).await {
-            Ok(revision) => {
+        // Goals are never deleted, so "no revision yet" is the one way to create (no marker).
+        match self.write(state, value, 0).await? {
+            Some(revision) => {
                 self.remember(state, revision);
                 Ok(true)
             }
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(Error::JetStream { operation: "create goal", reason: e.to_string() }),
+            None => Ok(false),
         }
     }
 
@@ -83,7 +122,6 @@ impl GoalStore {
                     }
                 },
             };
-            let status_before = state.status;
             let Some(mut value) = change(&mut state) else {
                 if from_cache {
                     // "Nothing to do" on the state this replica wrote last is not proof: another
@@ -96,20 +134,16 @@ impl GoalStore {
                 return Ok(None);
             };
             value.effects().number(&mut state);
-            value.effects().index |= state.status != status_before;
             let bytes = self.encode(&state)?;
-            match self.kv.update(goal_id, bytes, revision).await {
-                Ok(revision) => {
+            match self.write(&state, bytes, revision).await? {
+                Some(revision) => {
                     self.remember(&state, revision);
                     return Ok(Some(Updated { state, value }));
                 }
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                None => {
                     // Another writer got there first: read its state and recompute.
                     self.written.remove(goal_id);
                     continue;
-                }
-                Err(e) => {
-                    return Err(Error::JetStream { operation: "update goal", reason: e.to_string() });
                 }
             }
         }

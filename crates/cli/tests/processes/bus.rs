@@ -11,8 +11,8 @@ use futures::StreamExt;
 use hermes_proto::dispatcher_client::DispatcherClient;
 use hermes_proto::event::Kind;
 use hermes_proto::{
-    ApproveToolCallRequest, GetGoalRequest, GoalSpec, GoalStatus, SubmitGoalRequest, TaskPlan, TaskResult,
-    TaskStatus, WatchGoalRequest,
+    ApproveToolCallRequest, GetGoalRequest, GoalSpec, GoalStatus, ListGoalsRequest, SubmitGoalRequest,
+    TaskPlan, TaskResult, TaskStatus, WatchGoalRequest,
 };
 use hermes_test_util::NatsServer;
 use hermes_test_util::process::{HermesProcess, built_binary, wait_until};
@@ -384,6 +384,12 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
         goal.error,
         std::fs::read_to_string(&dispatcher_log).unwrap_or_default(),
         std::fs::read_to_string(&agent_log).unwrap_or_default()
+    );
+    // Lists come from the goal index, which the dispatcher follows under its own NATS rights.
+    let listed = client.list_goals(ListGoalsRequest { limit: 10 }).await.unwrap().into_inner().goals;
+    assert!(
+        listed.iter().any(|g| g.goal_id == goal_id && g.status == GoalStatus::Completed as i32),
+        "{listed:?}"
     );
     let output: Value = serde_json::from_str(&goal.output_json).unwrap();
     assert_eq!(output["think"]["answer"], "The result is 57.", "{output}");

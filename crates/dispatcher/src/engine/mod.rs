@@ -63,9 +63,6 @@ pub struct Effects {
     pub summarize: bool,
     /// The goal ended with nodes running: their agents are told to stop.
     pub stop_agents: bool,
-    /// The goal is new or its status changed: its goal-index entry is written with the events
-    /// (`crate::goal_index`). Set by the store, which sees the status before and after.
-    pub index: bool,
 }
 
 impl Effects {
