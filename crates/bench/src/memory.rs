@@ -72,7 +72,7 @@ pub fn search_latency(n: usize, queries: usize) -> (f64, f64, f64, f64) {
 /// (documents/s through `Vectors::upsert`, values/s through raw KV puts of the same size).
 pub async fn upsert_throughput(bus: &hermes_core::Bus, n: usize) -> anyhow::Result<(f64, f64)> {
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let vectors = Vectors::load(Vectors::open_bucket(bus).await?, shutdown.clone()).await?;
+    let vectors = Vectors::load(bus, Default::default(), shutdown.clone()).await?;
     let mut rng = Rng(hermes_test_util::XorShift(42));
     let docs: Vec<(MemoryDoc, Vec<f32>)> = (0..n)
         .map(|i| {

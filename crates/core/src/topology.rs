@@ -142,6 +142,11 @@ impl Topology {
     pub fn vectors_bucket(&self) -> String {
         self.bucket_name("vectors")
     }
+    /// Snapshots of semantic memory's index, one object per collection, so a restart loads a
+    /// collection's HNSW graph instead of rebuilding it (owner: memory).
+    pub fn vector_snapshots_bucket(&self) -> String {
+        self.bucket_name("vector_snapshots")
+    }
     /// The memory service's own note of each running goal's text and tenant, written from
     /// `GoalAccepted` and read at `GoalCompleted` to remember the goal (owner: memory).
     pub fn memory_goals_bucket(&self) -> String {

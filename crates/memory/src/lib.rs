@@ -55,6 +55,8 @@ pub struct MemoryConfig {
     pub artifacts_max_age: Duration,
     /// Semantic memories not rewritten for this long are deleted; `None` keeps them.
     pub memories_ttl: Option<Duration>,
+    /// How the vector index is built and snapshotted (not a setting: tests lower its threshold).
+    pub vectors: vectors::VectorOptions,
 }
 
 impl Default for MemoryConfig {
@@ -68,6 +70,7 @@ impl Default for MemoryConfig {
             recall_top_k: 3,
             artifacts_max_age: Duration::from_secs(7 * 24 * 3600),
             memories_ttl: None,
+            vectors: vectors::VectorOptions::default(),
         }
     }
 }
@@ -175,7 +178,7 @@ impl Memory {
     pub async fn open(bus: Bus, config: MemoryConfig, shutdown: CancellationToken) -> Result<Memory> {
         let sessions_kv = Sessions::open_bucket(&bus, config.sessions_ttl).await?;
         let sessions = Sessions::new(sessions_kv, config.window, config.summarizer.clone());
-        let vectors = Vectors::load(Vectors::open_bucket(&bus).await?, shutdown).await?;
+        let vectors = Vectors::load(&bus, config.vectors.clone(), shutdown).await?;
         set_artifact_retention(&bus, config.artifacts_max_age).await?;
         let goal_notes = match config.embedder {
             Some(_) => Some(
@@ -575,6 +578,12 @@ pub async fn run(memory: Memory, shutdown: CancellationToken) -> anyhow::Result<
         }
     };
     tokio::join!(consumed, serving);
+    // What changed since the last periodic snapshot, so the next start replays little. The
+    // index's follower runs until this returns (its token is cancelled after `run`).
+    let written = memory.vectors.snapshot_changed().await;
+    if written > 0 {
+        info!(collections = written, "vector snapshots written at shutdown");
+    }
     Ok(())
 }
 

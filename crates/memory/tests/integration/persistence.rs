@@ -42,7 +42,7 @@ async fn sessions_artifacts_and_vectors_survive_a_restart_and_mismatches_are_ref
     }
     let artifact =
         bus.artifacts().put(&vec![7u8; 300_000], "application/octet-stream", "g-1", None).await.unwrap();
-    let vectors = Vectors::load(Vectors::open_bucket(&bus).await.unwrap(), first_run.clone()).await.unwrap();
+    let vectors = Vectors::load(&bus, Default::default(), first_run.clone()).await.unwrap();
     vectors
         .upsert(
             "notes",
@@ -72,7 +72,7 @@ async fn sessions_artifacts_and_vectors_survive_a_restart_and_mismatches_are_ref
     assert!(summary.preferences.iter().any(|p| p.contains("I prefer short answers")), "{summary:?}");
     assert_eq!(bus.artifacts().get(&artifact.reference).await.unwrap(), vec![7u8; 300_000]);
 
-    let vectors = Vectors::load(Vectors::open_bucket(&bus).await.unwrap(), second_run.clone()).await.unwrap();
+    let vectors = Vectors::load(&bus, Default::default(), second_run.clone()).await.unwrap();
     let hits = vectors.index().search("notes", &[0.9, 0.1, 0.0], 1, &HashMap::new(), &[]);
     assert_eq!(hits[0].doc.as_ref().unwrap().id, "near");
     let filter = [("kind".to_owned(), "note".to_owned())].into();
