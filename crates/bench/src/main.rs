@@ -49,6 +49,12 @@ struct Scale {
     routing_agents: usize,
     registry_sizes: &'static [usize],
     memory_vectors: &'static [usize],
+    /// Collection sizes of the HNSW rows, the threshold they pass, and queries per size.
+    graph_vectors: &'static [usize],
+    graph_threshold: usize,
+    graph_queries: usize,
+    /// Documents of the snapshot rows (written through the KV bucket).
+    snapshot_docs: usize,
     /// Goal event watchers per run; the first is the baseline.
     watchers: &'static [usize],
     /// Goals one tenant floods the fairness row with, and the other tenant's samples.
@@ -73,6 +79,10 @@ const FULL: Scale = Scale {
     routing_agents: 10_000,
     registry_sizes: &[10_000, 20_000, 40_000],
     memory_vectors: &[10_000, 100_000],
+    graph_vectors: &[100_000, 1_000_000],
+    graph_threshold: hermes_memory::vectors::GRAPH_THRESHOLD,
+    graph_queries: 200,
+    snapshot_docs: 100_000,
     watchers: &[1, 1_000, 10_000],
     fairness: (10_000, 100),
     cache_samples: 200,
@@ -92,6 +102,10 @@ const SMOKE: Scale = Scale {
     routing_agents: 200,
     registry_sizes: &[200, 400],
     memory_vectors: &[500],
+    graph_vectors: &[2_000],
+    graph_threshold: 1_000,
+    graph_queries: 20,
+    snapshot_docs: 2_000,
     watchers: &[1, 40],
     fairness: (200, 10),
     cache_samples: 10,
@@ -114,6 +128,10 @@ async fn main() -> anyhow::Result<()> {
         context::rows(&context::measure(20).await?);
         return Ok(());
     }
+    if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "hnsw") {
+        // The HNSW graph's rows alone, no nats-server needed (for tuning its parameters).
+        return graph_rows();
+    }
     let nats = hermes_test_util::NatsServer::start();
     println!("hermes bench: nats-server {} (one server for every row)\n", nats.url());
 
@@ -130,6 +148,10 @@ async fn main() -> anyhow::Result<()> {
     if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "lists") {
         // The goal index's pages at 10k and 1M goals, alone.
         return goal_list_rows(&nats.url()).await;
+    }
+    if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "memory") {
+        // Semantic memory's rows alone: the exact scan, the HNSW graph, snapshots, upserts.
+        return memory_rows(&nats.url()).await;
     }
     if std::env::var("HERMES_BENCH_ROWS").is_ok_and(|r| r == "limits") {
         // The tool cache's and the model limiter's rows alone, each with its own baseline.
@@ -395,6 +417,24 @@ async fn memory_rows(nats_url: &str) -> anyhow::Result<()> {
             p50 / floor50.max(1e-9)
         );
     }
+    graph_rows()?;
+    let snap = memory::snapshot_run(nats_url, scale().snapshot_docs, scale().graph_threshold).await?;
+    println!("\n{:<58} {:>12} {:>12}", format!("vector snapshot, {} documents", snap.n), "s", "");
+    println!("{:<58} {:>12.0}", "Vectors::upsert into the collection (documents/s)", snap.upsert_rate);
+    println!(
+        "{:<58} {:>12.2} {:>9.0} MB",
+        "snapshot written to the object store",
+        snap.write_s,
+        snap.bytes as f64 / 1e6
+    );
+    println!(
+        "{:<58} {:>12.2} {:>12}",
+        "restart from the snapshot (messages replayed)", snap.from_snapshot_s, snap.replayed
+    );
+    println!(
+        "{:<58} {:>12.2}",
+        "restart without it (the stream read, the graph rebuilt)", snap.from_stream_s
+    );
     let bus = hermes_core::Bus::connect(hermes_core::BusConfig::new(nats_url)).await?;
     let (ours, floor) = memory::upsert_throughput(&bus, 2_000.min(10 * scale().throughput_tasks)).await?;
     println!("{:<58} {:>12.0}", "raw KV put floor (values/s)", floor);
@@ -408,6 +448,76 @@ async fn memory_rows(nats_url: &str) -> anyhow::Result<()> {
     match memory::embedding_throughput().await {
         Some(rate) => println!("{:<58} {:>12.1}", "local MiniLM embeddings (texts/s, batch 128)", rate),
         None => println!("local MiniLM embeddings: not measured (run `make models`)"),
+    }
+    Ok(())
+}
+
+/// The HNSW graph's rows at each size of `graph_vectors` (`HERMES_BENCH_GRAPH_VECTORS=N,M`
+/// overrides them, `HERMES_BENCH_HNSW=connectivity,expansion_add,expansion_search` the graph's
+/// parameters, and `HERMES_BENCH_EF=A,B,...` adds the recall and latency of other search
+/// expansions on the same graph): recall@10 against the exact top 10, latency alone, under load and filtered, the
+/// flat scan of the same vectors, and the build and add rates.
+fn graph_rows() -> anyhow::Result<()> {
+    let sizes: Vec<usize> = match std::env::var("HERMES_BENCH_GRAPH_VECTORS") {
+        Ok(list) => list.split(',').map(|n| n.trim().parse()).collect::<Result<_, _>>()?,
+        Err(_) => scale().graph_vectors.to_vec(),
+    };
+    let mut options = hermes_memory::vectors::VectorOptions {
+        graph_threshold: scale().graph_threshold,
+        ..Default::default()
+    };
+    if let Ok(params) = std::env::var("HERMES_BENCH_HNSW") {
+        let params: Vec<usize> = params.split(',').map(|n| n.trim().parse()).collect::<Result<_, _>>()?;
+        anyhow::ensure!(params.len() == 3, "HERMES_BENCH_HNSW=connectivity,expansion_add,expansion_search");
+        (options.connectivity, options.expansion_add, options.expansion_search) =
+            (params[0], params[1], params[2]);
+    }
+    let efs: Vec<usize> = match std::env::var("HERMES_BENCH_EF") {
+        Ok(list) => list.split(',').map(|n| n.trim().parse()).collect::<Result<_, _>>()?,
+        Err(_) => Vec::new(),
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for n in sizes {
+        let run = memory::graph_run(n, scale().graph_queries, options.clone(), &efs);
+        let o = &run.options;
+        println!(
+            "\n{:<58} {:>12} {:>12} {:>8}",
+            format!(
+                "HNSW, {n} clustered vectors (M {}, ef_add {}, ef {})",
+                o.connectivity, o.expansion_add, o.expansion_search
+            ),
+            "p50 ms",
+            "p99 ms",
+            "p50 x"
+        );
+        println!("{:<58} {:>12.3} {:>12.3}", "flat-array scan of the same (exact)", run.floor.0, run.floor.1);
+        let row = |name: String, (p50, p99): (f64, f64)| {
+            println!("{:<58} {:>12.3} {:>12.3} {:>8.3}", name, p50, p99, p50 / run.floor.0.max(1e-9));
+        };
+        row("HNSW search, top 10".into(), run.search);
+        row(format!("HNSW search, top 10, {cores} other threads searching"), run.loaded);
+        row("HNSW search, top 10, a filter 1 in 10 match".into(), run.filtered);
+        row("HNSW search, top 10, a filter 1 in 100 match".into(), run.selective);
+        row("HNSW search, top 10, a filter 1 in 10,000 match (scanned)".into(), run.rare);
+        println!("{:<58} {:>12.3}", "HNSW recall@10 against the exact top 10", run.recall);
+        for (ef, recall, p50, p99) in &run.sweep {
+            println!(
+                "{:<58} {:>12.3} {:>12.3} {:>8.3}",
+                format!("  with ef {ef}: p50, p99 (ms), recall@10"),
+                p50,
+                p99,
+                recall
+            );
+        }
+        println!(
+            "{:<58} {:>12.0} {:>10.1} s",
+            format!("HNSW build from the vectors, {cores} threads (vectors/s)"),
+            n as f64 / run.build_s,
+            run.build_s
+        );
+        println!("{:<58} {:>12.0}", "HNSW add to the built graph, one at a time (vectors/s)", run.add_rate);
+        println!("{:<58} {:>12.0}", "HNSW graph memory, vectors included (MB)", run.graph_bytes as f64 / 1e6);
+        println!("{:<58} {:>12}", "HNSW distance kernels (usearch)", run.acceleration);
     }
     Ok(())
 }

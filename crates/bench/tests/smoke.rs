@@ -28,6 +28,8 @@ fn the_bench_runs_every_row_at_smoke_scale() {
         "VectorIndex::search, 500 vectors",
         "newest failed of a tenant, 10000 goals",
         "index read at start (ms), 1000 goals",
+        "HNSW recall@10 against the exact top 10",
+        "restart from the snapshot (messages replayed)",
         "while another tenant floods 200 goals (ms)",
         "single-node goal, its call a cache hit",
         "single-node goal, its call a cache miss (stored after)",
