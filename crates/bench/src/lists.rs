@@ -1,8 +1,8 @@
 //! Goal lists: a page of the 100 newest goals through the goal index
-//! (`hermes_dispatcher::goal_index`) with 10k and 1M goals indexed, the index's memory per goal,
-//! and how long a dispatcher takes to read the index at start (the goals bucket, headers only).
-//! The 1M goals are synthesized into the index directly; the goals a page lists are read from the
-//! KV bucket afterwards (100 reads, the same whatever the index holds), which this row leaves out.
+//! (`hermes_dispatcher::goal_index`) with 10k and 1M goals indexed (the index's walk alone), the
+//! index's memory per goal; then with 10k and 1M goals synthesized into the goals bucket, how long
+//! a dispatcher takes to read the index at start (headers only) and a whole page: the walk, then
+//! the 100 goals read from the bucket, as `ListGoals` does.
 
 use std::time::Instant;
 
@@ -61,9 +61,9 @@ fn page_latency(index: &GoalIndex, queries: usize) -> [(f64, f64); 3] {
     })
 }
 
-/// Prints the rows: `sizes` goals indexed in memory, then the start-up read of `stream_goals`
-/// entries from a real stream.
-pub async fn rows(nats_url: &str, sizes: &[usize], stream_goals: usize) -> anyhow::Result<()> {
+/// Prints the rows: `sizes` goals indexed in memory; then, for each of `stored` goals written into
+/// the goals bucket, the index's start-up read and whole pages.
+pub async fn rows(nats_url: &str, sizes: &[usize], stored: &[usize]) -> anyhow::Result<()> {
     println!(
         "\n{:<58} {:>12} {:>12} {:>9}",
         "goal lists (a page of 100, goal index)", "p50 us", "p99 us", "p50 x"
@@ -85,13 +85,44 @@ pub async fn rows(nats_url: &str, sizes: &[usize], stream_goals: usize) -> anyho
         }
         println!("{:<58} {:>12.0}", format!("index memory per goal (bytes, RSS), {n} goals"), per_goal);
     }
-    // The start-up read: goals written into the goals bucket with their index headers, as the
-    // goal store writes them, then one GoalIndex::open.
+    // Stored goals: written into the goals bucket with their index headers, as the goal store
+    // writes them; at each size, a dispatcher's start-up read of the index and whole pages (the
+    // index's walk, then the 100 goals read from the bucket, 64 at a time, as `ListGoals` does).
     let bus = hermes_core::Bus::connect(hermes_core::BusConfig::new(nats_url)).await?;
+    println!(
+        "{:<58} {:>12} {:>12} {:>9}",
+        "a whole page of 100 (index, then the goals from KV)", "p50 ms", "p99 ms", "p50 x"
+    );
+    let mut written = 0;
+    let mut first = None;
+    for &n in stored {
+        write_goals(&bus, written, n).await?;
+        written = n;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let start = Instant::now();
+        let index = GoalIndex::open(&bus, stop.clone()).await?;
+        let read_ms = start.elapsed().as_secs_f64() * 1e3;
+        let (p50, p99) = whole_pages(&bus, &index, 50).await?;
+        stop.cancel();
+        let base = *first.get_or_insert(p50);
+        println!(
+            "{:<58} {:>12.2} {:>12.2} {:>8.2}x",
+            format!("newest, {n} goals stored"),
+            p50,
+            p99,
+            p50 / base
+        );
+        println!("{:<58} {:>12.0}", format!("index read at start (ms), {} goals", index.len()), read_ms);
+    }
+    Ok(())
+}
+
+/// Writes goals `from..to` into the goals bucket, each with its index headers.
+async fn write_goals(bus: &hermes_core::Bus, from: usize, to: usize) -> anyhow::Result<()> {
     let js = bus.jetstream();
     let prefix = bus.goals().prefix.clone();
     let mut acks = Vec::new();
-    for i in 0..stream_goals {
+    for i in from..to {
         let entry = entry(i);
         let state = hermes_proto::GoalState {
             goal_id: entry.goal_id.clone(),
@@ -111,11 +142,24 @@ pub async fn rows(nats_url: &str, sizes: &[usize], stream_goals: usize) -> anyho
     for ack in acks {
         ack.await?;
     }
-    let stop = tokio_util::sync::CancellationToken::new();
-    let start = Instant::now();
-    let index = GoalIndex::open(&bus, stop.clone()).await?;
-    let took = start.elapsed().as_secs_f64() * 1e3;
-    stop.cancel();
-    println!("{:<58} {:>12.0}", format!("index read at start (ms), {} goals", index.len()), took);
     Ok(())
+}
+
+/// p50 and p99 in milliseconds of `pages` whole pages of the 100 newest goals.
+async fn whole_pages(bus: &hermes_core::Bus, index: &GoalIndex, pages: usize) -> anyhow::Result<(f64, f64)> {
+    use futures::{StreamExt as _, TryStreamExt as _};
+    let goals = bus.goals();
+    let mut samples = Vec::with_capacity(pages);
+    for _ in 0..pages {
+        let start = Instant::now();
+        let places = index.page(&PageQuery::default(), PAGE);
+        let read: Vec<_> = futures::stream::iter(places)
+            .map(|(_, id)| async move { goals.entry(&*id).await })
+            .buffered(64)
+            .try_collect()
+            .await?;
+        anyhow::ensure!(read.iter().filter(|e| e.is_some()).count() == PAGE, "a full page of stored goals");
+        samples.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok((crate::percentile(&mut samples, 0.5), crate::percentile(&mut samples, 0.99)))
 }

@@ -395,8 +395,8 @@ fn open_files_allow(watchers: usize) -> Result<(), String> {
 /// Goal lists through the goal index: 10k and 1M goals (smoke: 2k and 10k).
 async fn goal_list_rows(nats_url: &str) -> anyhow::Result<()> {
     match std::env::var("HERMES_BENCH_SCALE").is_ok_and(|s| s == "smoke") {
-        true => lists::rows(nats_url, &[2_000, 10_000], 1_000).await,
-        false => lists::rows(nats_url, &[10_000, 1_000_000], 100_000).await,
+        true => lists::rows(nats_url, &[2_000, 10_000], &[1_000, 2_000]).await,
+        false => lists::rows(nats_url, &[10_000, 1_000_000], &[10_000, 1_000_000]).await,
     }
 }
 

@@ -27,7 +27,7 @@ fn the_bench_runs_every_row_at_smoke_scale() {
         "route decision, in-process",
         "VectorIndex::search, 500 vectors",
         "newest failed of a tenant, 10000 goals",
-        "index read at start (ms), 1000 goals",
+        "newest, 2000 goals stored",
         "HNSW recall@10 against the exact top 10",
         "restart from the snapshot (messages replayed)",
         "while another tenant floods 200 goals (ms)",

@@ -219,7 +219,8 @@ const changeListeners = { page: new Set(), always: new Set() };
 function onChange(fn, always) {
   if (always) { changeListeners.always.add(fn); return; }
   changeListeners.page.add(fn);
-  app.aborts.push({ abort: () => changeListeners.page.delete(fn) });
+  // Leaving the page drops the listener and whatever it had scheduled.
+  app.aborts.push({ abort: () => { changeListeners.page.delete(fn); if (fn.cancel) fn.cancel(); } });
 }
 
 function followChanges() {
@@ -242,7 +243,9 @@ function followChanges() {
 /** `fn`, once, `ms` after the last of a burst of calls to the function this returns. */
 function debounced(fn, ms) {
   let timer = null;
-  return () => { clearTimeout(timer); timer = setTimeout(fn, ms); };
+  const call = () => { clearTimeout(timer); timer = setTimeout(fn, ms); };
+  call.cancel = () => clearTimeout(timer);
+  return call;
 }
 
 function eventKind(event) {
@@ -315,6 +318,8 @@ function goalsPage(view) {
     if (text.value.trim()) q.set('q', text.value.trim());
     let list;
     try { list = await api('/v1/goals?' + q); } catch (e) { notice('Cannot list goals: ' + e.message, true); return; }
+    // The page was left while the list was on its way.
+    if (!tbody.isConnected) return;
     notice('');
     const goals = list.goals || [];
     const seen = new Set();
@@ -792,6 +797,7 @@ function approvalsPage(view) {
   async function refresh() {
     let list;
     try { list = await api('/v1/approvals'); } catch (e) { notice('Cannot list approvals: ' + e.message, true); return; }
+    if (!cards.isConnected) return;
     const approvals = list.approvals || [];
     const seen = new Set();
     for (const a of approvals) {
@@ -810,7 +816,9 @@ function approvalsPage(view) {
   // Listed again when an approval is asked for or decided, not on a timer.
   refresh();
   const later = debounced(refresh, 100);
-  onChange((kind) => { if (kind !== 'goal') later(); });
+  const listener = (kind) => { if (kind !== 'goal') later(); };
+  listener.cancel = later.cancel;
+  onChange(listener);
   every(1000, () => {
     for (const el of cards.querySelectorAll('[data-expires]')) {
       const left = num(el.dataset.expires) - Date.now();
