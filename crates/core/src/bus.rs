@@ -939,7 +939,7 @@ async fn provision(
     js: &jetstream::Context,
     config: &BusConfig,
 ) -> Result<([kv::Store; 4], jetstream::object_store::ObjectStore)> {
-    patiently(|| async { Ok((ensure_topology(js, config).await?, ensure_object_store(js, config).await?)) })
+    patiently(|| async { Ok((ensure_topology(js, config).await?, ensure_artifacts(js, config).await?)) })
         .await
 }
 
@@ -1053,25 +1053,36 @@ async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<
     Ok([goals, agents, ledger, approvals])
 }
 
-async fn ensure_object_store(
+async fn ensure_artifacts(
     js: &jetstream::Context,
     config: &BusConfig,
 ) -> Result<jetstream::object_store::ObjectStore> {
-    let bucket = config.topology.artifacts_bucket();
-    if let Ok(store) = js.get_object_store(&bucket).await {
-        return Ok(store);
-    }
-    let created = js
-        .create_object_store(jetstream::object_store::Config {
-            bucket: bucket.clone(),
+    ensure_object_store(
+        js,
+        jetstream::object_store::Config {
+            bucket: config.topology.artifacts_bucket(),
             description: Some("Hermes artifacts: payloads too large to send inline".into()),
             max_age: config.artifacts_max_age,
             num_replicas: config.replicas,
             ..Default::default()
-        })
-        .await;
-    match created {
+        },
+    )
+    .await
+}
+
+/// Opens the object store `config` describes, creating it when it does not exist yet (a creator
+/// that loses the race to another opens the other's).
+pub async fn ensure_object_store(
+    js: &jetstream::Context,
+    config: jetstream::object_store::Config,
+) -> Result<jetstream::object_store::ObjectStore> {
+    let bucket = config.bucket.clone();
+    if let Ok(store) = js.get_object_store(&bucket).await {
+        return Ok(store);
+    }
+    match js.create_object_store(config).await {
         Ok(store) => Ok(store),
+        // Another process created it between our get and create.
         Err(create_err) => js.get_object_store(&bucket).await.map_err(|_| Error::JetStream {
             operation: "create object store",
             reason: format!("{bucket}: {create_err}"),

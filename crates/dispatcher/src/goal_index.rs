@@ -140,22 +140,22 @@ impl GoalIndex {
     pub fn apply(&self, entry: GoalIndexEntry, seq: u64) -> bool {
         let changed = {
             let Ok(mut sets) = self.sets.write() else { return false };
-            let id: Arc<str> = match sets.goals.get_mut(entry.goal_id.as_str()) {
-                Some(old) if old.seq >= seq => return false,
+            if let Some(old) = sets.goals.get_mut(entry.goal_id.as_str()) {
+                if old.seq >= seq {
+                    return false;
+                }
                 // Most writes (a node's result, say) leave the goal where it is listed.
-                Some(old)
-                    if old.status == entry.status
-                        && old.created == entry.created_unix_ms
-                        && *old.tenant == *entry.tenant
-                        && *old.session == *entry.session_id =>
+                if old.status == entry.status
+                    && old.created == entry.created_unix_ms
+                    && *old.tenant == *entry.tenant
+                    && *old.session == *entry.session_id
                 {
                     old.seq = seq;
                     return true;
                 }
-                Some(_) => match sets.goals.get_key_value(entry.goal_id.as_str()) {
-                    Some((id, _)) => id.clone(),
-                    None => return false,
-                },
+            }
+            let id: Arc<str> = match sets.goals.get_key_value(entry.goal_id.as_str()) {
+                Some((id, _)) => id.clone(),
                 None => Arc::from(entry.goal_id.as_str()),
             };
             let old = sets.goals.remove(&id);

@@ -219,17 +219,41 @@ async fn follow_from(
     prefix: &str,
     from: u64,
 ) -> Result<(pull::Ordered, u64)> {
+    let policy = DeliverPolicy::ByStartSequence { start_sequence: from.max(1) };
+    ordered(stream, format!("{prefix}>"), policy, &jetstream_error("follow vectors")).await
+}
+
+/// An ordered consumer of `filter_subject` from `deliver_policy`, and how many messages it had
+/// pending when created.
+async fn ordered(
+    stream: &jetstream::stream::Stream,
+    filter_subject: String,
+    deliver_policy: DeliverPolicy,
+    failed: &impl Fn(&dyn std::fmt::Display) -> Error,
+) -> Result<(pull::Ordered, u64)> {
     let mut consumer = stream
-        .create_consumer(pull::OrderedConfig {
-            filter_subject: format!("{prefix}>"),
-            deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: from.max(1) },
-            ..Default::default()
-        })
+        .create_consumer(pull::OrderedConfig { filter_subject, deliver_policy, ..Default::default() })
         .await
-        .map_err(|e| jetstream_error("follow vectors")(&e))?;
-    let pending = consumer.info().await.map_err(|e| jetstream_error("follow vectors")(&e))?.num_pending;
-    let messages = consumer.messages().await.map_err(|e| jetstream_error("follow vectors")(&e))?;
+        .map_err(|e| failed(&e))?;
+    let pending = consumer.info().await.map_err(|e| failed(&e))?.num_pending;
+    let messages = consumer.messages().await.map_err(|e| failed(&e))?;
     Ok((messages, pending))
+}
+
+/// The next message of a read that must reach the end, with its stream sequence and how many
+/// messages are still pending after it; the consumer ending early is an error.
+async fn next_of(
+    messages: &mut pull::Ordered,
+    failed: &impl Fn(&dyn std::fmt::Display) -> Error,
+) -> Result<(jetstream::Message, u64, u64)> {
+    let message = match messages.next().await {
+        Some(Ok(message)) => message,
+        Some(Err(e)) => return Err(failed(&e)),
+        None => return Err(failed(&"the consumer ended")),
+    };
+    let info = message.info().map_err(|e| failed(&e))?;
+    let (seq, pending) = (info.stream_sequence, info.pending);
+    Ok((message, seq, pending))
 }
 
 /// The last `_meta` entry of every collection: (collection, identity, its stream sequence).
@@ -238,29 +262,12 @@ async fn read_metas(
     prefix: &str,
 ) -> Result<Vec<(String, CollectionInfo, u64)>> {
     let failed = jetstream_error("read collection metas");
-    let mut consumer = stream
-        .create_consumer(pull::OrderedConfig {
-            filter_subject: format!("{prefix}*.{META}"),
-            deliver_policy: DeliverPolicy::LastPerSubject,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| failed(&e))?;
-    let mut pending = consumer.info().await.map_err(|e| failed(&e))?.num_pending;
+    let filter = format!("{prefix}*.{META}");
+    let (mut messages, mut pending) = ordered(stream, filter, DeliverPolicy::LastPerSubject, &failed).await?;
     let mut out = Vec::new();
-    if pending == 0 {
-        return Ok(out);
-    }
-    let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
     while pending > 0 {
-        let message = match messages.next().await {
-            Some(Ok(message)) => message,
-            Some(Err(e)) => return Err(failed(&e)),
-            None => return Err(failed(&"the consumer ended")),
-        };
-        let info = message.info().map_err(|e| failed(&e))?;
-        let seq = info.stream_sequence;
-        pending = info.pending;
+        let (message, seq, left) = next_of(&mut messages, &failed).await?;
+        pending = left;
         if let Some((collection, Change::Meta { model, dimension })) = decode_change(prefix, &message) {
             let meta = CollectionInfo {
                 name: collection.clone(),
@@ -310,29 +317,15 @@ impl Vectors {
 
     /// Opens (creating when missing) the object store of the collections' snapshots.
     pub async fn open_snapshots(bus: &Bus) -> Result<ObjectStore> {
-        let js = bus.jetstream();
-        let bucket = bus.topology().vector_snapshots_bucket();
-        if let Ok(store) = js.get_object_store(&bucket).await {
-            return Ok(store);
-        }
-        let created = js
-            .create_object_store(object_store::Config {
-                bucket: bucket.clone(),
-                description: Some(
-                    "Hermes semantic memory: snapshots of the vector index, one per collection".into(),
-                ),
-                num_replicas: bus.config().replicas,
-                ..Default::default()
-            })
-            .await;
-        match created {
-            Ok(store) => Ok(store),
-            // Another replica created it between our get and create.
-            Err(create_err) => js.get_object_store(&bucket).await.map_err(|_| Error::JetStream {
-                operation: "create object store",
-                reason: format!("{bucket}: {create_err}"),
-            }),
-        }
+        let config = object_store::Config {
+            bucket: bus.topology().vector_snapshots_bucket(),
+            description: Some(
+                "Hermes semantic memory: snapshots of the vector index, one per collection".into(),
+            ),
+            num_replicas: bus.config().replicas,
+            ..Default::default()
+        };
+        hermes_core::bus::ensure_object_store(bus.jetstream(), config).await
     }
 
     /// Loads every collection (from its snapshot where one is usable, then the stream), then
@@ -388,14 +381,8 @@ impl Vectors {
         let (mut messages, mut pending) = follow_from(&stream, &prefix, from).await?;
         let mut applied = last_seq.max(from - 1);
         while pending > 0 {
-            let message = match messages.next().await {
-                Some(Ok(message)) => message,
-                Some(Err(e)) => return Err(failed(&e)),
-                None => return Err(failed(&"the consumer ended")),
-            };
-            let info = message.info().map_err(|e| failed(&e))?;
-            let seq = info.stream_sequence;
-            pending = info.pending;
+            let (message, seq, left) = next_of(&mut messages, &failed).await?;
+            pending = left;
             applied = applied.max(seq);
             report.replayed += 1;
             if let Some((collection, change)) = decode_change(&prefix, &message) {

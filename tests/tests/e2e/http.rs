@@ -49,6 +49,11 @@ async fn wait_status(base: &str, goal_id: &str, status: &str) -> Value {
     }
 }
 
+/// A stack whose `fs.write` calls wait for a person's approval (a minute at most).
+async fn writes_need_approval(workspace: &std::path::Path) -> Sandbox {
+    Sandbox::builder().workspace(workspace).confirm(&["fs.write"], Duration::from_secs(60)).start().await
+}
+
 /// One parsed Server-Sent Event: its `id:` (if any) and its `data:` as JSON.
 #[derive(Debug, Clone, PartialEq)]
 struct Sse {
@@ -264,11 +269,7 @@ async fn events_stream_from_the_start_and_resume_after_a_drop_with_nothing_missi
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_approval_inbox_lists_pending_calls_and_approve_and_deny_decide_them() {
     let workspace = tempfile::tempdir().unwrap();
-    let t = Sandbox::builder()
-        .workspace(workspace.path())
-        .confirm(&["fs.write"], Duration::from_secs(60))
-        .start()
-        .await;
+    let t = writes_need_approval(workspace.path()).await;
     let base = t.http_url();
     let write = |path: &str, content: &str| {
         let node = json!({"id": "w", "task_type": "fs.write", "inputs": {"path": path, "content": content}});
@@ -728,11 +729,7 @@ async fn agents_and_memory_sessions_are_read_over_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_changes_stream_reports_goals_and_approvals_as_they_change() {
     let workspace = tempfile::tempdir().unwrap();
-    let t = Sandbox::builder()
-        .workspace(workspace.path())
-        .confirm(&["fs.write"], Duration::from_secs(60))
-        .start()
-        .await;
+    let t = writes_need_approval(workspace.path()).await;
     let base = t.http_url();
     let changes = client().get(format!("{base}/v1/changes")).send().await.unwrap();
     let node = json!({"id": "w", "task_type": "fs.write", "inputs": {"path": "c.txt", "content": "x"}});
