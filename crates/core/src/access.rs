@@ -13,6 +13,9 @@
 //! roles = ["submitter", "viewer"]
 //! ```
 //!
+//! `[[oidc]]` entries of the same file trust identity providers' signed access tokens beside
+//! these ([`crate::oidc`], checked by [`Tokens::authenticate`]).
+//!
 //! A caller sends `Authorization: Bearer <token>` (gRPC metadata `authorization`). Without the
 //! file, auth is off: every caller is the one default principal with every role, and goals carry
 //! no tenant. With it, a missing or unknown token is `UNAUTHENTICATED` (HTTP 401), a role
@@ -74,6 +77,14 @@ pub enum Role {
 }
 
 impl Role {
+    /// The role of its name in the tokens file (`viewer`, `submitter`, ...).
+    pub fn named(name: &str) -> Option<Role> {
+        serde::de::Deserialize::deserialize(
+            serde::de::value::StrDeserializer::<serde::de::value::Error>::new(name),
+        )
+        .ok()
+    }
+
     fn grants(self, need: Need) -> bool {
         match need {
             Need::Read => true,
@@ -99,6 +110,11 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// A caller of `tenant` with `roles` (an OIDC token's, [`crate::oidc`]).
+    pub fn new(name: String, tenant: Option<String>, roles: Vec<Role>) -> Principal {
+        Principal { name, tenant, roles, origin: String::new() }
+    }
+
     /// A caller whose credentials were refused, for the audit trail: no role, no tenant.
     pub fn unauthenticated(origin: String) -> Principal {
         Principal { name: "unauthenticated".into(), tenant: None, roles: Vec::new(), origin }
@@ -227,6 +243,8 @@ impl TenantQuota {
 #[derive(Debug, Default)]
 pub struct Access {
     tokens: Option<HashMap<[u8; 32], Principal>>,
+    /// The `[[oidc]]` entries: identity providers whose signed tokens are callers.
+    pub issuers: Vec<std::sync::Arc<crate::oidc::Issuer>>,
     /// The `[[tenant]]` entries (the dispatcher's quotas).
     pub quotas: Vec<TenantQuota>,
 }
@@ -238,6 +256,8 @@ struct TokensFile {
     token: Vec<TokenEntry>,
     #[serde(default)]
     tenant: Vec<TenantQuota>,
+    #[serde(default)]
+    oidc: Vec<crate::oidc::Issuer>,
 }
 
 #[derive(Deserialize)]
@@ -279,7 +299,20 @@ impl Access {
 
     pub fn parse(text: &str) -> anyhow::Result<Access> {
         let file: TokensFile = toml::from_str(text)?;
-        anyhow::ensure!(!file.token.is_empty(), "it names no token ([[token]] entries)");
+        anyhow::ensure!(
+            !file.token.is_empty() || !file.oidc.is_empty(),
+            "it names no token ([[token]] entries) and no issuer ([[oidc]] entries)"
+        );
+        let mut issuers: Vec<std::sync::Arc<crate::oidc::Issuer>> = Vec::new();
+        for issuer in file.oidc {
+            issuer.check()?;
+            anyhow::ensure!(
+                !issuers.iter().any(|i| i.issuer == issuer.issuer),
+                "issuer `{}` has two [[oidc]] entries",
+                issuer.issuer
+            );
+            issuers.push(issuer.into());
+        }
         let mut tokens = HashMap::new();
         for entry in file.token {
             let digest = decode_sha256(&entry.sha256)
@@ -299,8 +332,11 @@ impl Access {
                 entry.name
             );
         }
-        let tenants: std::collections::HashSet<&String> =
-            tokens.values().filter_map(|p: &Principal| p.tenant.as_ref()).collect();
+        let mut tenants: std::collections::HashSet<String> =
+            tokens.values().filter_map(|p: &Principal| p.tenant.clone()).collect();
+        // An issuer whose tokens' claims may name any tenant may have a quota for any.
+        let any_tenant = issuers.iter().any(|i| i.known_tenants().is_none());
+        tenants.extend(issuers.iter().filter_map(|i| i.known_tenants()).flatten());
         let mut named = std::collections::HashSet::new();
         for quota in &file.tenant {
             quota.check()?;
@@ -310,18 +346,23 @@ impl Access {
                 quota.name
             );
             anyhow::ensure!(
-                tenants.contains(&quota.name),
-                "[[tenant]] `{}` is no token's tenant (a typo would leave a tenant without its quotas)",
+                any_tenant || tenants.contains(&quota.name),
+                "[[tenant]] `{}` is no token's or issuer's tenant (a typo would leave a tenant without its quotas)",
                 quota.name
             );
         }
-        Ok(Access { tokens: Some(tokens), quotas: file.tenant })
+        Ok(Access { tokens: Some(tokens), issuers, quotas: file.tenant })
     }
 
-    /// Every tenant a token names, with its weight (its `[[tenant]]` entry's, else 1): the lanes
-    /// of the pool ([`crate::lanes`]).
+    /// Every tenant a token, an issuer or a `[[tenant]]` entry names, with its weight (its
+    /// `[[tenant]]` entry's, else 1): the lanes of the pool ([`crate::lanes`]).
     pub fn tenant_weights(&self) -> std::collections::BTreeMap<String, f64> {
-        let tenants = self.tokens.iter().flat_map(|tokens| tokens.values().filter_map(|p| p.tenant.clone()));
+        let tenants = self
+            .tokens
+            .iter()
+            .flat_map(|tokens| tokens.values().filter_map(|p| p.tenant.clone()))
+            .chain(self.issuers.iter().filter_map(|i| i.known_tenants()).flatten())
+            .chain(self.quotas.iter().map(|q| q.name.clone()));
         tenants
             .map(|tenant| {
                 let weight = self.quotas.iter().find(|q| q.name == tenant).and_then(|q| q.weight);
@@ -335,22 +376,26 @@ impl Access {
         self.tokens.is_some()
     }
 
-    /// The principal of a call's `Authorization` value (`Bearer <token>`).
+    /// The principal of a call's `Authorization` value (`Bearer <token>`), by the static tokens
+    /// only; [`Tokens::authenticate`] takes OIDC tokens too.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, Error> {
         let Some(tokens) = &self.tokens else { return Ok(Principal::anyone()) };
-        let token = authorization
-            .and_then(|v| v.trim().strip_prefix("Bearer ").or_else(|| v.trim().strip_prefix("bearer ")))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                Error::Unauthenticated("send an API token as `Authorization: Bearer <token>`".into())
-            })?;
+        let token = bearer(authorization)?;
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         tokens
             .get(&digest)
             .cloned()
             .ok_or_else(|| Error::Unauthenticated("the API token is not known".into()))
     }
+}
+
+/// The token of an `Authorization` value (`Bearer <token>`).
+fn bearer(authorization: Option<&str>) -> Result<&str, Error> {
+    authorization
+        .and_then(|v| v.trim().strip_prefix("Bearer ").or_else(|| v.trim().strip_prefix("bearer ")))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| Error::Unauthenticated("send an API token as `Authorization: Bearer <token>`".into()))
 }
 
 /// API tokens as the file holds them now: an [`Access`] replaced from the same file on SIGHUP or
@@ -362,6 +407,8 @@ pub struct Tokens {
     /// The file's content the tokens in force were read from, so a change right after start is
     /// not missed.
     read_at_start: Option<Vec<u8>>,
+    /// The OIDC issuers' keys, kept across reloads.
+    keys: crate::oidc::Keys,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -383,7 +430,7 @@ impl Tokens {
             }
         };
         let current = tokio::sync::watch::Sender::new(access.into());
-        Ok(std::sync::Arc::new(Tokens { file: path, current, read_at_start }))
+        Ok(std::sync::Arc::new(Tokens { file: path, current, read_at_start, keys: Default::default() }))
     }
 
     /// Tokens that come from no file and are never read again (tests, benches).
@@ -392,7 +439,25 @@ impl Tokens {
             file: None,
             current: tokio::sync::watch::Sender::new(access.into()),
             read_at_start: None,
+            keys: Default::default(),
         })
+    }
+
+    /// The principal of a call's `Authorization` value (`Bearer <token>`): a static token of the
+    /// file, or a JWT of one of its `[[oidc]]` issuers ([`crate::oidc`]), its keys fetched when
+    /// needed.
+    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, Error> {
+        let access = self.current();
+        let refused = match access.authenticate(authorization) {
+            Ok(principal) => return Ok(principal),
+            Err(refused) => refused,
+        };
+        match bearer(authorization) {
+            Ok(token) if !access.issuers.is_empty() && crate::oidc::looks_like_jwt(token) => {
+                self.keys.verify(&access.issuers, token).await
+            }
+            _ => Err(refused),
+        }
     }
 
     /// The tokens in force.
@@ -410,7 +475,10 @@ impl Tokens {
     /// are in force.
     fn take(&self, file: &Path, content: &[u8]) -> anyhow::Result<(usize, usize)> {
         let access = Access::from_file_content(file, content)?;
-        let counts = (access.tokens.as_ref().map_or(0, HashMap::len), access.tenant_weights().len());
+        let counts = (
+            access.tokens.as_ref().map_or(0, HashMap::len) + access.issuers.len(),
+            access.tenant_weights().len(),
+        );
         self.current.send_replace(access.into());
         Ok(counts)
     }
@@ -487,31 +555,41 @@ pub const TOKENS_POLL: std::time::Duration = std::time::Duration::from_secs(10);
 /// [`TENANT_HEADER`]: crate::grpc::TENANT_HEADER
 /// [`REDACT_HEADER`]: crate::grpc::REDACT_HEADER
 pub fn guard(tokens: std::sync::Arc<Tokens>) -> crate::grpc::Guard {
-    use crate::grpc::{REDACT_HEADER, TENANT_HEADER};
-    std::sync::Arc::new(move |path: &str, headers: &mut axum::http::HeaderMap| {
-        headers.remove(TENANT_HEADER);
-        headers.remove(REDACT_HEADER);
-        let need = if path.starts_with("/hermes.v1.Registry/") {
-            Need::Read
-        } else if path.starts_with("/hermes.v1.Memory/") {
-            Need::Operate
-        } else {
-            return Ok(());
-        };
-        let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
-        let who = tokens.current().authenticate(authorization)?;
-        who.require(need)?;
-        if who.require(Need::Secrets).is_err() {
-            headers.insert(REDACT_HEADER, axum::http::HeaderValue::from_static("1"));
-        }
-        if let Some(tenant) = &who.tenant {
-            // A tenant is a checked word (`check_id`), always a valid header value.
-            if let Ok(value) = axum::http::HeaderValue::from_str(tenant) {
-                headers.insert(TENANT_HEADER, value);
-            }
-        }
-        Ok(())
+    std::sync::Arc::new(move |path: String, headers: axum::http::HeaderMap| {
+        let tokens = tokens.clone();
+        Box::pin(async move { guarded(&tokens, &path, headers).await.map_err(tonic::Status::from) })
     })
+}
+
+/// [`guard`]'s check of one call.
+async fn guarded(
+    tokens: &Tokens,
+    path: &str,
+    mut headers: axum::http::HeaderMap,
+) -> Result<axum::http::HeaderMap, Error> {
+    use crate::grpc::{REDACT_HEADER, TENANT_HEADER};
+    headers.remove(TENANT_HEADER);
+    headers.remove(REDACT_HEADER);
+    let need = if path.starts_with("/hermes.v1.Registry/") {
+        Need::Read
+    } else if path.starts_with("/hermes.v1.Memory/") {
+        Need::Operate
+    } else {
+        return Ok(headers);
+    };
+    let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
+    let who = tokens.authenticate(authorization).await?;
+    who.require(need)?;
+    if who.require(Need::Secrets).is_err() {
+        headers.insert(REDACT_HEADER, axum::http::HeaderValue::from_static("1"));
+    }
+    if let Some(tenant) = &who.tenant {
+        // A tenant is a checked word (`check_id`), always a valid header value.
+        if let Ok(value) = axum::http::HeaderValue::from_str(tenant) {
+            headers.insert(TENANT_HEADER, value);
+        }
+    }
+    Ok(headers)
 }
 
 fn decode_sha256(hex: &str) -> Option<[u8; 32]> {

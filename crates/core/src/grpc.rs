@@ -100,8 +100,14 @@ pub enum ServeError {
 /// and headers (`authorization`); the refusal is answered as the request's status. For services
 /// that check no credentials themselves, composed on a server whose other services do. A guard
 /// may rewrite the headers: it stamps [`TENANT_HEADER`] with the caller's tenant.
-pub type Guard =
-    std::sync::Arc<dyn Fn(&str, &mut http::HeaderMap) -> Result<(), tonic::Status> + Send + Sync>;
+pub type Guard = std::sync::Arc<
+    dyn Fn(
+            String,
+            http::HeaderMap,
+        ) -> Pin<Box<dyn Future<Output = Result<http::HeaderMap, tonic::Status>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// The metadata a [`Guard`] stamps with the authenticated caller's tenant, after removing any the
 /// caller sent. Services behind a guard (the Memory API on the dispatcher's port, or on its own
@@ -137,8 +143,9 @@ pub struct Guarded<S> {
 
 impl<S, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for Guarded<S>
 where
-    S: tower::Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    S: tower::Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    ReqBody: Send + 'static,
     ResBody: Default + Send + 'static,
 {
     type Response = S::Response;
@@ -150,14 +157,21 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
-        if let Some(guard) = &self.guard {
+        let Some(guard) = self.guard.clone() else { return Box::pin(self.inner.call(request)) };
+        // The service made ready is the one called, after the guard's check.
+        let ready = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, ready);
+        Box::pin(async move {
             let path = request.uri().path().to_owned();
-            if let Err(status) = guard(&path, request.headers_mut()) {
-                let refused = status.into_http::<ResBody>();
-                return Box::pin(async move { Ok(refused) });
+            let headers = std::mem::take(request.headers_mut());
+            match guard(path, headers).await {
+                Ok(headers) => {
+                    *request.headers_mut() = headers;
+                    inner.call(request).await
+                }
+                Err(status) => Ok(status.into_http::<ResBody>()),
             }
-        }
-        Box::pin(self.inner.call(request))
+        })
     }
 }
 

@@ -6,17 +6,19 @@
 //! 1. [`site::Site`] (HTTP only, as a layer on every route): the request is this server's own
 //!    (its `Host`, its `Origin` when it changes state, its body type), so a web page the user
 //!    visits cannot drive a local `hermes up`.
-//! 2. [`Gate::authenticate`]: the [`Caller`], built once per request (by a tonic interceptor
-//!    for gRPC, an axum extractor for HTTP and A2A) from its credentials, its door, its peer and
-//!    the trace context it sent (`traceparent`). Nothing else is looked at before it: an
+//! 2. [`Gate::authenticate`]: the [`Caller`], built once per request (first thing in each gRPC
+//!    handler, from what a tonic interceptor kept of the call; an axum extractor for HTTP and
+//!    A2A) from its credentials (a static API token, or an OIDC token whose issuer's keys may
+//!    have to be fetched: [`Tokens::authenticate`]), its door, its peer and the trace context it
+//!    sent (`traceparent`). Nothing but the request's size is looked at before it: an
 //!    anonymous caller learns nothing but `401`.
 //! 3. Each operation of the gate, then: the bus must be up ([`Gate::enter`]), the caller must
 //!    hold the role the operation needs, the goal must be its tenant's (another tenant's is
 //!    `NOT_FOUND`, as a missing one), the call is made, its answer is the caller's view
 //!    (redacted without the secrets role), and a state change is audited, refused or not.
 //!
-//! Any new door (webhook management, OIDC) adds a way to build a [`Caller`] and calls the same
-//! operations, so no rule has a second implementation.
+//! Any new door adds a way to build a [`Caller`] and calls the same operations, so no rule has
+//! a second implementation.
 
 pub(crate) mod site;
 mod webhooks;
@@ -108,14 +110,14 @@ impl Gate {
 
     /// The caller of a request through `door` from `peer`, by its `Authorization` value
     /// (`Bearer <token>`; anyone with auth off), in the trace it sent.
-    pub(crate) fn authenticate(
+    pub(crate) async fn authenticate(
         &self,
         authorization: Option<&str>,
         door: Door,
         peer: Option<SocketAddr>,
         trace: Option<TraceContext>,
     ) -> Result<Caller> {
-        let principal = match self.access.current().authenticate(authorization) {
+        let principal = match self.access.authenticate(authorization).await {
             Ok(principal) => principal.at(door.as_str(), peer),
             Err(refused) => {
                 self.failed_authentication(door, peer, &refused);

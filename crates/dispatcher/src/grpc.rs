@@ -22,17 +22,28 @@ use tonic::{Request, Response, Status};
 use crate::gate::{Caller, Door, Gate, goal_id_arg, list_limit};
 use crate::view::to_goal;
 
-/// The interceptor that builds each call's [`Caller`] before its handler runs: the call's
-/// `authorization` (authenticated by the gate), its peer and its `traceparent`.
+/// The interceptor that keeps each call's credentials for its handler, which has the gate
+/// authenticate them first ([`Api::caller`]; an OIDC token may need its issuer's keys fetched,
+/// which an interceptor cannot wait for): the call's `authorization`, its peer and its
+/// `traceparent`.
 #[derive(Clone)]
-pub(crate) struct Authenticate(Arc<Gate>);
+pub(crate) struct Authenticate;
+
+/// What [`Authenticate`] keeps of a call.
+#[derive(Clone)]
+struct Credentials {
+    authorization: Option<String>,
+    peer: Option<std::net::SocketAddr>,
+    trace: Option<hermes_core::trace::TraceContext>,
+}
 
 impl tonic::service::Interceptor for Authenticate {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let authorization = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        let authorization =
+            request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let trace = hermes_core::trace::from_metadata(request.metadata());
-        let caller = self.0.authenticate(authorization, Door::Grpc, request.remote_addr(), trace)?;
-        request.extensions_mut().insert(caller);
+        let credentials = Credentials { authorization, peer: request.remote_addr(), trace };
+        request.extensions_mut().insert(credentials);
         Ok(request)
     }
 }
@@ -44,7 +55,7 @@ pub(crate) fn server(
     shutdown: CancellationToken,
     max_message_bytes: usize,
 ) -> InterceptedService<DispatcherServer<Api>, Authenticate> {
-    let authenticate = Authenticate(gate.clone());
+    let authenticate = Authenticate;
     let server = DispatcherServer::new(Api { gate, shutdown }).max_decoding_message_size(max_message_bytes);
     InterceptedService::new(server, authenticate)
 }
@@ -58,14 +69,18 @@ pub(crate) struct Api {
 type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<hermes_proto::ArtifactChunk, Status>> + Send>>;
 
-/// The caller the interceptor authenticated (`UNAUTHENTICATED` should a call arrive without),
-/// taken out of the request, and the request's message.
-fn caller<T>(request: Request<T>) -> Result<(Caller, T), Status> {
-    let (_, mut extensions, message) = request.into_parts();
-    let caller = extensions
-        .remove::<Caller>()
-        .ok_or_else(|| Status::unauthenticated("the call was not authenticated"))?;
-    Ok((caller, message))
+impl Api {
+    /// The caller of the credentials the interceptor kept, authenticated by the gate
+    /// (`UNAUTHENTICATED` should a call arrive without them), and the request's message.
+    async fn caller<T>(&self, request: Request<T>) -> Result<(Caller, T), Status> {
+        let (_, mut extensions, message) = request.into_parts();
+        let credentials = extensions
+            .remove::<Credentials>()
+            .ok_or_else(|| Status::unauthenticated("the call was not authenticated"))?;
+        let Credentials { authorization, peer, trace } = credentials;
+        let caller = self.gate.authenticate(authorization.as_deref(), Door::Grpc, peer, trace).await?;
+        Ok((caller, message))
+    }
 }
 
 #[tonic::async_trait]
@@ -74,7 +89,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<SubmitGoalRequest>,
     ) -> Result<Response<SubmitGoalResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let spec = req
             .spec
             .ok_or_else(|| Error::InvalidArgument { field: "spec".into(), reason: "is required".into() })?;
@@ -87,7 +102,7 @@ impl DispatcherApi for Api {
     }
 
     async fn get_goal(&self, request: Request<GetGoalRequest>) -> Result<Response<Goal>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let state = self.gate.get(&caller, goal_id_arg(&req.goal_id)?).await?;
         Ok(Response::new(to_goal(state)))
     }
@@ -95,14 +110,14 @@ impl DispatcherApi for Api {
     type WatchGoalStream = EventStream;
 
     async fn watch_goal(&self, request: Request<WatchGoalRequest>) -> Result<Response<EventStream>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let events = self.gate.watch(&caller, goal_id_arg(&req.goal_id)?, req.after_seq).await?;
         let events = events.map(|event| event.map_err(Status::from));
         Ok(Response::new(Box::pin(events.take_until(self.shutdown.clone().cancelled_owned()))))
     }
 
     async fn cancel_goal(&self, request: Request<CancelGoalRequest>) -> Result<Response<Goal>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let state = self.gate.cancel(&caller, goal_id_arg(&req.goal_id)?, &req.reason).await?;
         Ok(Response::new(to_goal(state)))
     }
@@ -111,7 +126,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ApproveToolCallRequest>,
     ) -> Result<Response<ApproveToolCallResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let goal_id = goal_id_arg(&req.goal_id)?;
         let decision = self.gate.decide(&caller, goal_id, &req.call_id, req.approve, &req.note).await?;
         Ok(Response::new(ApproveToolCallResponse {
@@ -125,7 +140,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListGoalsRequest>,
     ) -> Result<Response<ListGoalsResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let limit = list_limit(req.limit as usize);
         let (goals, _) = self.gate.list(&caller, Default::default(), None, limit).await?;
         let goals = goals.into_iter().map(to_goal).collect();
@@ -136,7 +151,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListDeadLettersRequest>,
     ) -> Result<Response<ListDeadLettersResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let limit = req.limit as usize;
         let dead_letters = self.gate.dead_letters(&caller, limit).await?;
         Ok(Response::new(ListDeadLettersResponse { dead_letters }))
@@ -146,7 +161,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::ToolCacheRequest>,
     ) -> Result<Response<hermes_proto::ToolCacheStatsResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let tool = (!req.tool.is_empty()).then_some(req.tool.as_str());
         let tools = self
             .gate
@@ -168,7 +183,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::ToolCacheRequest>,
     ) -> Result<Response<hermes_proto::ClearToolCacheResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let tool = (!req.tool.is_empty()).then_some(req.tool.as_str());
         let removed = self.gate.clear_tool_cache(&caller, tool).await? as u64;
         Ok(Response::new(hermes_proto::ClearToolCacheResponse { removed }))
@@ -178,7 +193,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<DeadLetter>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let sequence = req.sequence;
         Ok(Response::new(self.gate.dead_letter(&caller, sequence).await?))
     }
@@ -187,7 +202,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<DeadLetterRequest>,
     ) -> Result<Response<ReplayDeadLetterResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let sequence = req.sequence;
         let (subject, sequence) = self.gate.replay_dead_letter(&caller, sequence).await?;
         Ok(Response::new(ReplayDeadLetterResponse { subject, sequence }))
@@ -197,7 +212,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<ListAuditRequest>,
     ) -> Result<Response<ListAuditResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let records = self.gate.audit(&caller, req.limit as usize, req.after_seq).await?;
         Ok(Response::new(ListAuditResponse { records }))
     }
@@ -206,7 +221,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::ListModelExchangesRequest>,
     ) -> Result<Response<hermes_proto::ListModelExchangesResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let (exchanges, tool_exchanges) = self.gate.exchanges(&caller, goal_id_arg(&req.goal_id)?).await?;
         Ok(Response::new(hermes_proto::ListModelExchangesResponse { exchanges, tool_exchanges }))
     }
@@ -215,7 +230,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::CreateWebhookRequest>,
     ) -> Result<Response<hermes_proto::CreateWebhookResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let (endpoint, secret) = self.gate.create_webhook(&caller, &req.url, req.events, &req.secret).await?;
         Ok(Response::new(hermes_proto::CreateWebhookResponse { endpoint: Some(endpoint), secret }))
     }
@@ -224,7 +239,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::ListWebhooksRequest>,
     ) -> Result<Response<hermes_proto::ListWebhooksResponse>, Status> {
-        let (caller, _) = caller(request)?;
+        let (caller, _) = self.caller(request).await?;
         let endpoints = self.gate.webhooks(&caller).await?;
         Ok(Response::new(hermes_proto::ListWebhooksResponse { endpoints }))
     }
@@ -233,7 +248,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::WebhookRequest>,
     ) -> Result<Response<hermes_proto::WebhookEndpoint>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         Ok(Response::new(self.gate.delete_webhook(&caller, &req.id).await?))
     }
 
@@ -241,7 +256,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::WebhookRequest>,
     ) -> Result<Response<hermes_proto::CreateWebhookResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let (endpoint, secret) = self.gate.rotate_webhook(&caller, &req.id).await?;
         Ok(Response::new(hermes_proto::CreateWebhookResponse { endpoint: Some(endpoint), secret }))
     }
@@ -250,7 +265,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::ListWebhookDeliveriesRequest>,
     ) -> Result<Response<hermes_proto::ListWebhookDeliveriesResponse>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let deliveries =
             self.gate.webhook_deliveries(&caller, &req.goal_id, &req.endpoint_id, req.limit as usize).await?;
         Ok(Response::new(hermes_proto::ListWebhookDeliveriesResponse { deliveries }))
@@ -260,7 +275,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::WebhookDeliveryRequest>,
     ) -> Result<Response<hermes_proto::WebhookDelivery>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         Ok(Response::new(self.gate.resend_webhook(&caller, &req.id).await?))
     }
 
@@ -270,7 +285,7 @@ impl DispatcherApi for Api {
         &self,
         request: Request<hermes_proto::GoalArtifactRequest>,
     ) -> Result<Response<ChunkStream>, Status> {
-        let (caller, req) = caller(request)?;
+        let (caller, req) = self.caller(request).await?;
         let (_, bytes) = self.gate.artifact(&caller, goal_id_arg(&req.goal_id)?, &req.r#ref).await?;
         let chunks = hermes_core::artifacts::grpc_chunks(bytes).map(Ok);
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))

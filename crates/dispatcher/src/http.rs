@@ -113,7 +113,7 @@ impl axum::extract::FromRequestParts<Api> for Caller {
             .and_then(|v| v.to_str().ok())
             .and_then(hermes_core::trace::TraceContext::parse);
         let door = if parts.uri.path() == a2a::RPC_PATH { Door::A2a } else { Door::Http };
-        Ok(api.gate.authenticate(authorization(&parts.headers), door, peer, trace)?)
+        Ok(api.gate.authenticate(authorization(&parts.headers), door, peer, trace).await?)
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod browser;
 pub mod cluster;
 pub mod fuzz;
+pub mod oidc;
 pub mod process;
 pub mod provider;
 pub mod receiver;

@@ -24,6 +24,7 @@ mod ledger;
 mod ledger_kill;
 mod memory;
 mod model_limits;
+mod oidc;
 mod plan_answers;
 mod planning;
 mod quotas;
