@@ -657,7 +657,8 @@ class Tls(unittest.TestCase):
         self.assertEqual(ingress["metadata"]["annotations"], {"nginx.ingress.kubernetes.io/backend-protocol": "HTTPS"})
         notes = files["hermes/templates/NOTES.txt"]
         self.assertIn("--server https://localhost:50051", notes)
-        self.assertIn("rollout restart deployment/hermes-dispatcher\n", notes)
+        self.assertIn("a renewal needs no restart", notes)
+        self.assertNotIn("rollout restart", notes)
 
         # HTTP plain (TLS terminated by the Ingress), gRPC over TLS.
         docs, _ = render({**with_tls(http=False), "dispatcher": {"ingress": {"enabled": True, "annotations": {"a": "b"}}}})

@@ -489,59 +489,24 @@ impl Tokens {
     pub fn reload_on_hangup(self: &std::sync::Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
         let Some(file) = self.file.clone() else { return };
         let tokens = self.clone();
-        tokio::spawn(async move {
-            let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-                Ok(hangups) => Some(hangups),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot watch for SIGHUP: the API tokens file is read again only when it changes");
-                    None
-                }
+        let watched = crate::reload::Watched {
+            what: "API tokens",
+            event: "api_tokens",
+            files: vec![file.clone()],
+            read_at_start: vec![self.read_at_start.clone()],
+        };
+        crate::reload::follow(watched, shutdown, move |contents| {
+            let Some(content) = contents.first().cloned().flatten() else {
+                anyhow::bail!("cannot read {}", file.display())
             };
-            let hangup = async |hangups: &mut Option<tokio::signal::unix::Signal>| match hangups {
-                Some(h) => h.recv().await,
-                None => std::future::pending().await,
-            };
-            let mut seen = tokens.read_at_start.clone();
-            let mut poll = tokio::time::interval(TOKENS_POLL);
-            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                let why = tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = hangup(&mut hangups) => "SIGHUP",
-                    _ = poll.tick() => "the file changed",
-                };
-                // Read once: what is compared is what is taken.
-                let content = std::fs::read(&file).ok();
-                if why != "SIGHUP" && content == seen {
-                    continue;
-                }
-                seen = content.clone();
-                let taken = match content {
-                    Some(content) => tokens.take(&file, &content),
-                    None => Err(anyhow::anyhow!("cannot read {}", file.display())),
-                };
-                match taken {
-                    Ok((n, tenants)) => tracing::info!(
-                        tokens = n,
-                        tenants,
-                        why,
-                        event = "api_tokens_reloaded",
-                        "API tokens read again"
-                    ),
-                    Err(e) => tracing::error!(
-                        error = %format!("{e:#}"),
-                        why,
-                        event = "api_tokens_reload_failed",
-                        "the API tokens file was not taken; the tokens before it stay in force"
-                    ),
-                }
-            }
+            let (n, tenants) = tokens.take(&file, &content)?;
+            Ok(format!("{n} tokens and issuers, {tenants} tenants"))
         });
     }
 }
 
 /// How often a tokens file is looked at for a change ([`Tokens::reload_on_hangup`]).
-pub const TOKENS_POLL: std::time::Duration = std::time::Duration::from_secs(10);
+pub const TOKENS_POLL: std::time::Duration = crate::reload::POLL;
 
 /// The check of the services that check no credentials themselves, composed on the dispatcher's
 /// gRPC server or on their own (`hermes-registry`, `hermes-memory` with `api_tokens_file`):

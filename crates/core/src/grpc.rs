@@ -69,19 +69,26 @@ pub async fn serve(server: Server, shutdown: tokio_util::sync::CancellationToken
     let (v1, v1alpha) =
         reflection(&[hermes_proto::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET])?;
     routes.add_service(health_service).add_service(v1).add_service(v1alpha);
-    let mut server = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        server = server.tls_config(tls.tonic()).map_err(ServeError::Tls)?;
-    }
-    server
+    let router = tonic::transport::Server::builder()
         .layer(GuardLayer { guard })
         .layer(MessageLimitLayer::new(max_message_bytes, setting))
-        .add_routes(routes.routes())
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown.cancelled_owned(),
-        )
-        .await?;
+        .add_routes(routes.routes());
+    match tls {
+        // Handshakes by the files as they are when each connection comes (TlsFiles::follow).
+        Some(tls) => {
+            let config = tls.follow(&[b"h2"], shutdown.clone()).map_err(ServeError::Tls)?;
+            let incoming = crate::tls::TlsListener::new(listener, config).map_err(ServeError::Listen)?;
+            router.serve_with_incoming_shutdown(incoming.into_stream(), shutdown.cancelled_owned()).await?
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    shutdown.cancelled_owned(),
+                )
+                .await?
+        }
+    }
     Ok(())
 }
 
@@ -91,7 +98,9 @@ pub enum ServeError {
     #[error("cannot build the reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("cannot set up TLS: {0}")]
-    Tls(tonic::transport::Error),
+    Tls(crate::Error),
+    #[error("cannot listen: {0}")]
+    Listen(std::io::Error),
     #[error("the gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
 }

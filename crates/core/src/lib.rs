@@ -21,6 +21,7 @@ pub mod oidc;
 pub mod plan;
 pub mod plan_file;
 pub mod redact;
+pub mod reload;
 pub mod schema;
 pub mod secret;
 pub mod shutdown;

@@ -4,6 +4,11 @@
 //! Every service's gRPC server reads `[grpc.tls]` (`HERMES_GRPC_TLS_CERT_FILE`, ...); the
 //! dispatcher's HTTP server reads `[dispatcher.http.tls]`. A file that cannot be read or parsed
 //! stops the service at start, naming the setting: a server never falls back to plaintext.
+//!
+//! A serving server follows its files ([`TlsFiles::follow`]): on SIGHUP, and when their content
+//! changes (looked at every [`crate::reload::POLL`]), they are read again, and new connections
+//! get the new certificate, key and client CAs; connections already open keep theirs. Files
+//! that no longer make a server identity are refused, logged, and the ones before stay in use.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -33,12 +38,16 @@ pub struct TlsSettings {
     pub client_ca_file: Option<PathBuf>,
 }
 
-/// The PEM contents of [`TlsSettings`], read and checked.
+/// The PEM contents of [`TlsSettings`], read and checked, and where they were read from.
 #[derive(Clone, PartialEq)]
 pub struct TlsFiles {
     cert_pem: Vec<u8>,
     key_pem: Vec<u8>,
     client_ca_pem: Option<Vec<u8>>,
+    /// The files, read again by [`TlsFiles::follow`].
+    settings: TlsSettings,
+    /// The settings' name in errors (`grpc.tls`).
+    prefix: String,
 }
 
 fn invalid(setting: &str, reason: String) -> Error {
@@ -70,6 +79,8 @@ impl TlsSettings {
                 Some(path) => Some(read(&format!("{prefix}.client_ca_file"), path)?),
                 None => None,
             },
+            settings: self.clone(),
+            prefix: prefix.to_owned(),
         };
         // Parse now, so a bad file stops the start rather than every handshake.
         files.server_config(prefix, &[])?;
@@ -90,15 +101,48 @@ impl TlsFiles {
         self.client_ca_pem.is_some()
     }
 
-    /// The tonic server config of these files.
-    pub fn tonic(&self) -> tonic::transport::ServerTlsConfig {
-        let mut config = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(&self.cert_pem, &self.key_pem))
-            .timeout(HANDSHAKE_TIMEOUT);
-        if let Some(ca) = &self.client_ca_pem {
-            config = config.client_ca_root(tonic::transport::Certificate::from_pem(ca));
-        }
-        config
+    /// A rustls server config of these files, offering `alpn` protocols, that follows the
+    /// files until `shutdown`: read again on SIGHUP and when they change, a new config for new
+    /// connections when they make one, the one before kept (and the problem logged) when not.
+    pub fn follow(
+        &self,
+        alpn: &[&[u8]],
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Result<tokio::sync::watch::Receiver<Arc<rustls::ServerConfig>>> {
+        let first = self.server_config(&self.prefix, alpn)?;
+        let (tx, rx) = tokio::sync::watch::channel(first);
+        let settings = &self.settings;
+        let mut files: Vec<PathBuf> =
+            [&settings.cert_file, &settings.key_file].into_iter().flatten().cloned().collect();
+        files.extend(settings.client_ca_file.clone());
+        let read_at_start = vec![Some(self.cert_pem.clone()), Some(self.key_pem.clone())]
+            .into_iter()
+            .chain(self.client_ca_pem.clone().map(Some))
+            .collect();
+        let (before, alpn): (TlsFiles, Vec<Vec<u8>>) =
+            (self.clone(), alpn.iter().map(|p| p.to_vec()).collect());
+        let watched = crate::reload::Watched { what: "TLS certificate", event: "tls", files, read_at_start };
+        crate::reload::follow(watched, shutdown, move |contents| {
+            let [Some(cert_pem), Some(key_pem), ca @ ..] = contents else {
+                anyhow::bail!("cannot read the certificate or its key")
+            };
+            let client_ca_pem = match ca {
+                [] => None,
+                [Some(ca)] => Some(ca.clone()),
+                _ => anyhow::bail!("cannot read the client CAs"),
+            };
+            let files = TlsFiles {
+                cert_pem: cert_pem.clone(),
+                key_pem: key_pem.clone(),
+                client_ca_pem,
+                ..before.clone()
+            };
+            let alpn: Vec<&[u8]> = alpn.iter().map(Vec::as_slice).collect();
+            let config = files.server_config(&files.prefix, &alpn)?;
+            tx.send_replace(config);
+            Ok(format!("{} serves the files read again", files.prefix))
+        });
+        Ok(rx)
     }
 
     /// A rustls server config, offering `alpn` protocols.
@@ -149,10 +193,14 @@ pub struct TlsListener {
 }
 
 impl TlsListener {
-    pub fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> std::io::Result<TlsListener> {
+    /// Handshakes each connection with the config `config` holds when it arrives
+    /// ([`TlsFiles::follow`]).
+    pub fn new(
+        listener: TcpListener,
+        config: tokio::sync::watch::Receiver<Arc<rustls::ServerConfig>>,
+    ) -> std::io::Result<TlsListener> {
         let local = listener.local_addr()?;
         let (tx, ready) = tokio::sync::mpsc::channel(64);
-        let acceptor = tokio_rustls::TlsAcceptor::from(config);
         tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
@@ -168,7 +216,8 @@ impl TlsListener {
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                let acceptor = tokio_rustls::TlsAcceptor::from(config.borrow().clone());
+                let tx = tx.clone();
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
@@ -181,6 +230,16 @@ impl TlsListener {
             }
         });
         Ok(TlsListener { ready, local })
+    }
+}
+
+impl TlsListener {
+    /// The connections, as a stream a tonic server serves.
+    pub fn into_stream(self) -> impl futures::Stream<Item = std::io::Result<TlsStream<TcpStream>>> {
+        futures::stream::unfold(self.ready, |mut ready| async move {
+            let (stream, _) = ready.recv().await?;
+            Some((Ok(stream), ready))
+        })
     }
 }
 

@@ -222,7 +222,8 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
             // Open event streams end when the drain starts (the shutdown token), so the server
             // can finish.
             let tls = match &http.tls {
-                Some(tls) => Some(tls.server_config("dispatcher.http.tls", &[b"h2", b"http/1.1"])?),
+                // Followed: new connections get the files as they are then (TlsFiles::follow).
+                Some(tls) => Some(tls.follow(&[b"h2", b"http/1.1"], cx.shutdown())?),
                 None => None,
             };
             cx.spawn("http", move |stop| async move {

@@ -870,6 +870,76 @@ async fn tls_and_mtls_handshakes_succeed_and_fail_as_configured() {
     assert!(text(&refused).contains("grpc.tls.cert_file"), "{}", text(&refused));
 }
 
+/// The doors' certificates are read again without a restart: after the files are replaced by a
+/// certificate of another CA and SIGHUP, new connections over gRPC and HTTPS get the new one (a
+/// client trusting only the new CA gets through, one trusting only the old does not); files
+/// that no longer make an identity are refused and the certificate in force stays; a change
+/// with no signal is seen too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_certificates_are_read_again_on_sighup_and_on_a_change() {
+    let (first, second, third) = (
+        hermes_test_util::tls::TestPki::new(),
+        hermes_test_util::tls::TestPki::new(),
+        hermes_test_util::tls::TestPki::new(),
+    );
+    let nats = hermes_test_util::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let (cert, key) = (data.path().join("server.pem"), data.path().join("server.key"));
+    let serve = |pki: &hermes_test_util::tls::TestPki| {
+        // The key first, then the certificate: in between the pair makes no identity.
+        std::fs::copy(pki.server_key(), &key).unwrap();
+        std::fs::copy(pki.server_cert(), &cert).unwrap();
+    };
+    serve(&first);
+    let (c, k) = (cert.to_str().unwrap().to_owned(), key.to_str().unwrap().to_owned());
+    let args = [
+        "--grpc-tls-cert-file",
+        &c,
+        "--grpc-tls-key-file",
+        &k,
+        "--dispatcher-http-tls-cert-file",
+        &c,
+        "--dispatcher-http-tls-key-file",
+        &k,
+    ];
+    let (up, grpc, ready) = hermes_up_ready(&nats.url(), data.path(), &args);
+    let http = http_of(&ready);
+    let serves = async |pki: &hermes_test_util::tls::TestPki| {
+        let grpc_ok = grpc_tls_call(&grpc, Some(&pki.ca()), None).await.is_ok();
+        let https_ok = https_get(&http, Some(&pki.ca()), None).await == Ok(200);
+        assert_eq!(grpc_ok, https_ok, "both doors serve the same certificate");
+        grpc_ok
+    };
+    assert!(serves(&first).await && !serves(&second).await);
+
+    let hangup = || {
+        let sent = Command::new("kill").args(["-HUP", &up.0.id().to_string()]).status().unwrap();
+        assert!(sent.success());
+    };
+    serve(&second);
+    hangup();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !serves(&second).await {
+        assert!(Instant::now() < deadline, "the new certificate was not served within 10 s of SIGHUP");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!serves(&first).await, "the old certificate is still served");
+
+    // A key that does not match the certificate changes nothing.
+    std::fs::copy(first.server_key(), &key).unwrap();
+    hangup();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(serves(&second).await, "a broken pair took the certificate in force away");
+
+    // A change with no signal (a Secret updated under the pod) is seen within the poll.
+    serve(&third);
+    let deadline = Instant::now() + Duration::from_secs(25);
+    while !serves(&third).await {
+        assert!(Instant::now() < deadline, "changed files were not taken within 25 s without SIGHUP");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Every file under `dir`, read whole.
 fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
