@@ -528,6 +528,105 @@ class SafeByDefault(unittest.TestCase):
                 self.assertFalse({"HERMES_NATS_CREDS", "HERMES_NATS_INBOX_PREFIX"} & set(env))
                 self.assertEqual({n for n, _ in secret_refs(dep)} - {"hermes-api-tokens"}, set())
 
+    def test_the_bundled_nats_has_the_production_users_and_an_encrypted_store(self):
+        """nats.enabled: the chart's Secret holds a password for each user of accounts.conf, each
+        service's URL and the store key; every Deployment connects as its own user; the NATS
+        chart's values mount accounts.conf, include it, and take every variable it names and the
+        store key from that Secret. Then the pinned nats-server runs the accounts and the store
+        block of those values with the Secret's passwords: each service's URL connects,
+        anonymous and another user's password are refused, and the store is encrypted."""
+        import base64, json, os, re, socket, subprocess, tempfile, time
+        values = {**WITH_TOKENS, "nats": {"enabled": True}}
+        docs, _ = render(values)
+        (secret,) = [d for d in by_kind(docs, "Secret") if d["metadata"]["name"] == "hermes-nats-hermes"]
+        self.assertEqual(secret["metadata"]["annotations"], {"helm.sh/resource-policy": "keep"}, "the store key outlives an uninstall")
+        data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+        accounts = (ROOT / "deploy" / "nats" / "accounts.conf").read_text()
+        self.assertEqual(config_maps(docs)["hermes-nats-hermes"]["accounts.conf"].strip(), accounts.strip())
+        passwords = [data[f"{u}-password"] for u in ["sys", "dispatcher", "registry", "planner", "memory", "agent"]]
+        self.assertEqual(len(set(passwords)), len(passwords))
+        self.assertTrue(all(len(p) >= 32 for p in passwords + [data["jetstream-key"]]))
+        for dep in by_kind(docs, "Deployment"):
+            user = nats_user_of(dep["metadata"]["name"])
+            with self.subTest(deployment=dep["metadata"]["name"]):
+                env = env_of(dep["spec"]["template"]["spec"]["containers"][0])
+                self.assertEqual(env["HERMES_NATS_URL"], {"secretKeyRef": {"name": "hermes-nats-hermes", "key": f"{user}-url"}})
+                self.assertTrue(data[f"{user}-url"].startswith(f"nats://{user}:{data[user + '-password']}@hermes-nats:4222"))
+
+        # The NATS chart's values (rendered by that chart, which this offline check does not have).
+        nats = yaml.safe_load((CHART / "values.yaml").read_text())["nats"]
+        merge = nats["config"]["merge"]
+        self.assertEqual(merge["00$include"], "../hermes-nats/accounts.conf")
+        self.assertEqual(nats["container"]["patch"], [{"op": "add", "path": "/volumeMounts/-", "value": {"name": "hermes-nats", "mountPath": "/etc/hermes-nats", "readOnly": True}}])
+        (volume,) = [p["value"] for p in nats["podTemplate"]["patch"]]
+        self.assertEqual(volume["configMap"]["name"], {"$tplYaml": "{{ .Release.Name }}-nats-hermes"})
+        env = nats["container"]["env"]
+        named = set(re.findall(r"password:\s*\$([A-Z_]+)", accounts)) | {"JETSTREAM_ENCRYPTION_KEY"}
+        self.assertEqual(set(env), named, "every variable accounts.conf and the store block use, and only those")
+        for var, ref in env.items():
+            ref = ref["valueFrom"]["secretKeyRef"]
+            self.assertEqual(ref["name"], {"$tplYaml": "{{ .Release.Name }}-nats-hermes"}, var)
+            self.assertIn(ref["key"], data, var)
+        self.assertEqual((merge["jetstream"]["cipher"], merge["jetstream"]["key"]), ("chachapoly", "<< $JETSTREAM_ENCRYPTION_KEY >>"))
+        self.assertFalse(nats["natsBox"]["enabled"], "nats-box would connect anonymously")
+
+        server = os.environ.get("HERMES_NATS_SERVER_BIN", str(ROOT / ".tools" / "bin" / "nats-server"))
+        with tempfile.TemporaryDirectory() as dir:
+            dir = pathlib.Path(dir)
+            (dir / "accounts.conf").write_text(accounts)
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            marker = "canary-" + base64.b16encode(os.urandom(8)).decode()
+            (dir / "nats.conf").write_text(
+                f"include ./accounts.conf\nlisten: 127.0.0.1:{port}\n"
+                f"jetstream {{ store_dir: {json.dumps(str(dir / 'store'))}, cipher: {merge['jetstream']['cipher']}, key: $JETSTREAM_ENCRYPTION_KEY }}\n"
+            )
+            by_var = {var: data[ref["valueFrom"]["secretKeyRef"]["key"]] for var, ref in env.items()}
+            proc = subprocess.Popen([server, "-c", str(dir / "nats.conf")], env={**os.environ, **by_var}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                def talk(user, password, *lines, until=b"PONG"):
+                    deadline = time.time() + 10
+                    while True:
+                        try:
+                            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                            break
+                        except OSError:
+                            self.assertLess(time.time(), deadline, "nats-server did not start")
+                            time.sleep(0.1)
+                    with sock:
+                        sock.recv(4096)
+                        hello = {"user": user, "pass": password, "verbose": False, "headers": True} if user else {"verbose": False}
+                        sock.sendall(("CONNECT " + json.dumps(hello) + "\r\n" + "".join(l + "\r\n" for l in lines) + "PING\r\n").encode())
+                        reply = b""
+                        while until not in reply and b"-ERR" not in reply:
+                            chunk = sock.recv(4096)
+                            if not chunk:
+                                break
+                            reply += chunk
+                        return reply.decode()
+                for user in ["dispatcher", "registry", "planner", "memory", "agent"]:
+                    url = data[f"{user}-url"]
+                    password = url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+                    self.assertIn("PONG", talk(user, password), user)
+                self.assertIn("Authorization Violation", talk(None, None))
+                self.assertIn("Authorization Violation", talk("dispatcher", data["agent-password"]))
+                # A stored message: the dispatcher makes a stream and publishes the marker to it.
+                create = json.dumps({"name": "HERMES_EVENTS", "subjects": ["hermes.event.>"], "storage": "file"})
+                body = f"PUB $JS.API.STREAM.CREATE.HERMES_EVENTS _INBOX_dispatcher.x {len(create)}\r\n{create}"
+                created = talk("dispatcher", data["dispatcher-password"], "SUB _INBOX_dispatcher.x 1", body, until=b"stream_create_response")
+                self.assertIn('"did_create":true', created)
+                published = f"PUB hermes.event.check {len(marker)}\r\n{marker}"
+                self.assertIn("PONG", talk("dispatcher", data["dispatcher-password"], published))
+                time.sleep(0.3)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=10)
+            blocks = list((dir / "store").rglob("HERMES_EVENTS/msgs/*.blk"))
+            stored = b"".join(p.read_bytes() for p in blocks)
+            self.assertGreater(len(stored), len(marker), "the message is stored")
+            self.assertNotIn(marker.encode(), stored, "the store is encrypted")
+
     def test_network_policies_are_on_by_default(self):
         docs, _ = render(WITH_TOKENS)
         policies = {d["metadata"]["name"]: d for d in by_kind(docs, "NetworkPolicy")}

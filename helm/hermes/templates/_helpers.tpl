@@ -45,7 +45,8 @@ include with (dict "root" $ "user" "dispatcher") for a service, or (dict "root" 
 "override" $pool.nats) for an executor pool. Each service has its own entry under
 externalNats.users; a pool uses its own `nats` when that names a Secret, and the `agent` user's
 otherwise (the whole entry, never a mix of the two). With the bundled NATS chart nothing is taken
-from externalNats (validate.yaml refuses Secrets there).
+from externalNats (validate.yaml refuses Secrets there): each service's URL is `<user>-url` of the
+Secret nats-auth.yaml makes, every pool the agent user's.
 */}}
 {{- define "hermes.natsUser" -}}
 {{- $root := .root -}}
@@ -59,6 +60,9 @@ from externalNats (validate.yaml refuses Secrets there).
 {{- $entry = mergeOverwrite (deepCopy $blank) . -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- if $root.Values.nats.enabled -}}
+{{- $_ := set $entry "urlSecret" (dict "name" (printf "%s-nats-hermes" $root.Release.Name) "key" (printf "%s-url" .user)) -}}
 {{- end -}}
 {{- $_ := set $entry "user" .user -}}
 {{- toJson $entry -}}
