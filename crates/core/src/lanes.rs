@@ -10,8 +10,9 @@
 //! weight as JSON (`{"weight": 3.0}`). Every dispatcher writes the tenants of its API tokens
 //! file there when it starts, before it serves (so a tenant's lane is known before its first task
 //! is in it), and agents follow the bucket to pull from each lane. The lanes are bounded by the
-//! tenants the tokens file names; a tenant dropped from the file keeps its entry, so tasks left
-//! in its lane are still served.
+//! tenants the tokens file names, and the tenants OIDC tokens' claims name ([`ensure`], at a
+//! tenant's first submit); a tenant dropped from the file keeps its entry, so tasks left in its
+//! lane are still served.
 
 use std::collections::BTreeMap;
 
@@ -75,6 +76,19 @@ pub async fn publish(bus: &Bus, tenants: &BTreeMap<String, f64>) -> Result<()> {
             .map_err(|e| Error::JetStream { operation: "write lane", reason: e.to_string() })?;
     }
     Ok(())
+}
+
+/// Writes `tenant`'s lane with weight 1 unless the bucket holds it already (with any weight):
+/// for a tenant no tokens file names (an OIDC token's claim), at its first submit.
+pub async fn ensure(bus: &Bus, tenant: &str) -> Result<()> {
+    crate::ids::check_id("tenant", tenant, 64, crate::ids::IdShape::Word)?;
+    let store = bucket(bus).await?;
+    let value = serde_json::to_vec(&Lane { weight: 1.0 }).expect("a lane serializes");
+    match store.create(tenant, value.into()).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::JetStream { operation: "write lane", reason: e.to_string() }),
+    }
 }
 
 /// Every lane the bucket holds, then each one written later, as it is written. An entry that

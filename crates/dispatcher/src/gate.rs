@@ -99,13 +99,39 @@ pub(crate) struct Gate {
     bus: Bus,
     /// Which failed authentications get an audit record.
     failed: Arc<crate::audit::FailedAuth>,
+    /// The tenants whose lanes of the pool are known to be in the lanes bucket.
+    lanes: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Gate {
     pub(crate) fn new(goals: Arc<GoalService>, audit: Audit, records: Records, access: Arc<Tokens>) -> Gate {
         let bus = goals.bus().clone();
         let failed = Arc::default();
-        Gate { dead_letters: DeadLetters::new(bus.clone()), goals, audit, records, access, bus, failed }
+        // Written by the dispatcher's start (lib.rs), before the API serves.
+        let lanes = std::sync::Mutex::new(access.current().tenant_weights().into_keys().collect());
+        Gate {
+            dead_letters: DeadLetters::new(bus.clone()),
+            goals,
+            audit,
+            records,
+            access,
+            bus,
+            failed,
+            lanes,
+        }
+    }
+
+    /// Makes sure `tenant`'s lane of the pool is in the lanes bucket, which agents follow to pull
+    /// from it, before its first task can wait there. The tokens file's tenants are written at
+    /// start; a tenant named only by an OIDC token's claim is written by its first submit, with
+    /// weight 1.
+    async fn ensure_lane(&self, tenant: &str) -> Result<()> {
+        if self.lanes.lock().unwrap_or_else(|p| p.into_inner()).contains(tenant) {
+            return Ok(());
+        }
+        hermes_core::lanes::ensure(&self.bus, tenant).await?;
+        self.lanes.lock().unwrap_or_else(|p| p.into_inner()).insert(tenant.to_owned());
+        Ok(())
     }
 
     /// The caller of a request through `door` from `peer`, by its `Authorization` value
@@ -241,6 +267,7 @@ impl Gate {
             let mut spec = spec;
             match &who.tenant {
                 Some(tenant) => {
+                    self.ensure_lane(tenant).await?;
                     spec.labels.insert(TENANT_LABEL.to_owned(), tenant.clone());
                     if !spec.idempotency_key.is_empty() {
                         spec.idempotency_key = format!("{tenant}/{}", spec.idempotency_key);

@@ -152,3 +152,41 @@ async fn oidc_tokens_are_callers_on_every_door_in_the_tenant_and_roles_their_cla
         .expect("a token of the new key");
     t.stop().await;
 }
+
+/// A tenant that only an OIDC token's claim names (no `tenants` list, no `[[tenant]]` entry) gets
+/// its lane of the pool at its first submit, so its pooled tasks are served, and its goal runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_named_only_by_a_claim_gets_its_lane_at_its_first_submit() {
+    let idp = TestIdp::start(KeyKind::Ed25519).await;
+    let file = format!(
+        "[[oidc]]\nissuer = \"{}\"\naudience = \"hermes\"\ntenant_claim = \"org\"\nroles = [\"submitter\", \"viewer\"]\n",
+        idp.issuer
+    );
+    let t = Sandbox::builder().api_tokens(&file).start().await;
+    let lanes = hermes_core::lanes::bucket(&t.bus).await.unwrap();
+    assert!(lanes.get("team-new").await.unwrap().is_none());
+    let token = idp.token("k1", "hermes", json!({"sub": "ci", "org": "team-new"}));
+    let mut client = t.client.clone();
+    let goal_id = client
+        .submit_goal(with_token(SubmitGoalRequest { spec: Some(spec()) }, &token))
+        .await
+        .expect("submitted")
+        .into_inner()
+        .goal_id;
+    let lane = lanes.get("team-new").await.unwrap().expect("the tenant's lane is written");
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&lane).unwrap(), json!({"weight": 1.0}));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let goal = client
+            .get_goal(with_token(GetGoalRequest { goal_id: goal_id.clone() }, &token))
+            .await
+            .unwrap()
+            .into_inner();
+        if goal.status == hermes_proto::GoalStatus::Completed as i32 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the goal did not complete: {goal:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    t.stop().await;
+}
