@@ -245,6 +245,9 @@ pub struct Access {
     tokens: Option<HashMap<[u8; 32], Principal>>,
     /// The `[[oidc]]` entries: identity providers whose signed tokens are callers.
     pub issuers: Vec<std::sync::Arc<crate::oidc::Issuer>>,
+    /// The `[[agent]]` entries, by their token's hash: agents' NATS identities
+    /// (`hermes_registry::identities`).
+    agents: HashMap<[u8; 32], AgentGrant>,
     /// The `[[tenant]]` entries (the dispatcher's quotas).
     pub quotas: Vec<TenantQuota>,
 }
@@ -258,6 +261,21 @@ struct TokensFile {
     tenant: Vec<TenantQuota>,
     #[serde(default)]
     oidc: Vec<crate::oidc::Issuer>,
+    #[serde(default)]
+    agent: Vec<AgentEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentEntry {
+    id: String,
+    sha256: String,
+}
+
+/// An agent token's grant: the agent id it may connect to NATS as.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentGrant {
+    pub id: String,
 }
 
 #[derive(Deserialize)]
@@ -300,9 +318,26 @@ impl Access {
     pub fn parse(text: &str) -> anyhow::Result<Access> {
         let file: TokensFile = toml::from_str(text)?;
         anyhow::ensure!(
-            !file.token.is_empty() || !file.oidc.is_empty(),
-            "it names no token ([[token]] entries) and no issuer ([[oidc]] entries)"
+            !file.token.is_empty() || !file.oidc.is_empty() || !file.agent.is_empty(),
+            "it names no token ([[token]] entries), no issuer ([[oidc]]) and no agent ([[agent]])"
         );
+        let mut agents = HashMap::new();
+        for entry in file.agent {
+            crate::topology::validate_agent_id(&entry.id)
+                .with_context(|| format!("[[agent]] `{}`", entry.id))?;
+            let digest = decode_sha256(&entry.sha256)
+                .with_context(|| format!("[[agent]] `{}`: sha256 must be 64 hex digits", entry.id))?;
+            anyhow::ensure!(
+                !agents.values().any(|a: &AgentGrant| a.id == entry.id),
+                "agent `{}` has two [[agent]] entries",
+                entry.id
+            );
+            anyhow::ensure!(
+                agents.insert(digest, AgentGrant { id: entry.id.clone() }).is_none(),
+                "[[agent]] `{}` repeats another agent's token hash",
+                entry.id
+            );
+        }
         let mut issuers: Vec<std::sync::Arc<crate::oidc::Issuer>> = Vec::new();
         for issuer in file.oidc {
             issuer.check()?;
@@ -351,7 +386,10 @@ impl Access {
                 quota.name
             );
         }
-        Ok(Access { tokens: Some(tokens), issuers, quotas: file.tenant })
+        for digest in agents.keys() {
+            anyhow::ensure!(!tokens.contains_key(digest), "an [[agent]] token hash is also an API token's");
+        }
+        Ok(Access { tokens: Some(tokens), issuers, agents, quotas: file.tenant })
     }
 
     /// Every tenant a token, an issuer or a `[[tenant]]` entry names, with its weight (its
@@ -369,6 +407,16 @@ impl Access {
                 (tenant, weight.unwrap_or(1.0))
             })
             .collect()
+    }
+
+    /// The grant of an agent token, by its SHA-256.
+    pub fn agent(&self, digest: &[u8; 32]) -> Option<&AgentGrant> {
+        self.agents.get(digest)
+    }
+
+    /// The ids of the agents with `[[agent]]` entries.
+    pub fn agent_ids(&self) -> impl Iterator<Item = &str> {
+        self.agents.values().map(|a| a.id.as_str())
     }
 
     /// Whether callers must authenticate.

@@ -17,6 +17,7 @@ pub mod kv;
 pub mod lanes;
 pub mod ledger;
 pub mod metrics;
+pub mod nats_jwt;
 pub mod oidc;
 pub mod plan;
 pub mod plan_file;

@@ -27,6 +27,7 @@
 
 mod grpc;
 pub mod health;
+pub mod identities;
 pub mod service;
 
 use std::collections::{BTreeSet, HashMap, HashSet};

@@ -19,6 +19,8 @@ pub struct RegistrySettings {
     pub api_tokens_file: String,
     /// Seconds without a heartbeat after which an agent is offline.
     pub heartbeat_ttl_secs: u64,
+    /// Agents' NATS identities, issued as the NATS server's auth callout (`crate::identities`).
+    pub identities: crate::identities::IdentitySettings,
 }
 
 impl Default for RegistrySettings {
@@ -30,6 +32,7 @@ impl Default for RegistrySettings {
             grpc: GrpcSettings::local(50052),
             api_tokens_file: String::new(),
             heartbeat_ttl_secs: RegistryConfig::default().heartbeat_ttl.as_secs(),
+            identities: Default::default(),
         }
     }
 }
@@ -51,8 +54,15 @@ impl hermes_runtime::Settings for RegistrySettings {
     fn describe(key: &str) -> Option<&'static str> {
         match key {
             "heartbeat_ttl_secs" => Some("Seconds without a heartbeat after which an agent is offline."),
-            "api_tokens_file" => {
-                Some("API tokens (docs/security.md): calls need a token; unset: none checked.")
+            "api_tokens_file" => Some(
+                "API tokens (docs/security.md): calls need a token; unset: none checked. Its [[agent]] entries are the agents the identities callout admits.",
+            ),
+            "identities.issuer_seed" => Some(
+                "Account seed (SA...) whose key the NATS server's auth_callout.issuer names: the registry issues each agent a NATS identity of its own (docs/security.md); unset: none.",
+            ),
+            "identities.account" => Some("The NATS account agents are placed in."),
+            "identities.ttl_secs" => {
+                Some("Seconds an issued agent identity lasts before the agent is checked again.")
             }
             key => hermes_runtime::settings::describe(key),
         }
@@ -74,7 +84,13 @@ impl hermes_runtime::Service for RegistryService {
         let limit = settings.grpc.max_message_bytes;
         cx.grpc_listen(settings.grpc.listen, limit, hermes_runtime::GRPC_LIMIT_SETTING).await?;
         cx.grpc_tls(settings.grpc.tls.load("grpc.tls")?)?;
-        cx.grpc_api_tokens(&settings.api_tokens_file)?;
+        let tokens = cx.grpc_api_tokens(&settings.api_tokens_file)?;
+        if let Some(identities) =
+            crate::identities::Identities::new(&settings.identities, tokens, bus.topology().clone())?
+        {
+            let b = bus.clone();
+            cx.spawn("identities", move |token| crate::identities::serve(b, identities, token));
+        }
         let registry = crate::start(settings.config(), cx)?;
         cx.spawn("registry", move |token| crate::run(bus, registry, token));
         Ok(())

@@ -347,12 +347,16 @@ impl Context {
     /// APIs, served on their own) with the API tokens of `file` (`hermes_core::access::guard`);
     /// empty: none, with a warning when the server listens beyond loopback, since any caller
     /// reaching it is then trusted with the tenant it names.
-    /// The file is read again on SIGHUP (`hermes_core::access::Tokens`).
-    pub fn grpc_api_tokens(&mut self, file: &str) -> anyhow::Result<()> {
+    /// The file is read again on SIGHUP (`hermes_core::access::Tokens`); its tokens are returned.
+    pub fn grpc_api_tokens(
+        &mut self,
+        file: &str,
+    ) -> anyhow::Result<std::sync::Arc<hermes_core::access::Tokens>> {
         let tokens = hermes_core::access::Tokens::from_setting(file)?;
         if tokens.current().enabled() {
             tokens.reload_on_hangup(self.shutdown());
-            return self.grpc_guard(hermes_core::access::guard(tokens));
+            self.grpc_guard(hermes_core::access::guard(tokens.clone()))?;
+            return Ok(tokens);
         }
         if let Some(addr) = self.grpc_addr().filter(|a| !a.ip().is_loopback()) {
             tracing::warn!(
@@ -360,7 +364,7 @@ impl Context {
                 "serving gRPC beyond loopback with no API tokens (api_tokens_file, HERMES_API_TOKENS_FILE): any caller that reaches the port is served, the Memory API in whatever tenant it names; keep it internal (docs/security.md)"
             );
         }
-        Ok(())
+        Ok(tokens)
     }
 
     /// Serves gRPC over TLS with `tls` (mTLS when it names client CAs), unless an earlier call

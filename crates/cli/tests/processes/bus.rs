@@ -26,13 +26,13 @@ use crate::repo_root;
 const USERS: [&str; 5] = ["dispatcher", "registry", "planner", "memory", "agent"];
 
 /// `deploy/nats/accounts.conf` with a fresh password for each user, and a URL per user.
-struct Accounts {
-    config: String,
+pub(crate) struct Accounts {
+    pub(crate) config: String,
     passwords: Vec<(&'static str, String)>,
 }
 
 impl Accounts {
-    fn load() -> Accounts {
+    pub(crate) fn load() -> Accounts {
         let mut config = std::fs::read_to_string(repo_root().join("deploy/nats/accounts.conf")).unwrap();
         let mut passwords = Vec::new();
         for user in USERS {
@@ -45,7 +45,7 @@ impl Accounts {
         Accounts { config, passwords }
     }
 
-    fn url(&self, nats: &NatsServer, user: &str) -> String {
+    pub(crate) fn url(&self, nats: &NatsServer, user: &str) -> String {
         let password = &self.passwords.iter().find(|(u, _)| *u == user).unwrap().1;
         format!("nats://{user}:{password}@127.0.0.1:{}", nats.port())
     }
@@ -56,23 +56,23 @@ fn password_var(user: &str) -> String {
 }
 
 /// A random password: 128 bits in hex.
-fn uuid_like() -> String {
+pub(crate) fn uuid_like() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-fn free_addr() -> String {
+pub(crate) fn free_addr() -> String {
     format!("127.0.0.1:{}", hermes_test_util::free_port())
 }
 
 /// A service binary as its own process, logging to `<dir>/<name>.log`.
-fn service(dir: &Path, binary: &str, args: &[&str]) -> (HermesProcess, PathBuf) {
+pub(crate) fn service(dir: &Path, binary: &str, args: &[&str]) -> (HermesProcess, PathBuf) {
     let log = dir.join(format!("{binary}.log"));
     (HermesProcess::start_logged(built_binary(binary), args, &log), log)
 }
 
 /// The API token of the test's one principal, with every role, in tenant `team-a` (which has
 /// quotas, so the dispatcher's quota bucket is used under its NATS user too).
-const TOKEN: &str = "bus-test-token";
+pub(crate) const TOKEN: &str = "bus-test-token";
 const VIEWER_TOKEN: &str = "bus-test-viewer-token";
 
 fn tokens_file(dir: &Path) -> PathBuf {
@@ -85,15 +85,16 @@ fn tokens_file(dir: &Path) -> PathBuf {
     path
 }
 
-fn authorize(mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+pub(crate) fn authorize(mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
     request.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
     Ok(request)
 }
 
-type Authorize = fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>;
-type Client = DispatcherClient<tonic::service::interceptor::InterceptedService<Channel, Authorize>>;
+pub(crate) type Authorize = fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>;
+pub(crate) type Client =
+    DispatcherClient<tonic::service::interceptor::InterceptedService<Channel, Authorize>>;
 
-async fn connect(addr: &str) -> Client {
+pub(crate) async fn connect(addr: &str) -> Client {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match Channel::from_shared(format!("http://{addr}")).unwrap().connect().await {
@@ -134,38 +135,37 @@ async fn follow(client: &Client, goal_id: &str) -> Vec<hermes_proto::Event> {
     events
 }
 
-/// A client of the `agent` user that records the server's refusals.
-struct Attacker {
-    client: async_nats::Client,
+/// A client of an agent's NATS user that records the server's refusals.
+pub(crate) struct Attacker {
+    pub(crate) client: async_nats::Client,
     refusals: tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
 impl Attacker {
-    async fn connect(url: &str) -> Attacker {
+    pub(crate) async fn connect(url: &str) -> Attacker {
         let (tx, refusals) = tokio::sync::mpsc::unbounded_channel();
         let addr: async_nats::ServerAddr = url.parse().unwrap();
-        let client = async_nats::ConnectOptions::with_user_and_password(
-            addr.username().unwrap().into(),
-            addr.password().unwrap().into(),
-        )
-        .name("attacker")
-        .custom_inbox_prefix("_INBOX_agent")
-        .event_callback(move |event| {
-            let tx = tx.clone();
-            async move {
-                if let async_nats::Event::ServerError(e) = event {
-                    let _ = tx.send(e.to_string());
-                }
-            }
-        })
-        .connect(url)
-        .await
-        .unwrap();
+        let user = addr.username().unwrap().to_owned();
+        let client =
+            async_nats::ConnectOptions::with_user_and_password(user.clone(), addr.password().unwrap().into())
+                .name("attacker")
+                .custom_inbox_prefix(format!("_INBOX_{user}"))
+                .event_callback(move |event| {
+                    let tx = tx.clone();
+                    async move {
+                        if let async_nats::Event::ServerError(e) = event {
+                            let _ = tx.send(e.to_string());
+                        }
+                    }
+                })
+                .connect(url)
+                .await
+                .unwrap();
         Attacker { client, refusals }
     }
 
     /// The server's refusal that names `subject`, within 5 s.
-    async fn refused(&mut self, what: &str, subject: &str) -> String {
+    pub(crate) async fn refused(&mut self, what: &str, subject: &str) -> String {
         tokio::time::timeout(Duration::from_secs(5), async {
             while let Some(refusal) = self.refusals.recv().await {
                 if refusal.contains(subject) {
@@ -175,10 +175,10 @@ impl Attacker {
             panic!("the refusals channel closed");
         })
         .await
-        .unwrap_or_else(|_| panic!("the server did not refuse {what} ({subject}) to the agent user"))
+        .unwrap_or_else(|_| panic!("the server did not refuse {what} ({subject}) to the agent"))
     }
 
-    async fn publish_refused(&mut self, what: &str, subject: String) {
+    pub(crate) async fn publish_refused(&mut self, what: &str, subject: String) {
         self.client.publish(subject.clone(), "forged".into()).await.unwrap();
         self.client.flush().await.unwrap();
         let refusal = self.refused(what, &subject).await;

@@ -11,6 +11,7 @@ mod embedded;
 mod footprint;
 mod grpcurl;
 mod hostile;
+mod identities;
 mod observability;
 mod secrets;
 

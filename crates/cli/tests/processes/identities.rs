@@ -1,0 +1,220 @@
+//! Per-agent NATS identities, as a deployment runs them: the services as their own users of
+//! `deploy/nats/accounts.conf`, `deploy/nats/identities.conf` sending every other connection to
+//! the registry (the NATS auth callout), and two agents, `a1` and `b2`, each connecting as
+//! `agent_<id>` with its own agent token. A goal runs on both; then agent a1, compromised, tries
+//! every part of another agent's work, and each try is refused by the server; and connections
+//! that are not an agent's own are refused by the registry.
+
+use std::time::{Duration, Instant};
+
+use hermes_proto::{GetGoalRequest, GoalSpec, GoalStatus, SubmitGoalRequest, TaskNode, TaskPlan};
+use hermes_test_util::NatsServer;
+use tonic::transport::Channel;
+
+use crate::bus::{Accounts, Attacker, TOKEN, authorize, connect, free_addr, service, uuid_like};
+
+const AGENTS: [&str; 2] = ["a1", "b2"];
+
+fn sha(secret: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
+    let accounts = Accounts::load();
+    let issuer = nkeys::KeyPair::new_account();
+    let identities = std::fs::read_to_string(crate::repo_root().join("deploy/nats/identities.conf")).unwrap();
+    let config = format!(
+        "{}\n{}",
+        accounts.config,
+        identities.replace("$HERMES_IDENTITIES_ISSUER", &issuer.public_key())
+    );
+    let nats = NatsServer::start_with_config(&config);
+    let dir = tempfile::tempdir().unwrap();
+    let agent_tokens: Vec<(&str, String)> =
+        AGENTS.iter().map(|id| (*id, format!("agent-token-{}", uuid_like()))).collect();
+    let mut tokens =
+        hermes_test_util::api_token("ops", TOKEN, "team-a", &["submitter", "viewer", "operator"]);
+    for (id, token) in &agent_tokens {
+        tokens += &format!("[[agent]]\nid = \"{id}\"\nsha256 = \"{}\"\n\n", sha(token));
+    }
+    let tokens_file = dir.path().join("tokens.toml");
+    std::fs::write(&tokens_file, tokens).unwrap();
+    let tokens_file = tokens_file.to_str().unwrap();
+    let agent_url = |id: &str, token: &str| format!("nats://agent_{id}:{token}@127.0.0.1:{}", nats.port());
+
+    let grpc = free_addr();
+    let (_dispatcher, dispatcher_log) = service(
+        dir.path(),
+        "hermes-dispatcher",
+        &[
+            "--nats-url",
+            &accounts.url(&nats, "dispatcher"),
+            "--grpc-listen",
+            &grpc,
+            "--dispatcher-http-listen",
+            "off",
+            "--dispatcher-api-tokens-file",
+            tokens_file,
+            "--llm-provider",
+            "none",
+        ],
+    );
+    let mut client = connect(&grpc).await;
+    let registry_grpc = free_addr();
+    let seed = issuer.seed().unwrap();
+    let (_registry, registry_log) = service(
+        dir.path(),
+        "hermes-registry",
+        &[
+            "--nats-url",
+            &accounts.url(&nats, "registry"),
+            "--grpc-listen",
+            &registry_grpc,
+            "--api-tokens-file",
+            tokens_file,
+            "--identities-issuer-seed",
+            &seed,
+        ],
+    );
+    // Agents connect once the registry answers the server (an agent's first connection fails
+    // without it, and the process exits to be restarted).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&registry_log).unwrap_or_default().contains("issuing agent identities") {
+        assert!(Instant::now() < deadline, "the registry did not start issuing identities");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let workspace = tempfile::tempdir().unwrap();
+    let mut agents = Vec::new();
+    for (id, token) in &agent_tokens {
+        agents.push(service(
+            dir.path(),
+            "hermes-executor",
+            &[
+                "--nats-url",
+                &agent_url(id, token),
+                "--agent-id",
+                id,
+                "--agent-workspace",
+                workspace.path().to_str().unwrap(),
+                "--agent-heartbeat-ms",
+                "500",
+                "--llm-provider",
+                "none",
+            ],
+        ));
+    }
+    let logs = || {
+        let mut all = format!(
+            "registry log:\n{}\ndispatcher log:\n{}\n",
+            std::fs::read_to_string(&registry_log).unwrap_or_default(),
+            std::fs::read_to_string(&dispatcher_log).unwrap_or_default()
+        );
+        for (_, log) in &agents {
+            all += &format!("agent log:\n{}\n", std::fs::read_to_string(log).unwrap_or_default());
+        }
+        all + &format!("server log:\n{}", nats.log())
+    };
+
+    // Both agents register through their own identities.
+    let channel = loop {
+        if let Ok(channel) = Channel::from_shared(format!("http://{registry_grpc}")).unwrap().connect().await
+        {
+            break channel;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut registry = hermes_proto::registry_client::RegistryClient::with_interceptor(channel, authorize);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = registry.list_agents(hermes_proto::ListAgentsRequest {}).await;
+        let online: Vec<String> = listed
+            .map(|l| {
+                l.into_inner()
+                    .agents
+                    .into_iter()
+                    .filter(|a| a.online)
+                    .filter_map(|a| a.heartbeat.map(|h| h.agent_id))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if AGENTS.iter().all(|id| online.iter().any(|o| o == id)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agents did not register within 60 s: {online:?}\n{}", logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A goal wide enough for both agents completes: each pulls, acknowledges and answers its work.
+    let nodes = (0..8)
+        .map(|i| TaskNode {
+            id: format!("n{i}"),
+            task_type: "math.evaluate".into(),
+            inputs_json: serde_json::json!({"expression": format!("{i} * 2")}).to_string(),
+            ..Default::default()
+        })
+        .collect();
+    let spec = GoalSpec { plan: Some(TaskPlan { nodes, ..Default::default() }), ..Default::default() };
+    let goal_id =
+        client.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let goal = loop {
+        let goal = client.get_goal(GetGoalRequest { goal_id: goal_id.clone() }).await.unwrap().into_inner();
+        if goal.status != GoalStatus::Running as i32 {
+            break goal;
+        }
+        assert!(Instant::now() < deadline, "the goal did not end within 60 s\n{}", logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(goal.status, GoalStatus::Completed as i32, "{:?}\n{}", goal.error, logs());
+    let server_log = nats.log();
+    assert!(!server_log.contains("Permissions Violation"), "an agent's own work was refused:\n{}", logs());
+
+    // Agent a1, compromised, with its own credentials.
+    let mut a1 = Attacker::connect(&agent_url("a1", &agent_tokens[0].1)).await;
+    let tasks = "HERMES_TASKS";
+    for (what, subject) in [
+        ("pulling b2's directed tasks", format!("$JS.API.CONSUMER.MSG.NEXT.{tasks}.agent_b2")),
+        ("reading b2's consumer", format!("$JS.API.CONSUMER.INFO.{tasks}.agent_b2")),
+        (
+            "pulling b2's work a dispatcher took over",
+            format!("$JS.API.CONSUMER.MSG.NEXT.{tasks}.reassign_b2"),
+        ),
+        (
+            "a consumer of its own on b2's directed subjects",
+            format!("$JS.API.CONSUMER.CREATE.{tasks}.steal.hermes.task.direct.b2.>"),
+        ),
+        ("acknowledging b2's deliveries", format!("$JS.ACK.{tasks}.agent_b2.1.1.1.1.1")),
+        ("a heartbeat as b2", "hermes.registry.heartbeat.b2".to_owned()),
+        ("b2's entry of the agents bucket", "$KV.hermes_agents.b2".to_owned()),
+    ] {
+        a1.publish_refused(what, subject).await;
+    }
+    for (what, subject) in [
+        ("b2's replies and task deliveries", "_INBOX_agent_b2.>"),
+        ("the shared agents' inbox", "_INBOX_agent.>"),
+    ] {
+        let _subscription = a1.client.subscribe(subject).await.unwrap();
+        a1.client.flush().await.unwrap();
+        let refusal = a1.refused(what, subject).await;
+        assert!(refusal.to_lowercase().contains("permissions violation"), "{refusal}");
+    }
+
+    // Connections that are not an agent's own are refused.
+    let port = nats.port();
+    for (what, user, password) in [
+        ("a1's token used as b2", "agent_b2", agent_tokens[0].1.clone()),
+        ("an unknown token", "agent_a1", "not-a-token".to_owned()),
+        ("the static agent user", "agent", "whatever".to_owned()),
+        ("a user that is no agent's", "someone", agent_tokens[0].1.clone()),
+    ] {
+        let refused = async_nats::ConnectOptions::with_user_and_password(user.into(), password)
+            .connect(format!("nats://127.0.0.1:{port}"))
+            .await;
+        assert!(refused.is_err(), "{what} was let in");
+    }
+    let registry_log = std::fs::read_to_string(&registry_log).unwrap_or_default();
+    assert!(registry_log.contains("is not agent `b2`'s"), "{registry_log}");
+    assert!(registry_log.contains("the agent token is not known"), "{registry_log}");
+}

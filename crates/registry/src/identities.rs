@@ -1,0 +1,343 @@
+//! Per-agent NATS identities, issued by the registry as the NATS server's auth callout.
+//!
+//! With `identities.issuer_seed` set, the registry answers the server's authorization requests
+//! (`$SYS.REQ.USER.AUTH`, NATS 2.10+ `auth_callout`, `deploy/nats/callout.conf`). An agent
+//! connects as the NATS user `agent_<id>` with its agent token as the password: an `[[agent]]`
+//! entry of the API tokens file (`id` and the token's `sha256`). The registry checks the token is that agent's and answers with a user JWT, signed
+//! by the issuer account key, that allows only that agent's own subjects
+//! ([`agent_permissions`]):
+//!
+//! - its own reply inbox, `_INBOX_agent_<id>` (Hermes takes the prefix from the URL's user), so
+//!   no other agent reads its task deliveries (and their result tokens) or its replies;
+//! - its own direct-task consumer `agent_<id>`: the other agents' are denied to it;
+//! - its own heartbeat subject and its own entry of the agents bucket, so it cannot speak for
+//!   another agent;
+//! - the pools and tenants' lanes, which every agent shares.
+//!
+//! Anything else an agent does (results checked by their attempt's token, reports through a
+//! dispatcher, cancels, the shared buckets) is as the static `agent` user allows it. Any other
+//! user, an unknown token, a token used for another agent's id, or a request the server did not
+//! sign is refused. The user JWT expires after `identities.ttl_secs`: the server then closes the
+//! connection, the agent reconnects and is checked again, so a token removed from the file stops
+//! working within that time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use hermes_core::Bus;
+use hermes_core::access::Tokens;
+use hermes_core::nats_jwt::{self, Permissions};
+use hermes_core::topology::Topology;
+use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Where a NATS server sends authorization requests.
+pub const CALLOUT_SUBJECT: &str = "$SYS.REQ.USER.AUTH";
+
+/// The NATS user name prefix of an agent with an identity of its own: `agent_<id>`.
+pub const AGENT_USER_PREFIX: &str = "agent_";
+
+/// Settings of the callout (`[identities]`; `HERMES_IDENTITIES_*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdentitySettings {
+    /// The account seed (`SA...`) whose public key the server's `auth_callout.issuer` names;
+    /// empty: the registry issues no identities.
+    pub issuer_seed: String,
+    /// The account agents are placed in (accounts.conf's `HERMES`).
+    pub account: String,
+    /// How long an issued identity lasts before the agent is checked again.
+    pub ttl_secs: u64,
+}
+
+impl Default for IdentitySettings {
+    fn default() -> Self {
+        IdentitySettings { issuer_seed: String::new(), account: "HERMES".into(), ttl_secs: 3600 }
+    }
+}
+
+/// The callout: the issuer key, the account and the tokens agents present.
+pub struct Identities {
+    issuer: nkeys::KeyPair,
+    account: String,
+    ttl: Duration,
+    tokens: Arc<Tokens>,
+    topology: Topology,
+}
+
+impl Identities {
+    /// The callout of `settings`, or `None` when it has no issuer seed.
+    pub fn new(
+        settings: &IdentitySettings,
+        tokens: Arc<Tokens>,
+        topology: Topology,
+    ) -> anyhow::Result<Option<Self>> {
+        let seed = settings.issuer_seed.trim();
+        if seed.is_empty() {
+            return Ok(None);
+        }
+        let issuer = nkeys::KeyPair::from_seed(seed)
+            .map_err(|e| anyhow::anyhow!("identities.issuer_seed is not an nkey seed: {e}"))?;
+        anyhow::ensure!(
+            issuer.public_key().starts_with('A'),
+            "identities.issuer_seed must be an account seed (SA...), the key auth_callout.issuer names"
+        );
+        anyhow::ensure!(!settings.account.trim().is_empty(), "identities.account is empty");
+        anyhow::ensure!(settings.ttl_secs >= 60, "identities.ttl_secs must be 60 or more");
+        Ok(Some(Identities {
+            issuer,
+            account: settings.account.trim().to_owned(),
+            ttl: Duration::from_secs(settings.ttl_secs),
+            tokens,
+            topology,
+        }))
+    }
+
+    /// The issuer's public key, for the server's `auth_callout.issuer`.
+    pub fn issuer(&self) -> String {
+        self.issuer.public_key()
+    }
+
+    /// The NATS user and the permissions of a connection that presents `user` and `password`,
+    /// or why it is refused.
+    pub fn decide(&self, user: &str, password: &str) -> Result<(String, Permissions), String> {
+        let Some(id) = user.strip_prefix(AGENT_USER_PREFIX) else {
+            return Err(format!(
+                "`{}` is not an agent's user (agent_<id>)",
+                user.chars().take(80).collect::<String>()
+            ));
+        };
+        hermes_core::topology::validate_agent_id(id).map_err(|e| e.to_string())?;
+        let digest: [u8; 32] = sha2::Sha256::digest(password.as_bytes()).into();
+        let access = self.tokens.current();
+        let Some(grant) = access.agent(&digest) else {
+            return Err("the agent token is not known".into());
+        };
+        if grant.id != id {
+            return Err(format!("the agent token is not agent `{id}`'s"));
+        }
+        Ok((user.to_owned(), agent_permissions(&self.topology, id, access.agent_ids())))
+    }
+
+    /// The signed answer to one authorization request.
+    fn answer(&self, request: &[u8]) -> Option<String> {
+        let token = std::str::from_utf8(request).ok()?;
+        let request = match nats_jwt::decode_request(token) {
+            Ok(request) => request,
+            Err(e) => {
+                warn!(error = %e, event = "identity_request_refused", "an authorization request that is not a server's was ignored");
+                return None;
+            }
+        };
+        let options = &request.connect_opts;
+        let password = if options.pass.is_empty() { &options.auth_token } else { &options.pass };
+        let expires = hermes_core::now_unix_ms() / 1000 + self.ttl.as_secs();
+        let decided = self.decide(&options.user, password);
+        let answer = match &decided {
+            Ok((name, permissions)) => {
+                info!(user = %name, host = %request.client_info.host, event = "identity_issued", "agent identity issued");
+                nats_jwt::response(&self.issuer, &request, Ok((name, &self.account, permissions, expires)))
+            }
+            Err(reason) => {
+                warn!(user = %options.user.chars().take(80).collect::<String>(), host = %request.client_info.host, reason = %reason, event = "identity_refused", "NATS connection refused");
+                nats_jwt::response(&self.issuer, &request, Err(reason))
+            }
+        };
+        match answer {
+            Ok(jwt) => Some(jwt),
+            Err(e) => {
+                warn!(error = %e, "cannot sign an authorization response");
+                None
+            }
+        }
+    }
+}
+
+/// Answers the server's authorization requests until `shutdown`.
+pub async fn serve(bus: Bus, identities: Identities, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let mut requests = bus.client().queue_subscribe(CALLOUT_SUBJECT, "hermes-identities".to_owned()).await?;
+    info!(issuer = %identities.issuer(), account = %identities.account, "issuing agent identities (NATS auth callout)");
+    loop {
+        let message = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            message = requests.next() => match message { Some(m) => m, None => return Ok(()) },
+        };
+        let Some(reply) = message.reply.clone() else { continue };
+        if let Some(jwt) = identities.answer(&message.payload)
+            && let Err(e) = bus.client().publish(reply, jwt.into()).await
+        {
+            warn!(error = %e, "cannot answer an authorization request");
+        }
+    }
+}
+
+/// What agent `id` may publish and subscribe to, with `others` the ids of the other agents that
+/// have identities: its own inbox, direct-task consumer, heartbeat and agents entry; the pools
+/// and tenants' lanes every agent shares; and what every agent may do ([`SHARED_PUBLISH`]).
+///
+/// Pool and lane consumers are pulled by name, and a lane's name carries its tenant inside one
+/// subject token (`lane_<type>__<tenant>`), which no wildcard can match part of: so pulling,
+/// reading and acknowledging are allowed on any consumer of the tasks stream, and denied on the
+/// other agents' own (`agent_<other>`, and `reassign_<other>`, a dispatcher's takeover of its
+/// work). Creating a consumer is allowed only with a pool or lane filter, or on the agent's own
+/// direct subjects.
+pub fn agent_permissions<'a>(
+    topology: &Topology,
+    id: &str,
+    others: impl IntoIterator<Item = &'a str>,
+) -> Permissions {
+    let tasks = topology.tasks_stream();
+    let api = |verb: &str, rest: &str| format!("$JS.API.CONSUMER.{verb}.{tasks}.{rest}");
+    let own = topology.agent_consumer(id);
+    let mut publish: Vec<String> = SHARED_PUBLISH.iter().map(|s| (*s).to_owned()).collect();
+    publish.extend([
+        api("INFO", "*"),
+        api("MSG.NEXT", "*"),
+        format!("$JS.ACK.{tasks}.>"),
+        api("CREATE", &format!("*.{}", topology.pool_task(">"))),
+        api("CREATE", &format!("*.{}", topology.lane_task("*", ">"))),
+        api("CREATE", &format!("{own}.{}", topology.direct_tasks_of(id))),
+        topology.heartbeat(id),
+        format!("$KV.{}.{id}", topology.agents_bucket()),
+    ]);
+    let mut deny = Vec::new();
+    for other in others.into_iter().filter(|o| *o != id) {
+        for consumer in [topology.agent_consumer(other), topology.reassign_consumer(other)] {
+            deny.extend([
+                api("INFO", &consumer),
+                api("MSG.NEXT", &consumer),
+                format!("$JS.ACK.{tasks}.{consumer}.>"),
+            ]);
+        }
+    }
+    let subscribe = vec![format!("_INBOX_{AGENT_USER_PREFIX}{id}.>"), topology.all_cancels()];
+    Permissions { publish, publish_deny: deny, subscribe }
+}
+
+/// What every agent may publish, as the static `agent` user of `deploy/nats/accounts.conf`
+/// allows it, less the entries [`agent_permissions`] narrows to the agent's own (its consumers,
+/// heartbeat and agents entry). A test keeps the two in step.
+pub const SHARED_PUBLISH: &[&str] = &[
+    "$JS.API.STREAM.INFO.HERMES_TASKS",
+    "$JS.API.STREAM.INFO.HERMES_RESULTS",
+    "$JS.API.STREAM.INFO.HERMES_PLANS",
+    "$JS.API.STREAM.INFO.HERMES_EVENTS",
+    "$JS.API.STREAM.INFO.HERMES_DLQ",
+    "$JS.API.STREAM.INFO.KV_hermes_goals",
+    "$JS.API.STREAM.INFO.KV_hermes_agents",
+    "$JS.API.STREAM.INFO.KV_hermes_ledger",
+    "$JS.API.STREAM.INFO.KV_hermes_approvals",
+    "$JS.API.STREAM.INFO.KV_hermes_model_limits",
+    "$JS.API.STREAM.CREATE.KV_hermes_model_limits",
+    "$JS.API.DIRECT.GET.KV_hermes_model_limits.$KV.hermes_model_limits.>",
+    "$KV.hermes_model_limits.>",
+    "$JS.API.CONSUMER.CREATE.KV_hermes_model_limits",
+    "$JS.API.CONSUMER.CREATE.KV_hermes_model_limits.*.$KV.hermes_model_limits.>",
+    "$JS.API.CONSUMER.DELETE.KV_hermes_model_limits.*",
+    "$JS.API.CONSUMER.INFO.KV_hermes_model_limits.*",
+    "$JS.FC.KV_hermes_model_limits.>",
+    "$JS.API.STREAM.INFO.KV_hermes_tool_cache",
+    "$JS.API.STREAM.CREATE.KV_hermes_tool_cache",
+    "$JS.API.DIRECT.GET.KV_hermes_tool_cache.$KV.hermes_tool_cache.>",
+    "$KV.hermes_tool_cache.>",
+    "$JS.API.CONSUMER.CREATE.KV_hermes_tool_cache",
+    "$JS.API.CONSUMER.CREATE.KV_hermes_tool_cache.*.$KV.hermes_tool_cache.>",
+    "$JS.API.CONSUMER.DELETE.KV_hermes_tool_cache.*",
+    "$JS.API.CONSUMER.INFO.KV_hermes_tool_cache.*",
+    "$JS.FC.KV_hermes_tool_cache.>",
+    "$JS.API.STREAM.INFO.KV_hermes_lanes",
+    "$JS.API.STREAM.CREATE.KV_hermes_lanes",
+    "$JS.API.CONSUMER.CREATE.KV_hermes_lanes",
+    "$JS.API.CONSUMER.CREATE.KV_hermes_lanes.*.$KV.hermes_lanes.>",
+    "$JS.API.CONSUMER.DELETE.KV_hermes_lanes.*",
+    "$JS.API.CONSUMER.INFO.KV_hermes_lanes.*",
+    "$JS.FC.KV_hermes_lanes.>",
+    "$JS.API.STREAM.INFO.OBJ_hermes_artifacts",
+    "hermes.result.>",
+    "hermes.dlq.task",
+    "$JS.API.DIRECT.GET.KV_hermes_ledger.$KV.hermes_ledger.>",
+    "$KV.hermes_ledger.>",
+    "$JS.API.DIRECT.GET.KV_hermes_approvals.$KV.hermes_approvals.>",
+    "$JS.API.DIRECT.GET.OBJ_hermes_artifacts.$O.hermes_artifacts.M.>",
+    "$O.hermes_artifacts.C.>",
+    "$O.hermes_artifacts.M.>",
+    "$JS.API.CONSUMER.CREATE.OBJ_hermes_artifacts",
+    "$JS.API.CONSUMER.CREATE.OBJ_hermes_artifacts.*.$O.hermes_artifacts.C.>",
+    "$JS.API.CONSUMER.DELETE.OBJ_hermes_artifacts.*",
+    "$JS.FC.OBJ_hermes_artifacts.>",
+    "hermes.memory.rpc.upsert",
+    "hermes.memory.rpc.search",
+    "hermes.memory.rpc.get_doc",
+    "hermes.agent.report",
+];
+
+/// The static `agent` user's entries [`agent_permissions`] replaces with the agent's own.
+pub const NARROWED: &[&str] = &[
+    "$JS.API.CONSUMER.INFO.HERMES_TASKS.*",
+    "$JS.API.CONSUMER.CREATE.HERMES_TASKS.*.hermes.task.pool.>",
+    "$JS.API.CONSUMER.CREATE.HERMES_TASKS.*.hermes.task.lane.>",
+    "$JS.API.CONSUMER.CREATE.HERMES_TASKS.*.hermes.task.direct.>",
+    "$JS.API.CONSUMER.MSG.NEXT.HERMES_TASKS.*",
+    "$JS.ACK.HERMES_TASKS.>",
+    "$KV.hermes_agents.*",
+    "hermes.registry.heartbeat.*",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The agent block of deploy/nats/accounts.conf: every string of its publish allow list.
+    fn static_agent_publish() -> Vec<String> {
+        let conf = include_str!("../../../deploy/nats/accounts.conf");
+        let block = &conf[conf.find("user: agent\n").expect("the agent user")..];
+        let publish = &block[block.find("publish").unwrap()..block.find("subscribe").unwrap()];
+        publish
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or_default())
+            .flat_map(|l| l.split('"').skip(1).step_by(2).map(str::to_owned).collect::<Vec<_>>())
+            .collect()
+    }
+
+    #[test]
+    fn an_identity_allows_what_the_static_agent_user_does_narrowed_to_its_own() {
+        let conf = static_agent_publish();
+        let shared: std::collections::BTreeSet<&str> = SHARED_PUBLISH.iter().copied().collect();
+        let narrowed: std::collections::BTreeSet<&str> = NARROWED.iter().copied().collect();
+        for entry in &conf {
+            assert!(
+                shared.contains(entry.as_str()) || narrowed.contains(entry.as_str()),
+                "accounts.conf's agent may publish `{entry}`: add it to SHARED_PUBLISH, or narrow it"
+            );
+        }
+        for entry in shared.iter().chain(&narrowed) {
+            assert!(conf.iter().any(|c| c == entry), "`{entry}` is no longer in accounts.conf's agent user");
+        }
+    }
+
+    #[test]
+    fn an_agent_gets_its_own_subjects_and_not_another_agents() {
+        let t = Topology::default();
+        let p = agent_permissions(&t, "a1", ["a1", "b2"]);
+        assert!(p.publish.contains(&"hermes.registry.heartbeat.a1".to_owned()));
+        assert!(p.publish.contains(&"$KV.hermes_agents.a1".to_owned()));
+        assert!(
+            p.publish.contains(
+                &"$JS.API.CONSUMER.CREATE.HERMES_TASKS.agent_a1.hermes.task.direct.a1.>".to_owned()
+            )
+        );
+        assert!(!p.publish.iter().any(|s| s.contains("b2")), "{:?}", p.publish);
+        for denied in [
+            "$JS.API.CONSUMER.MSG.NEXT.HERMES_TASKS.agent_b2",
+            "$JS.API.CONSUMER.MSG.NEXT.HERMES_TASKS.reassign_b2",
+            "$JS.ACK.HERMES_TASKS.agent_b2.>",
+        ] {
+            assert!(p.publish_deny.contains(&denied.to_owned()), "{denied}");
+        }
+        assert!(!p.publish_deny.iter().any(|s| s.contains("a1")), "its own is not denied");
+        assert_eq!(p.subscribe, ["_INBOX_agent_a1.>", "hermes.cancel.*"]);
+    }
+}
