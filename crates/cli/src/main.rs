@@ -155,6 +155,16 @@ enum Command {
         #[arg(long, env = "HERMES_DATA_DIR", default_value = ".hermes")]
         data_dir: std::path::PathBuf,
     },
+    /// Make an issuer key for agents' NATS identities (`deploy/nats/identities.conf`): prints the
+    /// seed for `hermes-registry` (`HERMES_IDENTITIES_ISSUER_SEED`, a secret) and its public key
+    /// for the nats-server (`HERMES_IDENTITIES_ISSUER`).
+    IdentitiesIssuer,
+    /// Make an agent token for agent `id`'s NATS identity: prints the token (the agent's NATS
+    /// password, as the user `agent_<id>`) and the `[[agent]]` entry for the API tokens file.
+    AgentToken {
+        /// The agent's id (`--agent-id` of `hermes agent`).
+        id: String,
+    },
     /// List live agents with their load.
     Agents {
         #[command(flatten)]
@@ -482,6 +492,27 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::NatsUrl { data_dir } => {
             println!("{}", hermes_cli::nats::local_url(&data_dir.join("nats"))?);
+            Ok(0)
+        }
+        Command::IdentitiesIssuer => {
+            let issuer = nkeys::KeyPair::new_account();
+            println!("HERMES_IDENTITIES_ISSUER_SEED={}", issuer.seed()?);
+            println!("HERMES_IDENTITIES_ISSUER={}", issuer.public_key());
+            eprintln!(
+                "the seed goes to hermes-registry only (keep it secret); the public key to the nats-server (identities.conf)"
+            );
+            Ok(0)
+        }
+        Command::AgentToken { id } => {
+            hermes_core::topology::validate_agent_id(&id)?;
+            let token: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+            use sha2::Digest as _;
+            let sha: String =
+                sha2::Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+            println!("{token}");
+            eprintln!(
+                "add to the API tokens file:\n\n[[agent]]\nid = \"{id}\"\nsha256 = \"{sha}\"\n\nthe agent connects as nats://agent_{id}:<token>@<nats host>:4222"
+            );
             Ok(0)
         }
         Command::Agents { server } => {

@@ -56,7 +56,7 @@ fn password_var(user: &str) -> String {
 }
 
 /// A random password: 128 bits in hex.
-pub(crate) fn uuid_like() -> String {
+fn uuid_like() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 

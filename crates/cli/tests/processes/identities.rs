@@ -11,7 +11,7 @@ use hermes_proto::{GetGoalRequest, GoalSpec, GoalStatus, SubmitGoalRequest, Task
 use hermes_test_util::NatsServer;
 use tonic::transport::Channel;
 
-use crate::bus::{Accounts, Attacker, TOKEN, authorize, connect, free_addr, service, uuid_like};
+use crate::bus::{Accounts, Attacker, TOKEN, authorize, connect, free_addr, service};
 
 const AGENTS: [&str; 2] = ["a1", "b2"];
 
@@ -23,21 +23,32 @@ fn sha(secret: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     let accounts = Accounts::load();
-    let issuer = nkeys::KeyPair::new_account();
+    // The keys and tokens as an operator makes them.
+    let hermes = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes")).args(args).output().unwrap();
+        assert!(out.status.success(), "hermes {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (printed, _) = hermes(&["identities-issuer"]);
+    let value = |name: &str| {
+        printed.lines().find_map(|l| l.strip_prefix(&format!("{name}="))).map(str::to_owned).unwrap()
+    };
+    let (seed, issuer) = (value("HERMES_IDENTITIES_ISSUER_SEED"), value("HERMES_IDENTITIES_ISSUER"));
+    assert_eq!(nkeys::KeyPair::from_seed(&seed).unwrap().public_key(), issuer);
     let identities = std::fs::read_to_string(crate::repo_root().join("deploy/nats/identities.conf")).unwrap();
-    let config = format!(
-        "{}\n{}",
-        accounts.config,
-        identities.replace("$HERMES_IDENTITIES_ISSUER", &issuer.public_key())
-    );
+    let config = format!("{}\n{}", accounts.config, identities.replace("$HERMES_IDENTITIES_ISSUER", &issuer));
     let nats = NatsServer::start_with_config(&config);
     let dir = tempfile::tempdir().unwrap();
-    let agent_tokens: Vec<(&str, String)> =
-        AGENTS.iter().map(|id| (*id, format!("agent-token-{}", uuid_like()))).collect();
     let mut tokens =
         hermes_test_util::api_token("ops", TOKEN, "team-a", &["submitter", "viewer", "operator"]);
-    for (id, token) in &agent_tokens {
-        tokens += &format!("[[agent]]\nid = \"{id}\"\nsha256 = \"{}\"\n\n", sha(token));
+    let mut agent_tokens: Vec<(&str, String)> = Vec::new();
+    for id in AGENTS {
+        let (token, told) = hermes(&["agent-token", id]);
+        let token = token.trim().to_owned();
+        let entry = told.split("\n\n").nth(1).unwrap();
+        assert_eq!(entry, format!("[[agent]]\nid = \"{id}\"\nsha256 = \"{}\"", sha(&token)));
+        tokens += &format!("{entry}\n\n");
+        agent_tokens.push((id, token));
     }
     let tokens_file = dir.path().join("tokens.toml");
     std::fs::write(&tokens_file, tokens).unwrap();
@@ -63,7 +74,6 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     );
     let mut client = connect(&grpc).await;
     let registry_grpc = free_addr();
-    let seed = issuer.seed().unwrap();
     let (_registry, registry_log) = service(
         dir.path(),
         "hermes-registry",
