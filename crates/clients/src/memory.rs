@@ -74,6 +74,8 @@ impl MemoryClient {
                 }
                 Some(ErrorCode::NotFound) => Error::NotFound { what: "memory", id: message },
                 Some(ErrorCode::FailedPrecondition) => Error::FailedPrecondition(message),
+                // Refused for its task token: not to be retried as if the service were away.
+                Some(ErrorCode::Denied) => Error::Denied { reason: message },
                 _ => Error::Unavailable(message),
             });
         }

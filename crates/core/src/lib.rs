@@ -26,6 +26,7 @@ pub mod reload;
 pub mod schema;
 pub mod secret;
 pub mod shutdown;
+pub mod task_token;
 pub mod telemetry;
 pub mod text;
 pub mod tls;

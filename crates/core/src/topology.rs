@@ -134,6 +134,10 @@ impl Topology {
     pub fn agents_bucket(&self) -> String {
         self.bucket_name("agents")
     }
+    /// The key dispatchers sign tasks' memory tokens with (`crate::task_token`).
+    pub fn task_keys_bucket(&self) -> String {
+        self.bucket_name("task_keys")
+    }
     /// Sessions' recent turns and summaries.
     pub fn sessions_bucket(&self) -> String {
         self.bucket_name("sessions")

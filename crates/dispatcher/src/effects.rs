@@ -116,6 +116,8 @@ pub(crate) struct EffectsPublisher {
     no_agent_wait: Duration,
     followups: Followups,
     webhooks: crate::webhooks::Webhooks,
+    /// Signs each task's memory token (`hermes_core::task_token`).
+    task_key: hermes_core::task_token::TaskKey,
 }
 
 impl EffectsPublisher {
@@ -126,8 +128,9 @@ impl EffectsPublisher {
         no_agent_wait: Duration,
         followups: Followups,
         webhooks: crate::webhooks::Webhooks,
+        task_key: hermes_core::task_token::TaskKey,
     ) -> Self {
-        Self { bus, agents, limits, no_agent_wait, followups, webhooks }
+        Self { bus, agents, limits, no_agent_wait, followups, webhooks, task_key }
     }
 
     /// The dispatcher's view of the live agents, which routes its tasks.
@@ -154,6 +157,12 @@ impl EffectsPublisher {
         patience: Duration,
     ) -> Result<()> {
         self.offload_large_inputs(&mut effects.tasks).await?;
+        // The memory service's proof of each task's goal and tenant, until a while after the
+        // attempt's deadline.
+        for task in &mut effects.tasks {
+            let expires = task.deadline_unix_ms.saturating_add(hermes_core::task_token::GRACE_MS);
+            task.memory_token = self.task_key.sign(&task.goal_id, &task.tenant, expires);
+        }
         let decisions = routing::route(&self.agents, state, &effects.tasks);
         let subjects = routing::record_decisions(
             self.bus.topology(),

@@ -61,17 +61,21 @@ pub struct GoalService {
     webhooks: crate::webhooks::Webhooks,
 }
 
+/// What a [`GoalService`] is made of beside its bus and config, opened by the dispatcher's start.
+pub(crate) struct GoalParts {
+    pub(crate) followups: Followups,
+    pub(crate) quotas: Quotas,
+    pub(crate) records: crate::records::Records,
+    pub(crate) webhooks: crate::webhooks::Webhooks,
+    pub(crate) index: crate::goal_index::GoalIndex,
+    /// Signs tasks' memory tokens (`hermes_core::task_token`).
+    pub(crate) task_key: hermes_core::task_token::TaskKey,
+}
+
 impl GoalService {
     /// The service and the receiving ends of its follow-ups, for the workers.
-    pub(crate) fn new(
-        bus: Bus,
-        config: DispatcherConfig,
-        followups: Followups,
-        quotas: Quotas,
-        records: crate::records::Records,
-        webhooks: crate::webhooks::Webhooks,
-        index: crate::goal_index::GoalIndex,
-    ) -> Self {
+    pub(crate) fn new(bus: Bus, config: DispatcherConfig, parts: GoalParts) -> Self {
+        let GoalParts { followups, quotas, records, webhooks, index, task_key } = parts;
         let max_value = bus.client().server_info().max_payload;
         let store = GoalStore::new(bus.goals().clone(), bus.jetstream().clone(), max_value, index);
         let catalog = Catalog::new(bus.clone(), config.catalog_ttl);
@@ -84,6 +88,7 @@ impl GoalService {
             config.no_agent_wait,
             followups,
             webhooks.clone(),
+            task_key,
         );
         let watchers = crate::watchers::WatchLimits::new(config.max_watches_per_client, config.max_watches);
         let hub = crate::fanout::EventHub::new(bus.clone());

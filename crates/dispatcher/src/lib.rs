@@ -166,8 +166,12 @@ pub async fn start(config: DispatcherConfig, cx: &mut hermes_runtime::Context) -
     let (i, b) = (index.clone(), bus.clone());
     cx.spawn_loop("approval-changes", move |stop| i.follow_approvals(b, stop));
     let access = config.access.clone();
-    let service =
-        Arc::new(GoalService::new(bus.clone(), config, followups, quotas, records.clone(), webhooks, index));
+    // Tasks carry the memory service's proof of their tenant, signed with this key.
+    let task_key = hermes_core::task_token::TaskKey::open(&bus)
+        .await
+        .context("cannot open the tasks' memory-token key")?;
+    let parts = goals::GoalParts { followups, quotas, records: records.clone(), webhooks, index, task_key };
+    let service = Arc::new(GoalService::new(bus.clone(), config, parts));
     // The tokens file read again (SIGHUP) brings its tenants' quotas and weights with it.
     access.reload_on_hangup(cx.shutdown());
     let (mut reloads, reloaded) = (access.subscribe(), service.clone());

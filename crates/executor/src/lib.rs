@@ -912,6 +912,7 @@ async fn run_tool(
             task_id: task.task_id.clone(),
             result_token: task.result_token.clone(),
             tenant: task.tenant.clone(),
+            memory_token: task.memory_token.clone(),
             agent_id: shared.agent_id.clone(),
             calls: Default::default(),
             approval_timeout: shared.approval_timeout,

@@ -63,6 +63,9 @@ pub struct TaskScope {
     pub result_token: String,
     /// The goal's tenant, whose memory the memory tools use (empty with auth off).
     pub tenant: String,
+    /// The dispatcher's proof of the task's tenant, which the memory tools send with their
+    /// requests (`hermes_core::task_token`).
+    pub memory_token: String,
     pub agent_id: String,
     /// Calls made so far in this task, for the call index.
     pub calls: Arc<std::sync::atomic::AtomicU32>,

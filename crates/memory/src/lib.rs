@@ -171,6 +171,8 @@ pub struct Memory {
     vectors: Vectors,
     /// Running goals' text and tenant, with semantic memory on (see [`Memory::on_event`]).
     goal_notes: Option<async_nats::jetstream::kv::Store>,
+    /// Checks the task tokens of agents' memory requests over NATS (`hermes_core::task_token`).
+    task_key: hermes_core::task_token::TaskKey,
 }
 
 impl Memory {
@@ -194,11 +196,27 @@ impl Memory {
             ),
             None => None,
         };
-        Ok(Memory { bus, config, sessions, vectors, goal_notes })
+        let task_key = hermes_core::task_token::TaskKey::open(&bus).await?;
+        Ok(Memory { bus, config, sessions, vectors, goal_notes, task_key })
     }
 
     pub fn bus(&self) -> &Bus {
         &self.bus
+    }
+
+    /// Checks an agent's memory request over NATS: its task token verifies and names the tenant
+    /// the request does; `DENIED` otherwise (logged, with the goal the token names).
+    fn task_tenant(&self, token: &str, tenant: &str) -> Result<()> {
+        let claims = self.task_key.verify(token, now_unix_ms()).inspect_err(|e| {
+            warn!(error = %e, event = "memory_request_refused", "an agent's memory request without a valid task token was refused");
+        })?;
+        if claims.tenant != tenant {
+            warn!(goal_id = %claims.goal_id, token_tenant = %claims.tenant, tenant = %tenant, event = "memory_request_refused", "an agent's memory request for another tenant than its task's was refused");
+            return Err(Error::Denied {
+                reason: format!("the task token is for tenant `{}`, not `{tenant}`", claims.tenant),
+            });
+        }
+        Ok(())
     }
 
     pub async fn append_turn(&self, request: AppendTurnRequest) -> Result<SessionState> {
@@ -432,6 +450,7 @@ impl Memory {
             collection: DEFAULT_COLLECTION.into(),
             docs: vec![doc],
             tenant: event.tenant.clone(),
+            task_token: String::new(),
         };
         self.upsert(request).await?;
         Ok(())
@@ -601,9 +620,22 @@ async fn serve_request(memory: &Memory, request: async_nats::Message) {
             "append_turn" => memory.append_turn(decode(body)?).await?.encode_to_vec(),
             "session" => memory.session(decode(body)?).await?.encode_to_vec(),
             "list_sessions" => memory.list_sessions(decode(body)?).await?.encode_to_vec(),
-            "upsert" => memory.upsert(decode(body)?).await?.encode_to_vec(),
-            "search" => memory.search(decode(body)?).await?.encode_to_vec(),
-            "get_doc" => memory.get_doc(decode(body)?)?.encode_to_vec(),
+            // What agents' memory tools send: each must carry its task's token, for its tenant.
+            "upsert" => {
+                let request: UpsertRequest = decode(body)?;
+                memory.task_tenant(&request.task_token, &request.tenant)?;
+                memory.upsert(request).await?.encode_to_vec()
+            }
+            "search" => {
+                let request: SearchRequest = decode(body)?;
+                memory.task_tenant(&request.task_token, &request.tenant)?;
+                memory.search(request).await?.encode_to_vec()
+            }
+            "get_doc" => {
+                let request: GetDocRequest = decode(body)?;
+                memory.task_tenant(&request.task_token, &request.tenant)?;
+                memory.get_doc(request)?.encode_to_vec()
+            }
             "collections" => memory.collections(decode(body)?).encode_to_vec(),
             other => {
                 return Err(Error::InvalidArgument {

@@ -256,13 +256,13 @@ fn task_message() -> BoxedStrategy<pb::TaskMessage> {
     (
         (text(), text(), text(), any::<u32>()),
         (text(), text(), any::<u64>(), texts(), text()),
-        (text(), text()),
+        (text(), text(), text()),
     )
         .prop_map(
             |(
                 (goal_id, node_id, task_id, attempt),
                 (task_type, inputs_json, deadline_unix_ms, memory_refs, session_id),
-                (result_token, tenant),
+                (result_token, tenant, memory_token),
             )| pb::TaskMessage {
                 goal_id,
                 node_id,
@@ -276,6 +276,7 @@ fn task_message() -> BoxedStrategy<pb::TaskMessage> {
                 result_token,
                 secret_inputs: Vec::new(),
                 tenant,
+                memory_token,
             },
         )
         .boxed()

@@ -126,13 +126,17 @@ async fn a_related_earlier_goal_is_recalled_into_the_planner_prompt() {
     };
     let (first, _) = t.submit_spec(spec).await.unwrap();
     assert!(matches!(t.events(&first).await.last().unwrap().kind, Some(Kind::GoalCompleted(_))));
-    // The memory service writes the goal's memory from its completion event.
+    // The memory service writes the goal's memory from its completion event. Read as an
+    // agent's task would, with its token.
     let client = hermes_memory::MemoryClient::new(&t.bus);
+    let key = hermes_core::task_token::TaskKey::open(&t.bus).await.unwrap();
+    let task_token = key.sign(&first, "", u64::MAX);
     let deadline = Instant::now() + Duration::from_secs(10);
     while client
         .get_doc(&hermes_proto::GetDocRequest {
             collection: String::new(),
             id: first.clone(),
+            task_token: task_token.clone(),
             ..Default::default()
         })
         .await
@@ -200,5 +204,43 @@ async fn memory_tools_put_search_and_get_through_the_memory_service() {
     assert_eq!(output["id"], "fact-1");
     assert_eq!(output["metadata"]["kind"], "fact");
     assert!(output["text"].as_str().unwrap().contains("Bjørvika"));
+    t.stop().await;
+}
+
+/// An agent's memory requests over NATS reach only the tenant of a task it holds: each must
+/// carry the task's token, which the dispatcher signs for the goal's tenant. No token, another
+/// tenant's request, a token of another key and an expired one are refused; a task's own goes
+/// through (its document is just not there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agents_memory_request_needs_its_tasks_token_for_its_own_tenant() {
+    let t = Sandbox::builder().memory(hermes_memory::MemoryConfig::default()).start().await;
+    let client = hermes_memory::MemoryClient::new(&t.bus);
+    let key = hermes_core::task_token::TaskKey::open(&t.bus).await.unwrap();
+    let now = hermes_core::now_unix_ms();
+    let get = |tenant: &str, task_token: String| hermes_proto::GetDocRequest {
+        collection: String::new(),
+        id: "doc-1".into(),
+        tenant: tenant.into(),
+        task_token,
+    };
+    let cases = [
+        (get("team-b", String::new()), "missing"),
+        (get("team-b", key.sign("g-1", "team-a", now + 60_000)), "for tenant `team-a`"),
+        (
+            get(
+                "team-b",
+                hermes_core::task_token::TaskKey::from_bytes(&[1; 32]).sign("g-1", "team-b", now + 60_000),
+            ),
+            "does not verify",
+        ),
+        (get("team-b", key.sign("g-1", "team-b", now - 1)), "expired"),
+    ];
+    for (request, reason) in cases {
+        let refused = client.get_doc(&request).await.unwrap_err();
+        assert_eq!(refused.code(), hermes_core::ErrorCode::Denied, "{reason}: {refused}");
+        assert!(refused.to_string().contains(reason), "{reason}: {refused}");
+    }
+    let allowed = client.get_doc(&get("team-b", key.sign("g-1", "team-b", now + 60_000))).await.unwrap_err();
+    assert_eq!(allowed.code(), hermes_core::ErrorCode::NotFound, "the token is taken: {allowed}");
     t.stop().await;
 }

@@ -64,8 +64,14 @@ async fn text_goal(t: &Sandbox, llm: &ScriptedLlm, token: &str, text: &str, answ
 /// Waits until the memory service has remembered `goal_id` in `tenant`'s default collection.
 async fn remembered(t: &Sandbox, tenant: &str, goal_id: &str) {
     let client = hermes_memory::MemoryClient::new(&t.bus);
-    let request =
-        hermes_proto::GetDocRequest { id: goal_id.into(), tenant: tenant.into(), ..Default::default() };
+    // Read over NATS as a task of the tenant would, with its token.
+    let key = hermes_core::task_token::TaskKey::open(&t.bus).await.unwrap();
+    let request = hermes_proto::GetDocRequest {
+        id: goal_id.into(),
+        tenant: tenant.into(),
+        task_token: key.sign(goal_id, tenant, u64::MAX),
+        ..Default::default()
+    };
     let deadline = Instant::now() + Duration::from_secs(15);
     while client.get_doc(&request).await.is_err() {
         assert!(Instant::now() < deadline, "goal {goal_id} was not remembered for {tenant}");
@@ -108,9 +114,15 @@ async fn sessions_memories_artifacts_and_dead_letters_are_each_tenants_own() {
     .await;
     remembered(&t, "team-a", &a1).await;
     let memory = hermes_memory::MemoryClient::new(&t.bus);
+    let key = hermes_core::task_token::TaskKey::open(&t.bus).await.unwrap();
     for tenant in ["team-b", ""] {
-        let request =
-            hermes_proto::GetDocRequest { id: a1.clone(), tenant: tenant.into(), ..Default::default() };
+        // A task of that tenant, with its token, does not see A's memory.
+        let request = hermes_proto::GetDocRequest {
+            id: a1.clone(),
+            tenant: tenant.into(),
+            task_token: key.sign("g-other", tenant, u64::MAX),
+            ..Default::default()
+        };
         let missing = memory.get_doc(&request).await.unwrap_err();
         assert_eq!(missing.code(), hermes_core::ErrorCode::NotFound, "{tenant:?}: {missing}");
     }

@@ -104,6 +104,8 @@ pub(super) fn task_message(
         result_token: result_token(&state.result_key, task_id.as_ref()),
         secret_inputs: plan_node.secret_inputs.clone(),
         tenant: hermes_core::access::tenant_of(state).unwrap_or_default().to_owned(),
+        // Signed when the task is published (effects.rs), where the key is.
+        memory_token: String::new(),
     }
 }
 

@@ -112,6 +112,7 @@ impl Tool for MemoryPut {
                     collection: collection.clone(),
                     docs: vec![doc],
                     tenant: tenant_of(ctx),
+                    task_token: task_token_of(ctx),
                 })
                 .await
                 .map_err(tool_error)?;
@@ -145,6 +146,7 @@ impl Tool for MemoryGet {
                 collection: args.collection.unwrap_or_default(),
                 id: args.id,
                 tenant: tenant_of(ctx),
+                task_token: task_token_of(ctx),
             };
             Ok(doc_json(&self.0.get_doc(&request).await.map_err(tool_error)?))
         })
@@ -173,6 +175,7 @@ impl Tool for MemorySearch {
                 top_k: args.top_k.unwrap_or(5),
                 filter: args.filter,
                 tenant: tenant_of(ctx),
+                task_token: task_token_of(ctx),
             };
             let reply = self.0.search(&request).await.map_err(tool_error)?;
             let hits: Vec<Value> = reply
@@ -192,4 +195,9 @@ impl Tool for MemorySearch {
 /// The tenant whose memory a task's tools use: its goal's (none outside a task).
 fn tenant_of(ctx: &ToolContext) -> String {
     ctx.task.as_ref().map(|t| t.tenant.clone()).unwrap_or_default()
+}
+
+/// The task's proof of that tenant for the memory service (none outside a task: refused).
+fn task_token_of(ctx: &ToolContext) -> String {
+    ctx.task.as_ref().map(|t| t.memory_token.clone()).unwrap_or_default()
 }

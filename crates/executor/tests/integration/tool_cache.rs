@@ -99,6 +99,7 @@ fn context(bus: &Bus, tenant: &str, goal: &str) -> ToolContext {
             task_id: format!("{goal}.n.1"),
             result_token: String::new(),
             tenant: tenant.into(),
+            memory_token: String::new(),
             agent_id: "a".into(),
             calls: Default::default(),
             approval_timeout: Duration::from_secs(1),

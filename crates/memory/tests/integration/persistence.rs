@@ -118,8 +118,9 @@ async fn semantic_requests_without_an_embedding_model_say_how_to_get_one() {
         }
     }
     assert!(ready, "the memory service answers over NATS");
+    let task_token = hermes_core::task_token::TaskKey::open(&bus).await.unwrap().sign("g", "", u64::MAX);
     let err = client
-        .search(&hermes_proto::SearchRequest { query: "x".into(), ..Default::default() })
+        .search(&hermes_proto::SearchRequest { query: "x".into(), task_token, ..Default::default() })
         .await
         .unwrap_err();
     assert_eq!(err.code().as_str(), "FAILED_PRECONDITION");
