@@ -171,6 +171,16 @@ fn is_subject_token(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// The user a NATS URL (or the first of a cluster's that names one) connects as, when it has a
+/// password (a lone `token@` names no user).
+pub fn url_user(url: &str) -> Option<String> {
+    server_urls(url)
+        .iter()
+        .filter_map(|u| u.parse::<async_nats::ServerAddr>().ok())
+        .find(|a| a.username().is_some() && a.password().is_some())
+        .and_then(|a| a.username().map(str::to_owned))
+}
+
 /// The URLs of `url`, a comma-separated list of a cluster's servers (or one server).
 pub fn server_urls(url: &str) -> Vec<String> {
     url.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_owned).collect()

@@ -259,7 +259,26 @@ impl hermes_runtime::Service for ExecutorService {
 
     async fn start(settings: ExecutorSettings, cx: &mut Context) -> anyhow::Result<()> {
         let configs = settings.agent_configs()?;
-        let bus = cx.connect(&settings.nats).await?;
+        let user = hermes_core::bus::url_user(settings.nats.url.expose());
+        check_identity(user.as_deref(), &configs)?;
+        // An agent's own identity is issued by the registry (the server's auth callout): until the
+        // registry answers, the server refuses the connection, so a while of that is waited out.
+        let identity = user.is_some_and(|u| u.starts_with("agent_"));
+        let deadline = std::time::Instant::now() + IDENTITY_WAIT;
+        let bus = loop {
+            match cx.connect(&settings.nats).await {
+                Ok(bus) => break bus,
+                Err(e)
+                    if identity
+                        && std::time::Instant::now() < deadline
+                        && format!("{e:#}").contains("authorization violation") =>
+                {
+                    tracing::warn!(error = %format!("{e:#}"), "the NATS server refused this agent's identity; trying again (is the registry issuing identities, and is the token in its tokens file?)");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         settings.llm.govern(&bus).await?;
         for config in configs {
             Self::start_agent(config, cx).await?;
@@ -268,8 +287,39 @@ impl hermes_runtime::Service for ExecutorService {
     }
 }
 
+/// How long an agent with its own identity waits for the server to admit it at start.
+const IDENTITY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// With an agent's own NATS identity (the user `agent_<id>`, docs/security.md), the process runs
+/// that one agent: its permissions are that agent's only, and another id's work would be refused
+/// by the server, operation by operation.
+fn check_identity(user: Option<&str>, configs: &[AgentConfig]) -> anyhow::Result<()> {
+    let Some(id) = user.and_then(|u| u.strip_prefix("agent_")) else { return Ok(()) };
+    match configs {
+        [one] if one.agent_id == id => Ok(()),
+        [one] => anyhow::bail!(
+            "the NATS user `agent_{id}` is agent `{id}`'s identity, but this agent's id is `{}`: run it with --agent-id {id}, or connect with that agent's own token",
+            one.agent_id
+        ),
+        _ => anyhow::bail!(
+            "the NATS user `agent_{id}` is one agent's identity: run only agent `{id}` in this process (each agent connects with its own token)"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_agents_identity_runs_only_that_agent() {
+        let config = |id: &str| crate::AgentConfig::new(id.to_owned(), std::env::temp_dir());
+        assert!(super::check_identity(None, &[config("a"), config("b")]).is_ok());
+        assert!(super::check_identity(Some("agent"), &[config("a"), config("b")]).is_ok());
+        assert!(super::check_identity(Some("agent_a"), &[config("a")]).is_ok());
+        let other = super::check_identity(Some("agent_a"), &[config("b")]).unwrap_err().to_string();
+        assert!(other.contains("--agent-id a"), "{other}");
+        assert!(super::check_identity(Some("agent_a"), &[config("a"), config("b")]).is_err());
+    }
+
     #[test]
     fn keys_do_not_clash() {
         hermes_runtime::config::check_keys::<super::ExecutorSettings>().unwrap();

@@ -73,28 +73,6 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
         ],
     );
     let mut client = connect(&grpc).await;
-    let registry_grpc = free_addr();
-    let (_registry, registry_log) = service(
-        dir.path(),
-        "hermes-registry",
-        &[
-            "--nats-url",
-            &accounts.url(&nats, "registry"),
-            "--grpc-listen",
-            &registry_grpc,
-            "--api-tokens-file",
-            tokens_file,
-            "--identities-issuer-seed",
-            &seed,
-        ],
-    );
-    // Agents connect once the registry answers the server (an agent's first connection fails
-    // without it, and the process exits to be restarted).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(&registry_log).unwrap_or_default().contains("issuing agent identities") {
-        assert!(Instant::now() < deadline, "the registry did not start issuing identities");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let workspace = tempfile::tempdir().unwrap();
     let mut agents = Vec::new();
     for (id, token) in &agent_tokens {
@@ -115,6 +93,29 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
             ],
         ));
     }
+    // The agents start first: refused until the registry answers the server, they try again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (_, log) in &agents {
+        while !std::fs::read_to_string(log).unwrap_or_default().contains("trying again") {
+            assert!(Instant::now() < deadline, "an agent without the registry was not refused and retrying");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let registry_grpc = free_addr();
+    let (_registry, registry_log) = service(
+        dir.path(),
+        "hermes-registry",
+        &[
+            "--nats-url",
+            &accounts.url(&nats, "registry"),
+            "--grpc-listen",
+            &registry_grpc,
+            "--api-tokens-file",
+            tokens_file,
+            "--identities-issuer-seed",
+            &seed,
+        ],
+    );
     let logs = || {
         let mut all = format!(
             "registry log:\n{}\ndispatcher log:\n{}\n",
