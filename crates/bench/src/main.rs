@@ -809,8 +809,11 @@ impl Completions {
                 let Ok(events) = hermes_core::events::decode(&msg.payload) else { continue };
                 for event in events {
                     if matches!(event.kind, Some(Kind::GoalCompleted(_)) | Some(Kind::GoalFailed(_))) {
-                        let waiter = inner.waiters.lock().await.remove(&event.goal_id);
-                        match waiter {
+                        // The waiters stay locked until an early end is noted: `wait` takes the
+                        // same locks in the same order, so it sees either its waiter served or
+                        // the early end (before, an end could fall between its two looks).
+                        let mut waiters = inner.waiters.lock().await;
+                        match waiters.remove(&event.goal_id) {
                             Some(tx) => {
                                 let _ = tx.send(());
                             }

@@ -95,7 +95,8 @@ pub struct ConnectOptions {
 /// The request of an authorization request JWT, once its signature is checked against the
 /// server key it names as its issuer.
 pub fn decode_request(token: &str) -> Result<AuthorizationRequest> {
-    let mut parts = token.trim().splitn(3, '.');
+    let token = token.trim();
+    let mut parts = token.splitn(3, '.');
     let (Some(header), Some(payload), Some(signature)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(invalid("not a JWT"));
     };

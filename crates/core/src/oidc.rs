@@ -627,6 +627,11 @@ impl Keys {
         let keys = entry.keys.read().unwrap_or_else(|p| p.into_inner()).clone();
         match keys {
             Some((keys, _)) if has(&keys) => Ok(keys),
+            // No keys yet (the provider unreachable so far): not the caller's fault.
+            None => Err(Error::Unavailable(format!(
+                "the keys of issuer `{}` cannot be fetched now",
+                issuer.issuer
+            ))),
             _ => Err(Error::Unauthenticated(match kid {
                 Some(kid) => format!(
                     "the token's signing key `{}` is not one of the issuer's keys",
@@ -649,6 +654,15 @@ impl Keys {
         let (client, issuer) = (self.client.clone(), issuer.clone());
         tokio::spawn(async move {
             let _one = entry.fetching.lock().await;
+            // Requests may have spawned several of these meanwhile: one fetch is enough.
+            let fetched_lately = entry
+                .tried
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some_and(|t| t.elapsed() < issuer.min_refetch());
+            if fetched_lately {
+                return;
+            }
             if let Err(e) = fetch(&client, &issuer, &entry).await {
                 tracing::warn!(issuer = %issuer.issuer, error = %format!("{e:#}"), event = "oidc_keys_fetch_failed", "cannot fetch an OIDC issuer's keys; the keys before stay in use");
             }
@@ -954,6 +968,23 @@ mod tests {
                 .unwrap();
             let refused = keys.verify(&issuers, &token).await.unwrap_err();
             assert!(refused.to_string().contains("`k1`"), "{kind:?}: {refused}");
+        }
+    }
+
+    /// A provider that cannot be reached before any key was fetched makes the call
+    /// `UNAVAILABLE` (not the caller's fault), every time until it answers.
+    #[tokio::test]
+    async fn no_keys_yet_is_unavailable_not_unauthenticated() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let issuer: Issuer = toml::from_str(&format!(
+            "issuer = \"https://idp.example\"\naudience = \"hermes\"\njwks_url = \"http://127.0.0.1:{port}/keys\"\ntenant = \"a\""
+        ))
+        .unwrap();
+        let (issuers, signer) = ([Arc::new(issuer)], Signer::new("k1"));
+        let keys = Keys::default();
+        for _ in 0..3 {
+            let refused = keys.verify_at(&issuers, &signer.token(claims()), NOW).await.unwrap_err();
+            assert_eq!(refused.code(), crate::ErrorCode::Unavailable, "{refused}");
         }
     }
 }

@@ -86,7 +86,10 @@ impl Identities {
             "identities.issuer_seed must be an account seed (SA...), the key auth_callout.issuer names"
         );
         anyhow::ensure!(!settings.account.trim().is_empty(), "identities.account is empty");
-        anyhow::ensure!(settings.ttl_secs >= 60, "identities.ttl_secs must be 60 or more");
+        anyhow::ensure!(
+            (60..=7 * 24 * 3600).contains(&settings.ttl_secs),
+            "identities.ttl_secs must be 60 to 604800 (a week)"
+        );
         Ok(Some(Identities {
             issuer,
             account: settings.account.trim().to_owned(),
@@ -206,9 +209,12 @@ pub fn agent_permissions<'a>(
     let mut deny = Vec::new();
     for other in others.into_iter().filter(|o| *o != id) {
         for consumer in [topology.agent_consumer(other), topology.reassign_consumer(other)] {
+            // Creating (or updating: the same API) one of them would point it elsewhere.
             deny.extend([
                 api("INFO", &consumer),
                 api("MSG.NEXT", &consumer),
+                api("CREATE", &format!("{consumer}.>")),
+                api("CREATE", &consumer),
                 format!("$JS.ACK.{tasks}.{consumer}.>"),
             ]);
         }
@@ -333,6 +339,7 @@ mod tests {
         for denied in [
             "$JS.API.CONSUMER.MSG.NEXT.HERMES_TASKS.agent_b2",
             "$JS.API.CONSUMER.MSG.NEXT.HERMES_TASKS.reassign_b2",
+            "$JS.API.CONSUMER.CREATE.HERMES_TASKS.agent_b2.>",
             "$JS.ACK.HERMES_TASKS.agent_b2.>",
         ] {
             assert!(p.publish_deny.contains(&denied.to_owned()), "{denied}");

@@ -197,6 +197,10 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
             format!("$JS.API.CONSUMER.CREATE.{tasks}.steal.hermes.task.direct.b2.>"),
         ),
         ("acknowledging b2's deliveries", format!("$JS.ACK.{tasks}.agent_b2.1.1.1.1.1")),
+        (
+            "repointing b2's consumer at a pool",
+            format!("$JS.API.CONSUMER.CREATE.{tasks}.agent_b2.hermes.task.pool.math.evaluate"),
+        ),
         ("a heartbeat as b2", "hermes.registry.heartbeat.b2".to_owned()),
         ("b2's entry of the agents bucket", "$KV.hermes_agents.b2".to_owned()),
     ] {

@@ -16,7 +16,11 @@ use crate::tool::{Tool, ToolContext, ToolError, parse_args, schema_of};
 
 fn tool_error(e: hermes_core::Error) -> ToolError {
     let code = match e.code() {
-        code @ (ErrorCode::InvalidArgument | ErrorCode::NotFound | ErrorCode::FailedPrecondition) => code,
+        // `Denied`: refused for the task's token; not the service away, so not retried.
+        code @ (ErrorCode::InvalidArgument
+        | ErrorCode::NotFound
+        | ErrorCode::FailedPrecondition
+        | ErrorCode::Denied) => code,
         ErrorCode::Timeout => ErrorCode::Timeout,
         _ => ErrorCode::Unavailable,
     };
