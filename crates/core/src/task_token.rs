@@ -65,17 +65,21 @@ impl TaskKey {
                 ..Default::default()
             })
             .await?;
-        let jetstream = |operation: &'static str, e: &dyn std::fmt::Display| Error::JetStream {
-            operation,
-            reason: e.to_string(),
-        };
         let fresh: [u8; 32] = rand::random();
-        match store.create(KEY, fresh.to_vec().into()).await {
-            Ok(_) => return Ok(TaskKey::from_bytes(&fresh)),
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
-            Err(e) => return Err(jetstream("write the task key", &e)),
-        }
-        let held = store.get(KEY).await.map_err(|e| jetstream("read the task key", &e))?;
+        // Idempotent, so tried again while a forming cluster's stream has no leader yet.
+        let held = crate::bus::patiently(|| async {
+            let jetstream = |operation: &'static str, e: &dyn std::fmt::Display| Error::JetStream {
+                operation,
+                reason: e.to_string(),
+            };
+            match store.create(KEY, fresh.to_vec().into()).await {
+                Ok(_) => return Ok(Some(bytes::Bytes::copy_from_slice(&fresh))),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
+                Err(e) => return Err(jetstream("write the task key", &e)),
+            }
+            store.get(KEY).await.map_err(|e| jetstream("read the task key", &e))
+        })
+        .await?;
         match held {
             Some(bytes) if bytes.len() == 32 => Ok(TaskKey::from_bytes(&bytes)),
             _ => Err(Error::FailedPrecondition("the task key in its bucket is not 32 bytes".into())),
