@@ -173,7 +173,10 @@ async fn three_agent_processes_share_one_limit_one_cooldown_and_a_dead_holders_s
     let killed = std::process::Command::new("kill").args(["-9", &holders[0].to_string()]).status().unwrap();
     assert!(killed.success(), "kill -9 {}", holders[0]);
     let killed_at = Instant::now();
-    let deadline = killed_at + Duration::from_secs(TTL_SECS) + Duration::from_secs(3);
+    // The lease's TTL, and room for the waiting call's next look and its request under a full
+    // suite's load on two cores (3 s was sometimes too little there): what is checked is that the
+    // slot comes back by expiry, not how fast a busy machine gets to it.
+    let deadline = killed_at + Duration::from_secs(TTL_SECS) + Duration::from_secs(10);
     while provider.arrivals().len() < served_before + 3 {
         assert!(Instant::now() < deadline, "the dead holder's slot did not free within its TTL");
         tokio::time::sleep(Duration::from_millis(50)).await;
