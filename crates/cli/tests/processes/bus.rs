@@ -135,6 +135,38 @@ async fn follow(client: &Client, goal_id: &str) -> Vec<hermes_proto::Event> {
     events
 }
 
+/// A channel to the registry at `addr`, once it answers and lists every agent of `ids` online
+/// (within 60 s; `logs` says what the failure message shows).
+pub(crate) async fn wait_online(addr: &str, ids: &[&str], logs: impl Fn() -> String) -> Channel {
+    let channel = loop {
+        if let Ok(channel) = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await {
+            break channel;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut registry =
+        hermes_proto::registry_client::RegistryClient::with_interceptor(channel.clone(), authorize);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = registry.list_agents(hermes_proto::ListAgentsRequest {}).await;
+        let online: Vec<String> = listed
+            .map(|l| {
+                l.into_inner()
+                    .agents
+                    .into_iter()
+                    .filter(|a| a.online)
+                    .filter_map(|a| a.heartbeat.map(|h| h.agent_id))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if ids.iter().all(|id| online.iter().any(|o| o == id)) {
+            return channel;
+        }
+        assert!(Instant::now() < deadline, "{ids:?} did not register within 60 s: {online:?}\n{}", logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A client of an agent's NATS user that records the server's refusals.
 pub(crate) struct Attacker {
     pub(crate) client: async_nats::Client,
@@ -301,28 +333,10 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
         ],
     );
     // The agent is live once the registry lists it.
-    let registry_channel = loop {
-        if let Ok(channel) = Channel::from_shared(format!("http://{registry_grpc}")).unwrap().connect().await
-        {
-            break channel;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let mut registry =
-        hermes_proto::registry_client::RegistryClient::with_interceptor(registry_channel.clone(), authorize);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let listed = registry.list_agents(hermes_proto::ListAgentsRequest {}).await;
-        if listed.is_ok_and(|l| l.into_inner().agents.iter().any(|a| a.online)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "agent-1 did not register within 60 s; its log:\n{}",
-            std::fs::read_to_string(&agent_log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let registry_channel = wait_online(&registry_grpc, &["agent-1"], || {
+        format!("its log:\n{}", std::fs::read_to_string(&agent_log).unwrap_or_default())
+    })
+    .await;
 
     let mut anonymous = hermes_proto::registry_client::RegistryClient::new(registry_channel);
     let refused = anonymous.list_agents(hermes_proto::ListAgentsRequest {}).await.unwrap_err();

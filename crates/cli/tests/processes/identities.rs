@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 
 use hermes_proto::{GetGoalRequest, GoalSpec, GoalStatus, SubmitGoalRequest, TaskNode, TaskPlan};
 use hermes_test_util::NatsServer;
-use tonic::transport::Channel;
 
-use crate::bus::{Accounts, Attacker, TOKEN, authorize, connect, free_addr, service};
+use crate::bus::{Accounts, Attacker, TOKEN, connect, free_addr, service, wait_online};
 
 const AGENTS: [&str; 2] = ["a1", "b2"];
 
@@ -129,33 +128,7 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     };
 
     // Both agents register through their own identities.
-    let channel = loop {
-        if let Ok(channel) = Channel::from_shared(format!("http://{registry_grpc}")).unwrap().connect().await
-        {
-            break channel;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let mut registry = hermes_proto::registry_client::RegistryClient::with_interceptor(channel, authorize);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let listed = registry.list_agents(hermes_proto::ListAgentsRequest {}).await;
-        let online: Vec<String> = listed
-            .map(|l| {
-                l.into_inner()
-                    .agents
-                    .into_iter()
-                    .filter(|a| a.online)
-                    .filter_map(|a| a.heartbeat.map(|h| h.agent_id))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if AGENTS.iter().all(|id| online.iter().any(|o| o == id)) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the agents did not register within 60 s: {online:?}\n{}", logs());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_online(&registry_grpc, &AGENTS, &logs).await;
 
     // A goal wide enough for both agents completes: each pulls, acknowledges and answers its work.
     let nodes = (0..8)
