@@ -83,7 +83,7 @@ impl TlsSettings {
             prefix: prefix.to_owned(),
         };
         // Parse now, so a bad file stops the start rather than every handshake.
-        files.server_config(prefix, &[])?;
+        files.server_config(&[])?;
         Ok(Some(files))
     }
 }
@@ -109,7 +109,7 @@ impl TlsFiles {
         alpn: &[&[u8]],
         shutdown: tokio_util::sync::CancellationToken,
     ) -> Result<tokio::sync::watch::Receiver<Arc<rustls::ServerConfig>>> {
-        let first = self.server_config(&self.prefix, alpn)?;
+        let first = self.server_config(alpn)?;
         let (tx, rx) = tokio::sync::watch::channel(first);
         let settings = &self.settings;
         let mut files: Vec<PathBuf> =
@@ -138,15 +138,16 @@ impl TlsFiles {
                 ..before.clone()
             };
             let alpn: Vec<&[u8]> = alpn.iter().map(Vec::as_slice).collect();
-            let config = files.server_config(&files.prefix, &alpn)?;
+            let config = files.server_config(&alpn)?;
             tx.send_replace(config);
             Ok(format!("{} serves the files read again", files.prefix))
         });
         Ok(rx)
     }
 
-    /// A rustls server config, offering `alpn` protocols.
-    pub fn server_config(&self, prefix: &str, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>> {
+    /// A rustls server config, offering `alpn` protocols; errors name the files' settings.
+    pub fn server_config(&self, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>> {
+        let prefix = self.prefix.as_str();
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&self.cert_pem)
             .collect::<std::result::Result<_, _>>()
             .map_err(|e| invalid(&format!("{prefix}.cert_file"), format!("not PEM certificates: {e}")))?;
