@@ -171,14 +171,21 @@ fn is_subject_token(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// The user a NATS URL (or the first of a cluster's that names one) connects as, when it has a
-/// password (a lone `token@` names no user).
-pub fn url_user(url: &str) -> Option<String> {
-    server_urls(url)
+/// The credentials a NATS URL carries, from the first of a cluster's URLs that has any: the user
+/// and its password (`user:password@`), or a lone token (`token@`, no password). async-nats reads
+/// none from the URL itself; [`Bus::connect`] applies these.
+pub fn url_credentials(url: &str) -> Option<(String, Option<String>)> {
+    let addr = server_urls(url)
         .iter()
         .filter_map(|u| u.parse::<async_nats::ServerAddr>().ok())
-        .find(|a| a.username().is_some() && a.password().is_some())
-        .and_then(|a| a.username().map(str::to_owned))
+        .find(|a| a.username().is_some())?;
+    Some((addr.username()?.to_owned(), addr.password().map(str::to_owned)))
+}
+
+/// The user a NATS URL connects as ([`url_credentials`] with a password; a lone token names no
+/// user).
+pub fn url_user(url: &str) -> Option<String> {
+    url_credentials(url).and_then(|(user, password)| password.map(|_| user))
 }
 
 /// The URLs of `url`, a comma-separated list of a cluster's servers (or one server).
@@ -200,22 +207,15 @@ impl Bus {
         // A cluster is given as its servers' URLs, comma-separated; the client connects to one and
         // fails over to the others (and to those the servers announce) by itself.
         let urls = server_urls(config.url.expose());
-        // async-nats reads no credentials from the URL itself: `user:password@` (or a lone
-        // `token@`) is applied here, from the first URL that has them.
-        if let Some(addr) = urls
-            .iter()
-            .filter_map(|u| u.parse::<async_nats::ServerAddr>().ok())
-            .find(|a| a.username().is_some())
-            && let Some(user) = addr.username()
-        {
-            options = match addr.password() {
+        if let Some((user, password)) = url_credentials(config.url.expose()) {
+            options = match password {
                 Some(password) => {
                     if config.inbox_prefix.is_none() {
                         inbox_prefix = format!("_INBOX_{user}");
                     }
-                    options.user_and_password(user.to_owned(), password.to_owned())
+                    options.user_and_password(user, password)
                 }
-                None => options.token(user.to_owned()),
+                None => options.token(user),
             };
         }
         if !is_subject_token(inbox_prefix.trim_start_matches('_')) {
