@@ -462,6 +462,13 @@ struct IssuerKeys {
     fetching: tokio::sync::Mutex<()>,
 }
 
+impl IssuerKeys {
+    /// Whether a fetch was tried less than `ago` ago.
+    fn tried_within(&self, ago: Duration) -> bool {
+        self.tried.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| t.elapsed() < ago)
+    }
+}
+
 /// An issuer and the keys' URL it was configured with.
 type IssuerKey = (String, Option<String>);
 
@@ -600,11 +607,7 @@ impl Keys {
         {
             return Ok(keys.clone());
         }
-        let recently = entry
-            .tried
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|t| t.elapsed() < issuer.min_refetch());
+        let recently = entry.tried_within(issuer.min_refetch());
         if !recently && let Err(e) = fetch(&self.client, issuer, &entry).await {
             tracing::warn!(issuer = %issuer.issuer, error = %format!("{e:#}"), event = "oidc_keys_fetch_failed", "cannot fetch an OIDC issuer's keys");
             if held.is_none() {
@@ -633,24 +636,14 @@ impl Keys {
     }
 
     fn refresh_in_background(&self, issuer: &Issuer, entry: Arc<IssuerKeys>) {
-        let recently = entry
-            .tried
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|t| t.elapsed() < issuer.min_refetch());
-        if recently || entry.fetching.try_lock().is_err() {
+        if entry.tried_within(issuer.min_refetch()) || entry.fetching.try_lock().is_err() {
             return;
         }
         let (client, issuer) = (self.client.clone(), issuer.clone());
         tokio::spawn(async move {
             let _one = entry.fetching.lock().await;
             // Requests may have spawned several of these meanwhile: one fetch is enough.
-            let fetched_lately = entry
-                .tried
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_some_and(|t| t.elapsed() < issuer.min_refetch());
-            if fetched_lately {
+            if entry.tried_within(issuer.min_refetch()) {
                 return;
             }
             if let Err(e) = fetch(&client, &issuer, &entry).await {
