@@ -5,17 +5,14 @@
 use std::time::Duration;
 
 use hermes_core::text::clip;
-use hermes_core::{Error, ErrorCode, Result, Topology};
+use hermes_core::{Result, Topology};
 use hermes_proto::{
     AppendTurnRequest, ContextReply, ContextRequest, GetDocRequest, ListCollectionsReply,
     ListCollectionsRequest, MemoryDoc, SearchReply, SearchRequest, SessionRequest, SessionState, UpsertReply,
     UpsertRequest,
 };
 
-/// Reply header with the error code of a failed memory request.
-pub const ERROR_CODE_HEADER: &str = "Hermes-Error-Code";
-/// Reply header with the error message of a failed memory request.
-pub const ERROR_MESSAGE_HEADER: &str = "Hermes-Error-Message";
+pub use hermes_core::broker::{ERROR_CODE_HEADER, ERROR_MESSAGE_HEADER};
 /// The collection memories go to when a request names none.
 pub const DEFAULT_COLLECTION: &str = "memory";
 
@@ -46,40 +43,7 @@ impl MemoryClient {
         method: &str,
         request: &Q,
     ) -> Result<R> {
-        let subject = self.topology.memory_rpc(method);
-        let sent =
-            tokio::time::timeout(self.timeout, self.client.request(subject, request.encode_to_vec().into()))
-                .await;
-        let reply = match sent {
-            Err(_) => {
-                return Err(Error::Timeout {
-                    what: format!("memory `{method}`"),
-                    elapsed_ms: self.timeout.as_millis() as u64,
-                });
-            }
-            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
-                return Err(Error::Unavailable("the memory service (no replica is running)".into()));
-            }
-            Ok(Err(e)) => return Err(Error::Unavailable(format!("the memory service ({e})"))),
-            Ok(Ok(reply)) => reply,
-        };
-        if let Some(headers) = &reply.headers
-            && let Some(code) = headers.get(ERROR_CODE_HEADER)
-        {
-            let message =
-                headers.get(ERROR_MESSAGE_HEADER).map(|m| m.as_str().to_owned()).unwrap_or_default();
-            return Err(match ErrorCode::parse(code.as_str()) {
-                Some(ErrorCode::InvalidArgument) => {
-                    Error::InvalidArgument { field: method.to_owned(), reason: message }
-                }
-                Some(ErrorCode::NotFound) => Error::NotFound { what: "memory", id: message },
-                Some(ErrorCode::FailedPrecondition) => Error::FailedPrecondition(message),
-                // Refused for its task token: not to be retried as if the service were away.
-                Some(ErrorCode::Denied) => Error::Denied { reason: message },
-                _ => Error::Unavailable(message),
-            });
-        }
-        R::decode(reply.payload).map_err(|e| Error::Decode { kind: "memory reply", reason: e.to_string() })
+        hermes_core::broker::request(&self.client, &self.topology, method, request, self.timeout).await
     }
 
     pub async fn context(&self, request: &ContextRequest) -> Result<ContextReply> {

@@ -24,10 +24,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_nats::jetstream::object_store::{self, ObjectMetadata, ObjectStore};
+use async_nats::jetstream::{self, stream::Stream};
 use futures::StreamExt;
+use hermes_proto::{
+    MemoryRef, TaskArtifactCommit, TaskArtifactInfo, TaskArtifactPart, TaskArtifactPiece, TaskArtifactRequest,
+};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
+use crate::broker::TaskBroker;
 use crate::{Error, Result, now_unix_ms};
 
 /// Largest payload sent inline; bigger ones become artifacts.
@@ -62,17 +67,61 @@ pub struct ArtifactInfo {
 /// The artifact store. Cheap to clone.
 #[derive(Clone)]
 pub struct Artifacts {
-    store: ObjectStore,
+    backend: Backend,
     inline_limit: usize,
+}
+
+#[derive(Clone)]
+enum Backend {
+    /// The object store itself, and its stream, from which a brokered read takes chunks.
+    Store(std::sync::Arc<(ObjectStore, Stream<()>)>),
+    /// One task's goal's artifacts, through the memory service (an agent with its own identity).
+    Brokered(TaskBroker),
+    /// Neither: an agent's identity asked for the whole store (it may not read it).
+    Closed,
 }
 
 fn object_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
     Error::JetStream { operation, reason: e.to_string() }
 }
 
+fn closed() -> Error {
+    Error::FailedPrecondition(
+        "this connection is an agent's own identity: it reaches artifacts only through a task's token (Bus::task_artifacts)"
+            .into(),
+    )
+}
+
 impl Artifacts {
-    pub fn new(store: ObjectStore, inline_limit: usize) -> Self {
-        Self { store, inline_limit }
+    /// The store `store` of the bucket `bucket`, whose stream `OBJ_<bucket>` is read on `js`.
+    pub async fn new(
+        js: &jetstream::Context,
+        bucket: &str,
+        store: ObjectStore,
+        inline_limit: usize,
+    ) -> Result<Self> {
+        let stream = js
+            .get_stream_no_info(format!("OBJ_{bucket}"))
+            .await
+            .map_err(|e| object_error("open the artifacts' stream", e))?;
+        Ok(Self { backend: Backend::Store(std::sync::Arc::new((store, stream))), inline_limit })
+    }
+
+    /// One task's goal's artifacts through the memory service (see [`crate::broker`]).
+    pub fn brokered(broker: TaskBroker, inline_limit: usize) -> Self {
+        Self { backend: Backend::Brokered(broker), inline_limit }
+    }
+
+    /// A store every operation of which is refused, for a connection that may not read it.
+    pub(crate) fn closed(inline_limit: usize) -> Self {
+        Self { backend: Backend::Closed, inline_limit }
+    }
+
+    fn store(&self) -> Result<&ObjectStore> {
+        match &self.backend {
+            Backend::Store(held) => Ok(&held.0),
+            Backend::Brokered(_) | Backend::Closed => Err(closed()),
+        }
     }
 
     /// Payloads longer than this are offloaded.
@@ -91,7 +140,8 @@ impl Artifacts {
         self.put_owned(bytes, content_type, goal_id, "", ttl).await
     }
 
-    /// [`Artifacts::put`], recording `tenant` as the artifact's owner (empty: none).
+    /// [`Artifacts::put`], recording `tenant` as the artifact's owner (empty: none). Through a
+    /// task's broker the goal and tenant are the task token's, whatever is passed.
     pub async fn put_owned(
         &self,
         bytes: &[u8],
@@ -100,7 +150,25 @@ impl Artifacts {
         tenant: &str,
         ttl: Option<Duration>,
     ) -> Result<ArtifactInfo> {
+        if let Backend::Brokered(broker) = &self.backend {
+            return brokered_put(broker, bytes, content_type).await;
+        }
         let reference = format!("art-{}", uuid::Uuid::now_v7().simple());
+        self.put_named(&reference, bytes, content_type, goal_id, tenant, ttl).await
+    }
+
+    /// Stores `bytes` under `reference` in the store itself.
+    async fn put_named(
+        &self,
+        reference: &str,
+        bytes: &[u8],
+        content_type: &str,
+        goal_id: &str,
+        tenant: &str,
+        ttl: Option<Duration>,
+    ) -> Result<ArtifactInfo> {
+        let store = self.store()?;
+        let reference = reference.to_owned();
         let created = now_unix_ms();
         let expires = ttl.map(|t| created + t.as_millis() as u64).unwrap_or(0);
         let preview = preview_of(bytes);
@@ -122,7 +190,7 @@ impl Artifacts {
             ..Default::default()
         };
         let mut reader = bytes;
-        self.store.put(meta, &mut reader).await.map_err(|e| object_error("put artifact", e))?;
+        store.put(meta, &mut reader).await.map_err(|e| object_error("put artifact", e))?;
         Ok(ArtifactInfo {
             reference,
             content_type: content_type.to_owned(),
@@ -138,7 +206,12 @@ impl Artifacts {
     /// The whole content of an artifact.
     pub async fn get(&self, reference: &str) -> Result<Vec<u8>> {
         check_reference(reference)?;
-        let mut object = self.store.get(reference).await.map_err(|e| match e.kind() {
+        let store = match &self.backend {
+            Backend::Store(held) => &held.0,
+            Backend::Brokered(broker) => return brokered_get(broker, reference).await,
+            Backend::Closed => return Err(closed()),
+        };
+        let mut object = store.get(reference).await.map_err(|e| match e.kind() {
             object_store::GetErrorKind::NotFound | object_store::GetErrorKind::InvalidName => {
                 Error::NotFound { what: "artifact", id: reference.to_owned() }
             }
@@ -151,23 +224,31 @@ impl Artifacts {
 
     pub async fn info(&self, reference: &str) -> Result<ArtifactInfo> {
         check_reference(reference)?;
-        let info = self.store.info(reference).await.map_err(|e| match e.kind() {
+        match &self.backend {
+            Backend::Store(..) => Ok(info_of(&self.object_info(reference).await?)),
+            Backend::Brokered(broker) => Ok(brokered_info(broker, reference).await?.0),
+            Backend::Closed => Err(closed()),
+        }
+    }
+
+    /// The object store's own description of an artifact (its chunks' `nuid`, its digest).
+    async fn object_info(&self, reference: &str) -> Result<object_store::ObjectInfo> {
+        self.store()?.info(reference).await.map_err(|e| match e.kind() {
             object_store::InfoErrorKind::NotFound | object_store::InfoErrorKind::InvalidName => {
                 Error::NotFound { what: "artifact", id: reference.to_owned() }
             }
             _ => object_error("artifact info", e),
-        })?;
-        Ok(info_of(&info))
+        })
     }
 
     pub async fn delete(&self, reference: &str) -> Result<()> {
         check_reference(reference)?;
-        self.store.delete(reference).await.map_err(|e| object_error("delete artifact", e))
+        self.store()?.delete(reference).await.map_err(|e| object_error("delete artifact", e))
     }
 
     /// Every live artifact.
     pub async fn list(&self) -> Result<Vec<ArtifactInfo>> {
-        let mut list = self.store.list().await.map_err(|e| object_error("list artifacts", e))?;
+        let mut list = self.store()?.list().await.map_err(|e| object_error("list artifacts", e))?;
         let mut out = Vec::new();
         while let Some(info) = list.next().await {
             let info = info.map_err(|e| object_error("list artifacts", e))?;
@@ -257,6 +338,233 @@ impl Artifacts {
         }
         substitute_stubs(value, &loaded)
     }
+}
+
+// --- Task data through the memory service (crate::broker): an agent's side, then the service's.
+
+/// How long the parts of a brokered upload are kept before the memory service sweeps them, if
+/// their commit never came.
+pub const UPLOAD_PART_TTL: Duration = Duration::from_secs(10 * 60);
+
+/// The name a brokered upload's part is kept under until its commit.
+fn part_reference(upload: &str, index: u32) -> String {
+    format!("upl-{upload}-{index}")
+}
+
+impl From<&ArtifactInfo> for MemoryRef {
+    fn from(info: &ArtifactInfo) -> MemoryRef {
+        MemoryRef {
+            r#ref: info.reference.clone(),
+            content_type: info.content_type.clone(),
+            size_bytes: info.size_bytes,
+            preview: info.preview.clone(),
+            goal_id: info.goal_id.clone(),
+            created_unix_ms: info.created_unix_ms,
+            expires_unix_ms: info.expires_unix_ms,
+            tenant: info.tenant.clone(),
+        }
+    }
+}
+
+impl From<MemoryRef> for ArtifactInfo {
+    fn from(r: MemoryRef) -> ArtifactInfo {
+        ArtifactInfo {
+            reference: r.r#ref,
+            content_type: r.content_type,
+            size_bytes: r.size_bytes,
+            goal_id: r.goal_id,
+            created_unix_ms: r.created_unix_ms,
+            expires_unix_ms: r.expires_unix_ms,
+            preview: r.preview,
+            tenant: r.tenant,
+        }
+    }
+}
+
+/// Stores `bytes` as the task's goal's artifact through the memory service: in one request when
+/// it fits one message, otherwise in parts the commit joins.
+async fn brokered_put(broker: &TaskBroker, bytes: &[u8], content_type: &str) -> Result<ArtifactInfo> {
+    let piece = broker.piece_bytes();
+    let mut commit = TaskArtifactCommit {
+        task_token: broker.token().to_owned(),
+        content_type: content_type.to_owned(),
+        ..Default::default()
+    };
+    if bytes.len() <= piece {
+        commit.data = bytes.to_vec();
+    } else {
+        commit.upload = uuid::Uuid::now_v7().simple().to_string();
+        for (index, data) in bytes.chunks(piece).enumerate() {
+            let part = TaskArtifactPart {
+                task_token: broker.token().to_owned(),
+                upload: commit.upload.clone(),
+                index: index as u32,
+                data: data.to_vec(),
+            };
+            let _: MemoryRef = broker.call("artifact_part", &part).await?;
+            commit.parts = index as u32 + 1;
+        }
+    }
+    let stored: MemoryRef = broker.call("artifact_commit", &commit).await?;
+    Ok(stored.into())
+}
+
+async fn brokered_info(broker: &TaskBroker, reference: &str) -> Result<(ArtifactInfo, String)> {
+    let request =
+        TaskArtifactRequest { task_token: broker.token().to_owned(), r#ref: reference.to_owned(), cursor: 0 };
+    let reply: TaskArtifactInfo = broker.call("artifact_info", &request).await?;
+    let info = reply.info.ok_or_else(|| Error::Decode { kind: "artifact info", reason: "no info".into() })?;
+    Ok((info.into(), reply.digest))
+}
+
+/// Reads the task's goal's artifact through the memory service, a piece of chunks at a time, and
+/// checks what came against the object's size and digest.
+async fn brokered_get(broker: &TaskBroker, reference: &str) -> Result<Vec<u8>> {
+    let (info, digest) = brokered_info(broker, reference).await?;
+    let mut bytes = Vec::with_capacity(info.size_bytes as usize);
+    let mut request =
+        TaskArtifactRequest { task_token: broker.token().to_owned(), r#ref: reference.to_owned(), cursor: 0 };
+    while (bytes.len() as u64) < info.size_bytes {
+        let piece: TaskArtifactPiece = broker.call("artifact_read", &request).await?;
+        bytes.extend_from_slice(&piece.data);
+        if piece.end || piece.data.is_empty() {
+            break;
+        }
+        request.cursor = piece.cursor;
+    }
+    let unchanged =
+        bytes.len() as u64 == info.size_bytes && (digest.is_empty() || digest == digest_of(&bytes));
+    if !unchanged {
+        return Err(Error::Unavailable(format!(
+            "artifact `{reference}` changed or was cut short while it was read ({} of {} bytes)",
+            bytes.len(),
+            info.size_bytes
+        )));
+    }
+    Ok(bytes)
+}
+
+/// The object store's digest of `bytes` (`SHA-256=<base64url>`).
+fn digest_of(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    format!("SHA-256={}", base64::engine::general_purpose::URL_SAFE.encode(digest.as_ref()))
+}
+
+/// What the memory service does for a task of `goal_id` in `tenant` (the token's claims): only that
+/// goal's artifacts are read, and what is stored is that goal's, owned by that tenant. Another
+/// goal's artifact is refused as not found, so a reference tells nothing of whose it is.
+impl Artifacts {
+    async fn goal_object(&self, reference: &str, goal_id: &str) -> Result<object_store::ObjectInfo> {
+        check_reference(reference)?;
+        let info = self.object_info(reference).await?;
+        match info.metadata.get("goal_id").is_some_and(|g| !g.is_empty() && g == goal_id) {
+            true => Ok(info),
+            false => Err(Error::NotFound { what: "artifact of the task's goal", id: reference.to_owned() }),
+        }
+    }
+
+    /// `artifact_info`: the artifact and its digest.
+    pub async fn serve_info(&self, request: &TaskArtifactRequest, goal_id: &str) -> Result<TaskArtifactInfo> {
+        let info = self.goal_object(&request.r#ref, goal_id).await?;
+        Ok(TaskArtifactInfo {
+            info: Some(MemoryRef::from(&info_of(&info))),
+            digest: info.digest.clone().unwrap_or_default(),
+        })
+    }
+
+    /// `artifact_read`: the chunks after the request's cursor, up to `max_bytes` of them.
+    pub async fn serve_read(
+        &self,
+        request: &TaskArtifactRequest,
+        goal_id: &str,
+        max_bytes: usize,
+    ) -> Result<TaskArtifactPiece> {
+        let Backend::Store(held) = &self.backend else { return Err(closed()) };
+        let stream = &held.1;
+        let info = self.goal_object(&request.r#ref, goal_id).await?;
+        let subject = format!("$O.{}.C.{}", info.bucket, info.nuid);
+        let mut piece = TaskArtifactPiece { cursor: request.cursor, ..Default::default() };
+        while piece.data.len() + CHUNK_SIZE <= max_bytes.max(CHUNK_SIZE) {
+            match stream.direct_get_next_for_subject(subject.as_str(), Some(piece.cursor + 1)).await {
+                Ok(chunk) => {
+                    piece.data.extend_from_slice(&chunk.payload);
+                    piece.cursor = chunk.sequence;
+                }
+                Err(e) if e.kind() == jetstream::stream::DirectGetErrorKind::NotFound => {
+                    piece.end = true;
+                    break;
+                }
+                Err(e) => return Err(object_error("read an artifact's chunk", e)),
+            }
+        }
+        Ok(piece)
+    }
+
+    /// `artifact_part`: keeps one part of an upload for [`UPLOAD_PART_TTL`].
+    pub async fn serve_part(
+        &self,
+        request: &TaskArtifactPart,
+        goal_id: &str,
+        tenant: &str,
+    ) -> Result<MemoryRef> {
+        check_upload(&request.upload)?;
+        let reference = part_reference(&request.upload, request.index);
+        let info = self
+            .put_named(
+                &reference,
+                &request.data,
+                "application/octet-stream",
+                goal_id,
+                tenant,
+                Some(UPLOAD_PART_TTL),
+            )
+            .await?;
+        Ok(MemoryRef::from(&info))
+    }
+
+    /// `artifact_commit`: stores the content (inline, or the upload's parts joined) as the goal's
+    /// artifact, then removes the parts.
+    pub async fn serve_commit(
+        &self,
+        request: &TaskArtifactCommit,
+        goal_id: &str,
+        tenant: &str,
+    ) -> Result<MemoryRef> {
+        let content = match request.parts {
+            0 => std::borrow::Cow::Borrowed(request.data.as_slice()),
+            parts => {
+                check_upload(&request.upload)?;
+                let mut joined = Vec::new();
+                for index in 0..parts {
+                    let reference = part_reference(&request.upload, index);
+                    self.goal_object(&reference, goal_id).await?;
+                    joined.extend_from_slice(&self.get(&reference).await?);
+                    if joined.len() as u64 > MAX_RESOLVED_INPUT_BYTES {
+                        return Err(Error::InvalidArgument {
+                            field: "parts".into(),
+                            reason: format!(
+                                "an artifact stored through the memory service is at most {MAX_RESOLVED_INPUT_BYTES} bytes"
+                            ),
+                        });
+                    }
+                }
+                std::borrow::Cow::Owned(joined)
+            }
+        };
+        let info = self.put_owned(&content, &request.content_type, goal_id, tenant, None).await?;
+        for index in 0..request.parts {
+            if let Err(e) = self.delete(&part_reference(&request.upload, index)).await {
+                tracing::warn!(error = %e, upload = %request.upload, "cannot remove an upload's part; it expires");
+            }
+        }
+        Ok(MemoryRef::from(&info))
+    }
+}
+
+/// An upload's name is one word of at most 64 characters (the agent's UUID).
+fn check_upload(upload: &str) -> Result<()> {
+    crate::ids::check_id("upload", upload, 64, crate::ids::IdShape::Word)
 }
 
 /// An artifact reference must look like one (`art-<hex>`: letters, digits, `_`, `-`).

@@ -151,7 +151,8 @@ struct BusInner {
     config: BusConfig,
     goals: kv::Store,
     agents: kv::Store,
-    ledger: kv::Store,
+    /// `None` on an agent's own identity, which reaches it only through a task's token.
+    ledger: Option<kv::Store>,
     approvals: kv::Store,
     artifacts: crate::artifacts::Artifacts,
     /// Buckets opened through [`Bus::ensure_bucket`], by name: opening one is a JetStream API
@@ -268,8 +269,22 @@ impl Bus {
                 ),
             });
         }
-        let ([goals, agents, ledger, approvals], store) = provision(&js, &config).await?;
-        let artifacts = crate::artifacts::Artifacts::new(store, config.inline_limit);
+        // An agent's own identity may not read the ledger or the artifacts: it asks the memory
+        // service with a task's token (crate::broker), so it does not open them.
+        let brokered = url_user(config.url.expose()).is_some_and(|u| crate::broker::is_agent_identity(&u));
+        let (goals, agents, ledger, approvals, artifacts) = match brokered {
+            false => {
+                let ([goals, agents, ledger, approvals], store) = provision(&js, &config).await?;
+                let bucket = config.topology.artifacts_bucket();
+                let artifacts =
+                    crate::artifacts::Artifacts::new(&js, &bucket, store, config.inline_limit).await?;
+                (goals, agents, Some(ledger), approvals, artifacts)
+            }
+            true => {
+                let [goals, agents, approvals] = patiently(|| ensure_shared(&js, &config)).await?;
+                (goals, agents, None, approvals, crate::artifacts::Artifacts::closed(config.inline_limit))
+            }
+        };
         Ok(Bus {
             inner: Arc::new(BusInner {
                 client,
@@ -335,15 +350,49 @@ impl Bus {
         Ok(store)
     }
 
-    /// The `hermes_artifacts` object store: payloads too large to send inline.
+    /// The `hermes_artifacts` object store: payloads too large to send inline. On an agent's own
+    /// identity every operation is refused: use [`Bus::task_artifacts`].
     pub fn artifacts(&self) -> &crate::artifacts::Artifacts {
         &self.inner.artifacts
     }
 
     /// The `hermes_ledger` bucket: side-effect idempotency key to the recorded outcome, and the
-    /// crash markers of running tasks.
+    /// crash markers of running tasks. On an agent's own identity every operation is refused:
+    /// use [`Bus::task_ledger`].
     pub fn ledger(&self) -> crate::ledger::LedgerStore {
-        crate::ledger::LedgerStore::new(self.inner.ledger.clone())
+        match &self.inner.ledger {
+            Some(kv) => crate::ledger::LedgerStore::new(kv.clone()),
+            None => crate::ledger::LedgerStore::closed(),
+        }
+    }
+
+    /// Whether this connection is an agent's own identity, which reaches the ledger and the
+    /// artifacts only through the memory service ([`crate::broker`]).
+    pub fn brokered(&self) -> bool {
+        self.inner.ledger.is_none()
+    }
+
+    /// The ledger as a task whose `memory_token` is `token` reaches it: the bucket itself, or on
+    /// an agent's own identity that task's goal's entries through the memory service.
+    pub fn task_ledger(&self, token: &str) -> crate::ledger::LedgerStore {
+        match self.brokered() {
+            false => self.ledger(),
+            true => crate::ledger::LedgerStore::brokered(self.task_broker(token)),
+        }
+    }
+
+    /// The artifacts as a task whose `memory_token` is `token` reaches them (as [`Bus::task_ledger`]).
+    pub fn task_artifacts(&self, token: &str) -> crate::artifacts::Artifacts {
+        match self.brokered() {
+            false => self.inner.artifacts.clone(),
+            true => {
+                crate::artifacts::Artifacts::brokered(self.task_broker(token), self.inner.config.inline_limit)
+            }
+        }
+    }
+
+    fn task_broker(&self, token: &str) -> crate::broker::TaskBroker {
+        crate::broker::TaskBroker::new(self.inner.client.clone(), self.topology().clone(), token.to_owned())
     }
 
     /// Publishes `message` to a JetStream subject and waits for the ack. `msg_id` must be
@@ -954,6 +1003,24 @@ async fn provision(
 }
 
 async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<[kv::Store; 4]> {
+    let [goals, agents, approvals] = ensure_shared(js, config).await?;
+    let ledger = ensure_bucket(
+        js,
+        kv::Config {
+            bucket: config.topology.ledger_bucket(),
+            description: "Hermes side-effect ledger: what a side-effecting tool call did".into(),
+            history: 1,
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            num_replicas: config.replicas,
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok([goals, agents, ledger, approvals])
+}
+
+/// The streams and the buckets every connection opens, an agent's own identity's included.
+async fn ensure_shared(js: &jetstream::Context, config: &BusConfig) -> Result<[kv::Store; 3]> {
     let t = &config.topology;
     let dedupe = Duration::from_secs(120);
     let streams = [
@@ -1036,18 +1103,6 @@ async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<
         },
     )
     .await?;
-    let ledger = ensure_bucket(
-        js,
-        kv::Config {
-            bucket: t.ledger_bucket(),
-            description: "Hermes side-effect ledger: what a side-effecting tool call did".into(),
-            history: 1,
-            max_age: Duration::from_secs(7 * 24 * 3600),
-            num_replicas: config.replicas,
-            ..Default::default()
-        },
-    )
-    .await?;
     let approvals = ensure_bucket(
         js,
         kv::Config {
@@ -1060,7 +1115,7 @@ async fn ensure_topology(js: &jetstream::Context, config: &BusConfig) -> Result<
         },
     )
     .await?;
-    Ok([goals, agents, ledger, approvals])
+    Ok([goals, agents, approvals])
 }
 
 async fn ensure_artifacts(

@@ -5,6 +5,7 @@ pub mod access;
 pub mod agents;
 pub mod approvals;
 pub mod artifacts;
+pub mod broker;
 pub mod bus;
 pub mod egress;
 pub mod error;

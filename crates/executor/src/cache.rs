@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::kv;
 use futures::StreamExt;
+use hermes_core::artifacts::Artifacts;
 use hermes_core::{Bus, ErrorCode, now_unix_ms};
 use serde_json::{Value, json};
 
@@ -79,7 +80,7 @@ enum Found {
     Free(Option<u64>),
 }
 
-async fn look(store: &kv::Store, bus: &Bus, key: &CacheKey) -> Result<Found, ToolError> {
+async fn look(store: &kv::Store, artifacts: &Artifacts, key: &CacheKey) -> Result<Found, ToolError> {
     let entry = store.entry(&key.key).await.map_err(unavailable)?;
     let Some(entry) = entry else { return Ok(Found::Free(None)) };
     if entry.operation != kv::Operation::Put {
@@ -104,7 +105,7 @@ async fn look(store: &kv::Store, bus: &Bus, key: &CacheKey) -> Result<Found, Too
     }
     let age = Duration::from_millis(now.saturating_sub(value["stored_ms"].as_u64().unwrap_or(now)));
     let output = match value["artifact"].as_str() {
-        Some(reference) => match bus.artifacts().get(reference).await {
+        Some(reference) => match artifacts.get(reference).await {
             Ok(bytes) => match serde_json::from_slice(&bytes) {
                 Ok(output) => output,
                 Err(_) => return Ok(Found::Free(Some(entry.revision))),
@@ -123,7 +124,12 @@ fn unavailable(e: impl std::fmt::Display) -> ToolError {
 
 /// The cached output of `key`, or the output of `run` (stored for the next call), with whether
 /// it came from the cache. Identical calls in flight at once run `run` once.
-pub(crate) async fn call<F>(bus: &Bus, key: &CacheKey, run: F) -> (Result<Value, ToolError>, Option<CacheHit>)
+pub(crate) async fn call<F>(
+    bus: &Bus,
+    artifacts: &Artifacts,
+    key: &CacheKey,
+    run: F,
+) -> (Result<Value, ToolError>, Option<CacheHit>)
 where
     F: std::future::Future<Output = Result<Value, ToolError>>,
 {
@@ -138,7 +144,7 @@ where
     let mut waited = false;
     let mut watch = None;
     let claimed = loop {
-        let found = match look(&store, bus, key).await {
+        let found = match look(&store, artifacts, key).await {
             Ok(found) => found,
             Err(e) => {
                 tracing::warn!(error = %e.message, "the tool cache is unreachable; running the tool");
@@ -184,7 +190,7 @@ where
     let result = run.await;
     if claimed {
         match &result {
-            Ok(output) => store_output(&store, bus, key, output).await,
+            Ok(output) => store_output(&store, artifacts, key, output).await,
             Err(_) => {
                 let _ = store.delete(&key.key).await;
             }
@@ -193,7 +199,7 @@ where
     (result, None)
 }
 
-async fn store_output(store: &kv::Store, bus: &Bus, key: &CacheKey, output: &Value) {
+async fn store_output(store: &kv::Store, artifacts: &Artifacts, key: &CacheKey, output: &Value) {
     let now = now_unix_ms();
     let text = output.to_string();
     let mut entry = json!({
@@ -202,10 +208,8 @@ async fn store_output(store: &kv::Store, bus: &Bus, key: &CacheKey, output: &Val
         "expires_ms": now + key.ttl.as_millis() as u64,
     });
     if text.len() > MAX_ENTRY_BYTES {
-        let put = bus
-            .artifacts()
-            .put_owned(text.as_bytes(), "application/json", "", &key.tenant, Some(key.ttl))
-            .await;
+        let put =
+            artifacts.put_owned(text.as_bytes(), "application/json", "", &key.tenant, Some(key.ttl)).await;
         match put {
             Ok(info) => entry["artifact"] = json!(info.reference),
             Err(e) => {

@@ -537,7 +537,7 @@ async fn handle_task(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Handl
             Crashes::Quarantine(deaths) => return quarantine(shared, delivery, deaths).await,
             Crashes::Counted(marker) => marker.is_some(),
         };
-        let running = supervise::running(&crash_key(task));
+        let running = supervise::running(&supervised_key(task));
         shared.in_flight.fetch_add(1, Ordering::Relaxed);
         let result = run_with_progress(shared, delivery).await;
         shared.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -648,6 +648,15 @@ fn crash_key(task: &TaskMessage) -> String {
     format!("{}{}.{}", hermes_core::ledger::CRASH_MARKER_PREFIX, task.goal_id, task.node_id)
 }
 
+/// What the supervisor is told a task is: its crash marker's key, then (for an agent's own
+/// identity, which reaches the ledger only with it) the task's token after a space.
+fn supervised_key(task: &TaskMessage) -> String {
+    match task.memory_token.is_empty() {
+        true => crash_key(task),
+        false => format!("{} {}", crash_key(task), task.memory_token),
+    }
+}
+
 /// The crashes counted on a task's node so far. A node's crash marker `{crashes, node}` exists
 /// only once a process crashed while running it: the crash supervisor knows what its worker
 /// process runs without a write to the bus (see [`supervise`]), and the next process counts one
@@ -658,7 +667,7 @@ async fn crash_marker(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Cras
     if delivery.delivered() == 1 && task.attempt <= 1 {
         return Crashes::Counted(None);
     }
-    match shared.bus.ledger().get(&crash_key(task)).await {
+    match shared.bus.task_ledger(&task.memory_token).get(&crash_key(task)).await {
         Ok(Some(bytes)) => match marker_crashes(&bytes) {
             crashes if crashes >= CRASH_QUARANTINE_DEATHS => Crashes::Quarantine(crashes),
             crashes => Crashes::Counted(Some(crashes)),
@@ -681,9 +690,10 @@ fn marker_crashes(bytes: &[u8]) -> u32 {
 /// had in flight when it crashed. Called by the first agent of a process whose supervisor handed
 /// it such keys, before it takes any task.
 pub async fn count_crashes(bus: &Bus, keys: &[String]) -> Result<usize, Error> {
-    let store = bus.ledger();
     let mut counted = 0;
-    for key in keys {
+    for told in keys {
+        let (key, token) = told.split_once(' ').unwrap_or((told, ""));
+        let store = bus.task_ledger(token);
         let Some(node) = key.strip_prefix(hermes_core::ledger::CRASH_MARKER_PREFIX) else {
             warn!(key = %key, "the supervisor handed over a key that is not a crash marker");
             continue;
@@ -715,7 +725,7 @@ pub async fn count_crashes(bus: &Bus, keys: &[String]) -> Result<usize, Error> {
 /// Clears the marker once the task ran to an outcome, without waiting: a lost clear costs at
 /// most one miscounted death on a later redelivery.
 fn clear_crash_marker(shared: &Shared, task: &TaskMessage) {
-    let store = shared.bus.ledger();
+    let store = shared.bus.task_ledger(&task.memory_token);
     let key = crash_key(task);
     tokio::spawn(async move {
         if let Err(e) = store.remove(&key).await {
@@ -750,7 +760,7 @@ async fn quarantine(shared: &Shared, delivery: &Delivery<TaskMessage>, deaths: u
         warn!(error = %e, "cannot publish the quarantined task's result; asking for redelivery");
         return Handled::Retry { after: Duration::from_secs(1) };
     }
-    let _ = shared.bus.ledger().remove(&crash_key(task)).await;
+    let _ = shared.bus.task_ledger(&task.memory_token).remove(&crash_key(task)).await;
     Handled::Reject { reason }
 }
 
@@ -843,7 +853,7 @@ async fn run_cancellable(
         tokens: tokens.usage(),
         ..Default::default()
     };
-    let artifacts = shared.bus.artifacts();
+    let artifacts = shared.bus.task_artifacts(&task.memory_token);
     match outcome {
         Ok((output, hit)) => {
             match artifacts.offload_json(output.to_string(), &task.goal_id, &task.tenant).await {
@@ -894,13 +904,15 @@ async fn run_tool(
     // Only the goal's own artifacts resolve, and the total is bounded before anything is loaded.
     let max = hermes_core::artifacts::MAX_RESOLVED_INPUT_BYTES;
     let args =
-        shared.bus.artifacts().resolve_value(args, &task.goal_id, max).await.map_err(|e| ToolError {
-            code: match e.code() {
-                code @ (ErrorCode::InvalidArgument | ErrorCode::NotFound | ErrorCode::Denied) => code,
-                _ => ErrorCode::Unavailable,
+        shared.bus.task_artifacts(&task.memory_token).resolve_value(args, &task.goal_id, max).await.map_err(
+            |e| ToolError {
+                code: match e.code() {
+                    code @ (ErrorCode::InvalidArgument | ErrorCode::NotFound | ErrorCode::Denied) => code,
+                    _ => ErrorCode::Unavailable,
+                },
+                message: format!("cannot resolve the inputs' artifacts: {e}"),
             },
-            message: format!("cannot resolve the inputs' artifacts: {e}"),
-        })?;
+        )?;
     info!(event = "tool_called", tool = %task.task_type, "tool called");
     let ctx = ToolContext {
         workspace: shared.workspace.clone(),

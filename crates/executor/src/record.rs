@@ -56,7 +56,7 @@ pub(crate) async fn tool_call(
         at_unix_ms: hermes_core::now_unix_ms(),
         ..Default::default()
     };
-    let artifacts = scope.bus.artifacts();
+    let artifacts = scope.bus.task_artifacts(&scope.memory_token);
     match outcome {
         Ok(output) => match artifacts.offload_json(output.to_string(), &scope.goal_id, &scope.tenant).await {
             // Over the inline limit the output is an artifact, and the record holds its stub.

@@ -469,7 +469,8 @@ impl ToolRegistry {
             let longest = entry.tool.timeout() * policy.attempts.max(1) + Duration::from_secs(5);
             let key = crate::cache::CacheKey::new(&scope.tenant, name, &version, &args, *ttl, longest);
             let run = self.call_with_retries(entry, name, args.clone(), ctx);
-            return crate::cache::call(&scope.bus, &key, run).await;
+            return crate::cache::call(&scope.bus, &scope.bus.task_artifacts(&scope.memory_token), &key, run)
+                .await;
         }
         (self.call_uncached(name, args, ctx).await, None)
     }
@@ -503,7 +504,9 @@ impl ToolRegistry {
             crate::approval::gate(scope, &ids.approval_id, name, &args).await?;
         }
         let ledger = match (&ids, entry.tool.side_effects()) {
-            (Some((scope, ids)), true) => Some((scope.bus.ledger(), ids.ledger_key.as_str(), scope.attempt)),
+            (Some((scope, ids)), true) => {
+                Some((scope.bus.task_ledger(&scope.memory_token), ids.ledger_key.as_str(), scope.attempt))
+            }
             _ => None,
         };
         if let Some((store, key, attempt)) = &ledger

@@ -23,9 +23,10 @@ use hermes_llm::ChatModel;
 use hermes_llm::embed::Embedder;
 use hermes_proto::event::Kind;
 use hermes_proto::{
-    AppendTurnRequest, ContextReply, ContextRequest, Event, EventBatch, GetDocRequest, ListCollectionsReply,
-    ListCollectionsRequest, ListSessionsReply, ListSessionsRequest, MemoryDoc, SearchReply, SearchRequest,
-    SessionRequest, SessionState, SessionTurn, UpsertReply, UpsertRequest,
+    AppendTurnRequest, ContextReply, ContextRequest, Event, EventBatch, GetDocRequest, LedgerReply,
+    LedgerRequest, ListCollectionsReply, ListCollectionsRequest, ListSessionsReply, ListSessionsRequest,
+    MemoryDoc, SearchReply, SearchRequest, SessionRequest, SessionState, SessionTurn, TaskArtifactCommit,
+    TaskArtifactPart, TaskArtifactRequest, UpsertReply, UpsertRequest,
 };
 use prost::Message as _;
 use tokio_util::sync::CancellationToken;
@@ -207,9 +208,7 @@ impl Memory {
     /// Checks an agent's memory request over NATS: its task token verifies and names the tenant
     /// the request does; `DENIED` otherwise (logged, with the goal the token names).
     fn task_tenant(&self, token: &str, tenant: &str) -> Result<()> {
-        let claims = self.task_key.verify(token, now_unix_ms()).inspect_err(|e| {
-            warn!(error = %e, event = "memory_request_refused", "an agent's memory request without a valid task token was refused");
-        })?;
+        let claims = self.task_claims(token)?;
         if claims.tenant != tenant {
             warn!(goal_id = %claims.goal_id, token_tenant = %claims.tenant, tenant = %tenant, event = "memory_request_refused", "an agent's memory request for another tenant than its task's was refused");
             return Err(Error::Denied {
@@ -217,6 +216,62 @@ impl Memory {
             });
         }
         Ok(())
+    }
+
+    /// What an agent's task token says, or `DENIED` (logged).
+    fn task_claims(&self, token: &str) -> Result<hermes_core::task_token::TaskClaims> {
+        self.task_key.verify(token, now_unix_ms()).inspect_err(|e| {
+            warn!(error = %e, event = "memory_request_refused", "an agent's request without a valid task token was refused");
+        })
+    }
+
+    /// An agent's ledger operation through the memory service: only on its task's goal's keys.
+    pub async fn task_ledger(&self, request: LedgerRequest) -> Result<LedgerReply> {
+        let claims = self.task_claims(&request.task_token)?;
+        let goal = hermes_core::broker::ledger_key_goal(&request.key);
+        if goal != claims.goal_id {
+            warn!(goal_id = %claims.goal_id, key = %request.key, event = "memory_request_refused", "an agent's ledger request for another goal's entry was refused");
+            return Err(Error::Denied {
+                reason: format!(
+                    "the task token is for goal `{}`; ledger key `{}` is not of it",
+                    claims.goal_id, request.key
+                ),
+            });
+        }
+        self.bus.ledger().serve(&request).await
+    }
+
+    /// An agent's artifact request through the memory service (`artifact_info`, `artifact_read`,
+    /// `artifact_part`, `artifact_commit`): only its task's goal's artifacts.
+    async fn task_artifact(&self, method: &str, body: bytes::Bytes) -> Result<Vec<u8>> {
+        fn decode<T: prost::Message + Default>(body: bytes::Bytes) -> Result<T> {
+            T::decode(body).map_err(|e| Error::Decode { kind: "artifact request", reason: e.to_string() })
+        }
+        let artifacts = self.bus.artifacts();
+        Ok(match method {
+            "artifact_info" | "artifact_read" => {
+                let request: TaskArtifactRequest = decode(body)?;
+                let claims = self.task_claims(&request.task_token)?;
+                match method {
+                    "artifact_info" => artifacts.serve_info(&request, &claims.goal_id).await?.encode_to_vec(),
+                    _ => {
+                        let most =
+                            hermes_core::broker::piece_bytes(self.bus.client().server_info().max_payload);
+                        artifacts.serve_read(&request, &claims.goal_id, most).await?.encode_to_vec()
+                    }
+                }
+            }
+            "artifact_part" => {
+                let request: TaskArtifactPart = decode(body)?;
+                let claims = self.task_claims(&request.task_token)?;
+                artifacts.serve_part(&request, &claims.goal_id, &claims.tenant).await?.encode_to_vec()
+            }
+            _ => {
+                let request: TaskArtifactCommit = decode(body)?;
+                let claims = self.task_claims(&request.task_token)?;
+                artifacts.serve_commit(&request, &claims.goal_id, &claims.tenant).await?.encode_to_vec()
+            }
+        })
     }
 
     pub async fn append_turn(&self, request: AppendTurnRequest) -> Result<SessionState> {
@@ -637,6 +692,11 @@ async fn serve_request(memory: &Memory, request: async_nats::Message) {
                 memory.get_doc(request)?.encode_to_vec()
             }
             "collections" => memory.collections(decode(body)?).encode_to_vec(),
+            // Task data an agent with its own identity reaches only through here, with its task's token.
+            "ledger" => memory.task_ledger(decode(body)?).await?.encode_to_vec(),
+            "artifact_info" | "artifact_read" | "artifact_part" | "artifact_commit" => {
+                memory.task_artifact(&method, body).await?
+            }
             other => {
                 return Err(Error::InvalidArgument {
                     field: "method".into(),

@@ -234,7 +234,6 @@ pub const SHARED_PUBLISH: &[&str] = &[
     "$JS.API.STREAM.INFO.HERMES_DLQ",
     "$JS.API.STREAM.INFO.KV_hermes_goals",
     "$JS.API.STREAM.INFO.KV_hermes_agents",
-    "$JS.API.STREAM.INFO.KV_hermes_ledger",
     "$JS.API.STREAM.INFO.KV_hermes_approvals",
     "$JS.API.STREAM.INFO.KV_hermes_model_limits",
     "$JS.API.STREAM.CREATE.KV_hermes_model_limits",
@@ -261,12 +260,29 @@ pub const SHARED_PUBLISH: &[&str] = &[
     "$JS.API.CONSUMER.DELETE.KV_hermes_lanes.*",
     "$JS.API.CONSUMER.INFO.KV_hermes_lanes.*",
     "$JS.FC.KV_hermes_lanes.>",
-    "$JS.API.STREAM.INFO.OBJ_hermes_artifacts",
     "hermes.result.>",
     "hermes.dlq.task",
+    "$JS.API.DIRECT.GET.KV_hermes_approvals.$KV.hermes_approvals.>",
+    "hermes.memory.rpc.upsert",
+    "hermes.memory.rpc.search",
+    "hermes.memory.rpc.get_doc",
+    "hermes.memory.rpc.ledger",
+    "hermes.memory.rpc.artifact_info",
+    "hermes.memory.rpc.artifact_read",
+    "hermes.memory.rpc.artifact_part",
+    "hermes.memory.rpc.artifact_commit",
+    "hermes.agent.report",
+];
+
+/// The static `agent` user's entries on the ledger and the artifacts, which an agent's own
+/// identity does not get: it reaches its tasks' entries and artifacts through the memory service
+/// with each task's token (`hermes_core::broker`), since these subjects name keys and objects,
+/// not goals or tenants, and no permission could confine it to its own.
+pub const BROKERED: &[&str] = &[
+    "$JS.API.STREAM.INFO.KV_hermes_ledger",
+    "$JS.API.STREAM.INFO.OBJ_hermes_artifacts",
     "$JS.API.DIRECT.GET.KV_hermes_ledger.$KV.hermes_ledger.>",
     "$KV.hermes_ledger.>",
-    "$JS.API.DIRECT.GET.KV_hermes_approvals.$KV.hermes_approvals.>",
     "$JS.API.DIRECT.GET.OBJ_hermes_artifacts.$O.hermes_artifacts.M.>",
     "$O.hermes_artifacts.C.>",
     "$O.hermes_artifacts.M.>",
@@ -274,10 +290,6 @@ pub const SHARED_PUBLISH: &[&str] = &[
     "$JS.API.CONSUMER.CREATE.OBJ_hermes_artifacts.*.$O.hermes_artifacts.C.>",
     "$JS.API.CONSUMER.DELETE.OBJ_hermes_artifacts.*",
     "$JS.FC.OBJ_hermes_artifacts.>",
-    "hermes.memory.rpc.upsert",
-    "hermes.memory.rpc.search",
-    "hermes.memory.rpc.get_doc",
-    "hermes.agent.report",
 ];
 
 /// The static `agent` user's entries [`agent_permissions`] replaces with the agent's own.
@@ -312,7 +324,7 @@ mod tests {
     fn an_identity_allows_what_the_static_agent_user_does_narrowed_to_its_own() {
         let conf = static_agent_publish();
         let shared: std::collections::BTreeSet<&str> = SHARED_PUBLISH.iter().copied().collect();
-        let narrowed: std::collections::BTreeSet<&str> = NARROWED.iter().copied().collect();
+        let narrowed: std::collections::BTreeSet<&str> = NARROWED.iter().chain(BROKERED).copied().collect();
         for entry in &conf {
             assert!(
                 shared.contains(entry.as_str()) || narrowed.contains(entry.as_str()),
@@ -322,6 +334,11 @@ mod tests {
         for entry in shared.iter().chain(&narrowed) {
             assert!(conf.iter().any(|c| c == entry), "`{entry}` is no longer in accounts.conf's agent user");
         }
+        // An identity reaches the ledger and the artifacts only through the memory service.
+        let identity = agent_permissions(&Topology::default(), "a1", ["a1"]);
+        let reached: Vec<&String> =
+            identity.publish.iter().filter(|p| p.contains("hermes_ledger") || p.contains("hermes_artifacts")).collect();
+        assert!(reached.is_empty(), "an agent's identity may publish {reached:?}");
     }
 
     #[test]

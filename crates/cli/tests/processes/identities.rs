@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use hermes_proto::{GetGoalRequest, GoalSpec, GoalStatus, SubmitGoalRequest, TaskNode, TaskPlan};
 use hermes_test_util::NatsServer;
 
-use crate::bus::{Accounts, Attacker, TOKEN, connect, free_addr, service, wait_online};
+use crate::bus::{Accounts, Attacker, Client, TOKEN, connect, free_addr, service, wait_online};
 
 const AGENTS: [&str; 2] = ["a1", "b2"];
 
@@ -71,6 +71,20 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
             "none",
         ],
     );
+    // Agents with identities reach the ledger and artifacts only through the memory service.
+    let memory_grpc = free_addr();
+    let (_memory, memory_log) = service(
+        dir.path(),
+        "hermes-memory",
+        &[
+            "--nats-url",
+            &accounts.url(&nats, "memory"),
+            "--grpc-listen",
+            &memory_grpc,
+            "--api-tokens-file",
+            tokens_file,
+        ],
+    );
     let mut client = connect(&grpc).await;
     let workspace = tempfile::tempdir().unwrap();
     let mut agents = Vec::new();
@@ -121,6 +135,7 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
             std::fs::read_to_string(&registry_log).unwrap_or_default(),
             std::fs::read_to_string(&dispatcher_log).unwrap_or_default()
         );
+        all += &format!("memory log:\n{}\n", std::fs::read_to_string(&memory_log).unwrap_or_default());
         for (_, log) in &agents {
             all += &format!("agent log:\n{}\n", std::fs::read_to_string(log).unwrap_or_default());
         }
@@ -140,18 +155,43 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
         })
         .collect();
     let spec = GoalSpec { plan: Some(TaskPlan { nodes, ..Default::default() }), ..Default::default() };
-    let goal_id =
-        client.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let goal = loop {
-        let goal = client.get_goal(GetGoalRequest { goal_id: goal_id.clone() }).await.unwrap().into_inner();
-        if goal.status != GoalStatus::Running as i32 {
-            break goal;
-        }
-        assert!(Instant::now() < deadline, "the goal did not end within 60 s\n{}", logs());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let goal = run_goal(&mut client, spec, &logs).await;
     assert_eq!(goal.status, GoalStatus::Completed as i32, "{:?}\n{}", goal.error, logs());
+
+    // A large output (an artifact of two parts) feeds a side-effecting write (a ledger entry):
+    // both go through the memory service with the task's token, and the content arrives whole.
+    let size = 700_000;
+    let node = |id: &str, task_type: &str, inputs: serde_json::Value, deps: &[&str]| TaskNode {
+        id: id.into(),
+        task_type: task_type.into(),
+        inputs_json: inputs.to_string(),
+        depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+        ..Default::default()
+    };
+    let nodes = vec![
+        node(
+            "big",
+            "text.template",
+            serde_json::json!({"template": format!("{{{{ \"x\" * {size} }}}}")}),
+            &[],
+        ),
+        node(
+            "save",
+            "fs.write",
+            serde_json::json!({"path": "big.txt", "content": {"$ref": "big.text"}}),
+            &["big"],
+        ),
+    ];
+    let spec = GoalSpec { plan: Some(TaskPlan { nodes, ..Default::default() }), ..Default::default() };
+    let big_goal = run_goal(&mut client, spec, &logs).await;
+    assert_eq!(big_goal.status, GoalStatus::Completed as i32, "{:?}\n{}", big_goal.error, logs());
+    let output = |id: &str| -> serde_json::Value {
+        let node = big_goal.nodes.iter().find(|n| n.node_id == id).unwrap();
+        serde_json::from_str(&node.output_json).unwrap()
+    };
+    let artifact = output("big")["$artifact"].as_str().expect("the large output is an artifact").to_owned();
+    assert_eq!(output("save")["bytes_written"], size, "{}", logs());
+    assert_eq!(std::fs::read(workspace.path().join("big.txt")).unwrap(), vec![b'x'; size]);
     let server_log = nats.log();
     assert!(!server_log.contains("Permissions Violation"), "an agent's own work was refused:\n{}", logs());
 
@@ -179,6 +219,75 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     ] {
         a1.publish_refused(what, subject).await;
     }
+    // The ledger and the artifacts are not its to read or write on the bus ...
+    for (what, subject) in [
+        ("the ledger's keys", "$JS.API.STREAM.INFO.KV_hermes_ledger".to_owned()),
+        (
+            "a ledger entry",
+            format!("$JS.API.DIRECT.GET.KV_hermes_ledger.$KV.hermes_ledger.{}.save", big_goal.goal_id),
+        ),
+        ("writing a ledger entry", format!("$KV.hermes_ledger.{}.save.0.forged", big_goal.goal_id)),
+        ("the artifacts' names", "$JS.API.STREAM.INFO.OBJ_hermes_artifacts".to_owned()),
+        (
+            "an artifact's description",
+            "$JS.API.DIRECT.GET.OBJ_hermes_artifacts.$O.hermes_artifacts.M.forged".to_owned(),
+        ),
+        ("reading artifacts' chunks", "$JS.API.CONSUMER.CREATE.OBJ_hermes_artifacts".to_owned()),
+        ("writing an artifact's chunk", "$O.hermes_artifacts.C.forged".to_owned()),
+    ] {
+        a1.publish_refused(what, subject).await;
+    }
+    // ... and the memory service does for it only what a task's token allows: that goal's.
+    let dispatcher_bus =
+        hermes_core::Bus::connect(hermes_core::BusConfig::new(accounts.url(&nats, "dispatcher")))
+            .await
+            .unwrap();
+    let key = hermes_core::task_token::TaskKey::open(&dispatcher_bus).await.unwrap();
+    let other_goal_token = key.sign("another-goal", "team-a", hermes_core::now_unix_ms() + 60_000);
+    let broker = |method: &'static str, body: Vec<u8>| {
+        let client = a1.client.clone();
+        async move {
+            let subject = hermes_core::Topology::default().memory_rpc(method);
+            let reply = client.request(subject, body.into()).await.unwrap();
+            let headers = reply.headers.unwrap_or_default();
+            let code = headers.get(hermes_core::broker::ERROR_CODE_HEADER).map(|c| c.as_str().to_owned());
+            (code, headers.get(hermes_core::broker::ERROR_MESSAGE_HEADER).map(|m| m.as_str().to_owned()))
+        }
+    };
+    use prost::Message as _;
+    for (what, token, key) in [
+        ("another goal's ledger entry", other_goal_token.clone(), format!("{}.save.0.x", big_goal.goal_id)),
+        (
+            "another goal's crash marker",
+            other_goal_token.clone(),
+            format!("inflight.{}.save", big_goal.goal_id),
+        ),
+        ("a forged token", format!("{other_goal_token}x"), "another-goal.n.0.x".to_owned()),
+    ] {
+        let request = hermes_proto::LedgerRequest {
+            task_token: token,
+            op: hermes_proto::LedgerOp::Get as i32,
+            key,
+            ..Default::default()
+        };
+        let (code, message) = broker("ledger", request.encode_to_vec()).await;
+        assert_eq!(code.as_deref(), Some("DENIED"), "{what}: {message:?}");
+    }
+    for method in ["artifact_info", "artifact_read"] {
+        let request = hermes_proto::TaskArtifactRequest {
+            task_token: other_goal_token.clone(),
+            r#ref: artifact.clone(),
+            cursor: 0,
+        };
+        let (code, message) = broker(method, request.encode_to_vec()).await;
+        assert_eq!(code.as_deref(), Some("NOT_FOUND"), "{method} of another goal's artifact: {message:?}");
+    }
+    let own_token = key.sign(&big_goal.goal_id, "team-a", hermes_core::now_unix_ms() + 60_000);
+    let request =
+        hermes_proto::TaskArtifactRequest { task_token: own_token, r#ref: artifact.clone(), cursor: 0 };
+    let (code, message) = broker("artifact_info", request.encode_to_vec()).await;
+    assert_eq!(code, None, "its own goal's artifact: {message:?}");
+
     for (what, subject) in [
         ("b2's replies and task deliveries", "_INBOX_agent_b2.>"),
         ("the shared agents' inbox", "_INBOX_agent.>"),
@@ -205,4 +314,19 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     let registry_log = std::fs::read_to_string(&registry_log).unwrap_or_default();
     assert!(registry_log.contains("is not agent `b2`'s"), "{registry_log}");
     assert!(registry_log.contains("the agent token is not known"), "{registry_log}");
+}
+
+/// Submits `spec` and waits (up to a minute) for the goal to end.
+async fn run_goal(client: &mut Client, spec: GoalSpec, logs: &impl Fn() -> String) -> hermes_proto::Goal {
+    let goal_id =
+        client.submit_goal(SubmitGoalRequest { spec: Some(spec) }).await.unwrap().into_inner().goal_id;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let goal = client.get_goal(GetGoalRequest { goal_id: goal_id.clone() }).await.unwrap().into_inner();
+        if goal.status != GoalStatus::Running as i32 {
+            return goal;
+        }
+        assert!(Instant::now() < deadline, "the goal did not end within 60 s\n{}", logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
