@@ -336,8 +336,11 @@ mod tests {
         }
         // An identity reaches the ledger and the artifacts only through the memory service.
         let identity = agent_permissions(&Topology::default(), "a1", ["a1"]);
-        let reached: Vec<&String> =
-            identity.publish.iter().filter(|p| p.contains("hermes_ledger") || p.contains("hermes_artifacts")).collect();
+        let reached: Vec<&String> = identity
+            .publish
+            .iter()
+            .filter(|p| p.contains("hermes_ledger") || p.contains("hermes_artifacts"))
+            .collect();
         assert!(reached.is_empty(), "an agent's identity may publish {reached:?}");
     }
 

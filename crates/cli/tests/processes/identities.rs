@@ -158,6 +158,25 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     let goal = run_goal(&mut client, spec, &logs).await;
     assert_eq!(goal.status, GoalStatus::Completed as i32, "{:?}\n{}", goal.error, logs());
 
+    // Agent a1, compromised, with its own credentials; first, it waits for memory to answer.
+    let mut a1 = Attacker::connect(&agent_url("a1", &agent_tokens[0].1)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let asked = hermes_core::broker::request::<_, hermes_proto::LedgerReply>(
+            &a1.client,
+            &hermes_core::Topology::default(),
+            "ledger",
+            &hermes_proto::LedgerRequest::default(),
+            Duration::from_secs(2),
+        )
+        .await;
+        match asked {
+            Err(e) if e.code() == hermes_core::ErrorCode::Denied => break,
+            other => assert!(Instant::now() < deadline, "memory does not answer: {other:?}\n{}", logs()),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // A large output (an artifact of two parts) feeds a side-effecting write (a ledger entry):
     // both go through the memory service with the task's token, and the content arrives whole.
     let size = 700_000;
@@ -195,8 +214,7 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     let server_log = nats.log();
     assert!(!server_log.contains("Permissions Violation"), "an agent's own work was refused:\n{}", logs());
 
-    // Agent a1, compromised, with its own credentials.
-    let mut a1 = Attacker::connect(&agent_url("a1", &agent_tokens[0].1)).await;
+    // Agent a1 tries the other agent's work.
     let tasks = "HERMES_TASKS";
     for (what, subject) in [
         ("pulling b2's directed tasks", format!("$JS.API.CONSUMER.MSG.NEXT.{tasks}.agent_b2")),
