@@ -249,6 +249,7 @@ impl SandboxBuilder {
             dispatcher,
             planner: self.llm_base_url.as_deref().map(|url| PlannerConfig::new(model(url, "planner-model"))),
             memory: self.memory.clone(),
+            users: None,
         };
         let shutdown = CancellationToken::new();
         let stack = Stack::start(config, shutdown.clone()).await.expect("stack starts");

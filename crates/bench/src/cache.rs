@@ -49,6 +49,7 @@ async fn goals(nats_url: &str, samples: usize, cached: bool) -> anyhow::Result<(
         },
         planner: None,
         memory: None,
+        users: None,
     };
     let stack = hermes_cli::stack::Stack::start(config, shutdown.clone()).await?;
     let grpc = hermes_proto::dispatcher_client::DispatcherClient::connect(stack.grpc_url()).await?;

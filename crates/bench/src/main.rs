@@ -788,6 +788,7 @@ async fn start_stack(
         dispatcher,
         planner: None,
         memory: None,
+        users: None,
     };
     Stack::start(config, shutdown.clone()).await
 }

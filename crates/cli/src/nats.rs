@@ -8,9 +8,14 @@
 //! A second `hermes up` on the same dir is refused naming the holder's pid, and so is a start
 //! while a server recorded by an earlier run is still alive.
 //!
-//! The server listens on 127.0.0.1 only and refuses anonymous clients: its config in the store
-//! dir (`auth.conf`, mode 0600) names one user, `hermes`, with a random password made at the
-//! first start, which the services of `hermes up` connect with.
+//! The server listens on 127.0.0.1 only and refuses anonymous clients. It runs the users a
+//! deployment does ([`LocalUsers`]): `deploy/nats/accounts.conf`, each service's user with a
+//! password made at this start, and `deploy/nats/identities.conf`, so each in-process agent
+//! connects as its own identity (`agent_<id>`), issued by the in-process registry. Beside them,
+//! the operator's user `hermes` may do anything in the `HERMES` account: its random password is
+//! made at the first start and kept in the store dir (`auth.conf`, mode 0600), for the processes
+//! that join this stack's bus (`hermes nats-url`). A store an earlier release made (its streams
+//! in the global account) keeps that release's one user, so nothing stored in it is lost.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -23,8 +28,11 @@ use tokio::process::{Child, Command};
 /// A nats-server child that is killed when dropped.
 pub struct LocalNats {
     child: Child,
-    /// Its URL with the credentials, for the services to connect with; prints without them.
+    /// Its URL with the operator's credentials; prints without them.
     pub url: hermes_core::secret::SecretUrl,
+    /// The services' users and the agents' identities' issuer; `None` on a store an earlier
+    /// release made, whose services share the operator's user.
+    pub users: Option<LocalUsers>,
     /// The file holding its one user's password (mode 0600), in the store dir.
     pub credentials: PathBuf,
     /// The store dir's lock, held while the server runs.
@@ -51,7 +59,7 @@ fn local_password(data_dir: &Path) -> anyhow::Result<(String, PathBuf)> {
             .with_context(|| format!("cannot restrict {}", path.display()))?;
         return Ok((password, path));
     }
-    let password: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+    let password = random_hex();
     let _ = std::fs::remove_file(&path);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -163,10 +171,11 @@ fn lock_store(data_dir: &Path) -> anyhow::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Records the server's pid and client port in the lock file.
-fn record_server(lock: &mut std::fs::File, pid: u32, port: u16) -> std::io::Result<()> {
+/// Records the server's pid, client port and monitoring port (loopback HTTP: `/varz`, `/connz`)
+/// in the lock file.
+fn record_server(lock: &mut std::fs::File, pid: u32, port: u16, monitor: u16) -> std::io::Result<()> {
     use std::io::Write;
-    writeln!(lock, "nats {pid}\nport {port}")?;
+    writeln!(lock, "nats {pid}\nport {port}\nmonitor {monitor}")?;
     lock.flush()
 }
 
@@ -210,18 +219,126 @@ pub async fn check_binary_version(binary: &Path) -> anyhow::Result<String> {
     Ok(version)
 }
 
-/// The server's config in a store dir: the auth file, and JetStream encryption when asked for.
+/// The users of `hermes up`'s own server, as a deployment has them: a password for each service's
+/// user of `deploy/nats/accounts.conf`, made at this start, and the account key the in-process
+/// registry signs agents' identities with (`deploy/nats/identities.conf`).
+#[derive(Clone)]
+pub struct LocalUsers {
+    port: u16,
+    passwords: Vec<(&'static str, String)>,
+    /// The seed (`SA...`) of the key the server trusts the registry's identities from.
+    pub issuer_seed: String,
+}
+
+impl std::fmt::Debug for LocalUsers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalUsers").field("port", &self.port).finish_non_exhaustive()
+    }
+}
+
+/// The services' users of accounts.conf, and the variables their passwords are read from.
+const SERVICE_USERS: [(&str, &str); 5] = [
+    ("dispatcher", "HERMES_DISPATCHER_NATS_PASSWORD"),
+    ("registry", "HERMES_REGISTRY_NATS_PASSWORD"),
+    ("planner", "HERMES_PLANNER_NATS_PASSWORD"),
+    ("memory", "HERMES_MEMORY_NATS_PASSWORD"),
+    ("agent", "HERMES_AGENT_NATS_PASSWORD"),
+];
+/// The variable the operator's password is read from.
+const OPERATOR_PASSWORD_ENV: &str = "HERMES_UP_NATS_PASSWORD";
+
+impl LocalUsers {
+    fn new(port: u16) -> LocalUsers {
+        let passwords = SERVICE_USERS.iter().map(|(user, _)| (*user, random_hex())).collect();
+        let issuer = nkeys::KeyPair::new_account();
+        LocalUsers { port, passwords, issuer_seed: issuer.seed().expect("a new key has its seed") }
+    }
+
+    /// The URL service `user` (`dispatcher`, `registry`, `planner`, `memory`) connects with.
+    pub fn url(&self, user: &str) -> anyhow::Result<hermes_core::secret::SecretUrl> {
+        let (_, password) = self
+            .passwords
+            .iter()
+            .find(|(u, _)| *u == user)
+            .with_context(|| format!("hermes up's server has no user `{user}`"))?;
+        Ok(format!("nats://{user}:{password}@127.0.0.1:{}", self.port).into())
+    }
+
+    /// The URL agent `id` connects with as its own identity, presenting `token`.
+    pub fn agent_url(&self, id: &str, token: &str) -> hermes_core::secret::SecretUrl {
+        format!("nats://{}{id}:{token}@127.0.0.1:{}", hermes_core::broker::AGENT_IDENTITY_PREFIX, self.port)
+            .into()
+    }
+
+    /// The environment the server reads the users' secrets from.
+    fn env(&self, operator_password: &str) -> Vec<(String, String)> {
+        let issuer = nkeys::KeyPair::from_seed(&self.issuer_seed).expect("our own seed").public_key();
+        let mut env: Vec<(String, String)> = SERVICE_USERS
+            .iter()
+            .zip(&self.passwords)
+            .map(|((_, var), (_, password))| ((*var).to_owned(), password.clone()))
+            .collect();
+        env.push(("NATS_SYS_PASSWORD".into(), random_hex()));
+        env.push(("HERMES_IDENTITIES_ISSUER".into(), issuer));
+        env.push((OPERATOR_PASSWORD_ENV.into(), operator_password.to_owned()));
+        env
+    }
+}
+
+/// 32 random bytes, hex.
+pub(crate) fn random_hex() -> String {
+    (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect()
+}
+
+/// The accounts, users and identities a deployment's server runs, as `hermes up`'s server runs
+/// them: accounts.conf with the operator's user added to the `HERMES` account, and
+/// identities.conf, which the operator's user bypasses as the services' users do.
+fn users_config() -> anyhow::Result<String> {
+    const ACCOUNTS: &str = include_str!("../../../deploy/nats/accounts.conf");
+    const IDENTITIES: &str = include_str!("../../../deploy/nats/identities.conf");
+    let account = ACCOUNTS.find("HERMES {").context("accounts.conf has no HERMES account")?;
+    let users = account
+        + ACCOUNTS[account..].find("users: [").context("the HERMES account has no users")?
+        + "users: [".len();
+    let operator = format!(
+        "\n      {{ user: {LOCAL_USER}, password: ${OPERATOR_PASSWORD_ENV} }}  # hermes up's operator: anything in HERMES\n"
+    );
+    let accounts = format!("{}{operator}{}", &ACCOUNTS[..users], &ACCOUNTS[users..]);
+    let services = "auth_users: [dispatcher, registry, planner, memory]";
+    anyhow::ensure!(IDENTITIES.contains(services), "identities.conf names other service users");
+    let identities = IDENTITIES
+        .replace(services, &format!("auth_users: [dispatcher, registry, planner, memory, {LOCAL_USER}]"));
+    Ok(format!("{accounts}\n{identities}"))
+}
+
+/// Whether the store in `data_dir` was made by a release whose one user was in the global
+/// account: its streams are under `jetstream/$G`, where the users' account would not see them.
+fn legacy_store(data_dir: &Path) -> bool {
+    let jetstream = data_dir.join("jetstream");
+    let has_streams = |account: &str| {
+        std::fs::read_dir(jetstream.join(account).join("streams")).is_ok_and(|mut d| d.next().is_some())
+    };
+    has_streams("$G") && !has_streams("HERMES")
+}
+
+/// The server's config in a store dir: the users, and JetStream encryption when asked for.
 const SERVER_FILE: &str = "server.conf";
 /// The environment variable the server reads its store's encryption secret from; the secret
 /// itself is never written to disk.
 const STORE_SECRET_ENV: &str = "HERMES_STORE_SECRET";
 
-/// Writes the server's config: `auth.conf`, and with `encrypt` a JetStream block that encrypts
-/// the store (ChaCha20-Poly1305) with the key the server reads from its environment.
-fn server_config(data_dir: &Path, encrypt: bool) -> anyhow::Result<PathBuf> {
+/// Writes the server's config: the users (or, on a `legacy` store, `auth.conf`'s one user), and
+/// with `encrypt` a JetStream block that encrypts the store (ChaCha20-Poly1305) with the key the
+/// server reads from its environment. Every secret comes from the environment.
+fn server_config(data_dir: &Path, legacy: bool, encrypt: bool) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = data_dir.join(SERVER_FILE);
-    let mut text = format!("# Written by `hermes up` at every start.\ninclude \"{AUTH_FILE}\"\n");
+    let mut text =
+        "# Written by `hermes up` at every start; the secrets come from its environment.\n".to_owned();
+    match legacy {
+        true => text.push_str(&format!("include \"{AUTH_FILE}\"\n")),
+        false => text.push_str(&users_config()?),
+    }
     if encrypt {
         text.push_str(&format!("jetstream {{\n  cipher: chachapoly\n  key: ${STORE_SECRET_ENV}\n}}\n"));
     }
@@ -246,8 +363,12 @@ pub async fn start_local(data_dir: &Path, store_secret: Option<&str>) -> anyhow:
         data_dir.canonicalize().with_context(|| format!("cannot resolve {}", data_dir.display()))?;
     let mut lock = lock_store(&data_dir)?;
     let (password, credentials) = local_password(&data_dir)?;
-    let config = server_config(&data_dir, store_secret.is_some())?;
+    let legacy = legacy_store(&data_dir);
+    let config = server_config(&data_dir, legacy, store_secret.is_some())?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let monitor = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let users = (!legacy).then(|| LocalUsers::new(port));
+    let users_env = users.as_ref().map(|u| u.env(&password)).unwrap_or_default();
     // The parent-death signal follows the thread that forks: this runs on the thread that drives
     // `hermes up` (its main thread), which lives as long as the process.
     let setpriv = Path::new("/usr/bin/setpriv");
@@ -264,7 +385,8 @@ pub async fn start_local(data_dir: &Path, store_secret: Option<&str>) -> anyhow:
         .arg(&config)
         .env_remove(STORE_SECRET_ENV)
         .envs(store_secret.map(|secret| (STORE_SECRET_ENV, secret)))
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .envs(users_env)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-m", &monitor.to_string(), "-js", "-sd"])
         .arg(&data_dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -272,12 +394,12 @@ pub async fn start_local(data_dir: &Path, store_secret: Option<&str>) -> anyhow:
         .spawn()
         .with_context(|| format!("cannot start {}", binary.display()))?;
     if let Some(pid) = child.id() {
-        record_server(&mut lock, pid, port)?;
+        record_server(&mut lock, pid, port, monitor)?;
     }
     let url = format!("nats://{LOCAL_USER}:{password}@127.0.0.1:{port}");
     for _ in 0..200 {
         if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Ok(LocalNats { child, url: url.into(), credentials, _lock: lock });
+            return Ok(LocalNats { child, url: url.into(), users, credentials, _lock: lock });
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -306,6 +428,33 @@ async fn async_connect(url: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_local_server_runs_the_deployments_users_and_the_operator_beside_them() {
+        let config = users_config().unwrap();
+        for user in ["user: dispatcher", "user: registry", "user: planner", "user: memory", "user: hermes,"] {
+            assert!(config.contains(user), "{user}");
+        }
+        assert!(config.contains("auth_users: [dispatcher, registry, planner, memory, hermes]"));
+        let users = LocalUsers::new(4222);
+        assert!(users.url("memory").unwrap().expose().starts_with("nats://memory:"));
+        assert!(users.url("nobody").is_err());
+        let env = users.env("operator-secret");
+        for var in ["HERMES_DISPATCHER_NATS_PASSWORD", "NATS_SYS_PASSWORD", "HERMES_IDENTITIES_ISSUER"] {
+            assert!(env.iter().any(|(k, v)| k == var && !v.is_empty()), "{var}");
+        }
+        assert!(env.contains(&(OPERATOR_PASSWORD_ENV.to_owned(), "operator-secret".to_owned())));
+    }
+
+    #[test]
+    fn a_store_with_streams_only_in_the_global_account_keeps_its_one_user() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!legacy_store(dir.path()), "a new store");
+        std::fs::create_dir_all(dir.path().join("jetstream/$G/streams/KV_hermes_goals")).unwrap();
+        assert!(legacy_store(dir.path()), "an earlier release's store");
+        std::fs::create_dir_all(dir.path().join("jetstream/HERMES/streams/KV_hermes_goals")).unwrap();
+        assert!(!legacy_store(dir.path()), "a store of this release");
+    }
 
     #[test]
     fn the_local_password_is_made_once_private_and_kept() {

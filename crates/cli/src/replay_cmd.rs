@@ -232,6 +232,7 @@ async fn replay_once(
         dispatcher,
         planner: text_goal.then(|| hermes_planner::PlannerConfig::new(answerer.model())),
         memory: None,
+        users: None,
     };
     let shutdown = CancellationToken::new();
     let stack = Stack::start(config, shutdown.clone()).await.context("cannot start the replay's stack")?;

@@ -31,6 +31,9 @@ pub struct StackConfig {
     pub planner: Option<hermes_planner::PlannerConfig>,
     /// Runs the memory service in the stack, its gRPC API on the dispatcher's port.
     pub memory: Option<hermes_memory::MemoryConfig>,
+    /// Each service on its own NATS user and each agent on its own identity (`hermes up`'s own
+    /// server); `None`: every service on the context's connection.
+    pub users: Option<crate::nats::LocalUsers>,
 }
 
 /// A running stack.
@@ -47,7 +50,10 @@ pub struct StackParts {
     http_addr: Option<SocketAddr>,
     registry: Registry,
     registry_config: RegistryConfig,
+    registry_bus: Bus,
     registry_run: Stoppable,
+    /// Whether the agents have identities of their own (then no agent can be added later).
+    identities: bool,
     agents: HashMap<String, Stoppable>,
 }
 
@@ -125,6 +131,9 @@ impl Stack {
         cx: &mut hermes_runtime::Context,
     ) -> anyhow::Result<StackParts> {
         let bus = cx.bus().cloned().context("connect before starting the stack")?;
+        // With users, the context's connection is the dispatcher's: it made the streams and
+        // buckets, which the other services' users may only look up.
+        let users = config.users.clone();
         let dispatcher = config.dispatcher;
         let grpc_addr = cx
             .grpc_listen(
@@ -134,12 +143,35 @@ impl Stack {
             )
             .await?;
         cx.grpc_tls(dispatcher.grpc_tls.clone())?;
+        let registry_bus = match &users {
+            Some(users) => {
+                // Buckets a deployment's dispatcher makes when it starts, which agents' users may
+                // only open: here the agents start first.
+                hermes_core::lanes::bucket(&bus).await?;
+                hermes_core::tool_cache::bucket(&bus).await?;
+                connect_as(users.url("registry")?, "registry").await?
+            }
+            None => bus.clone(),
+        };
         let registry = hermes_registry::start(config.registry.clone(), cx)?;
-        let registry_run = spawn_registry(cx, &bus, &registry);
+        let registry_run = spawn_registry(cx, &registry_bus, &registry);
+        // Agents reach the ledger and artifacts of their identities through memory: without it
+        // in the stack they share the context's connection.
+        let identities = match (&users, config.memory.is_some()) {
+            (Some(users), true) => Some(issue_identities(cx, &registry_bus, users, &config.agents).await?),
+            _ => None,
+        };
         let mut agents = HashMap::new();
         let mut expected_types = Vec::new();
         for agent_config in config.agents {
-            let (id, types, handle) = spawn_agent(cx, &bus, agent_config).await?;
+            let agent_bus = match (&users, &identities) {
+                (Some(users), Some(tokens)) => {
+                    let token = &tokens[&agent_config.agent_id];
+                    connect_as(users.agent_url(&agent_config.agent_id, token), "agent").await?
+                }
+                _ => bus.clone(),
+            };
+            let (id, types, handle) = spawn_agent(cx, &agent_bus, agent_config).await?;
             expected_types.extend(types);
             agents.insert(id, handle);
         }
@@ -147,26 +179,39 @@ impl Stack {
         let mut dispatcher = dispatcher;
         if let Some(planner) = config.planner {
             dispatcher.planner = true;
+            if let Some(users) = &users {
+                cx.use_bus(connect_as(users.url("planner")?, "planner").await?);
+            }
             hermes_planner::service::PlannerService::start_with(planner, cx)?;
         }
         if let Some(memory) = config.memory {
+            if let Some(users) = &users {
+                cx.use_bus(connect_as(users.url("memory")?, "memory").await?);
+            }
             hermes_memory::service::MemoryService::start_config(memory, cx).await?;
         }
+        cx.use_bus(bus);
         let started = hermes_dispatcher::start(dispatcher, cx).await?;
         let http_addr = started.http_addr;
-        info!(%grpc_addr, http = ?http_addr, nats = %config.nats_url, "hermes stack ready");
+        info!(%grpc_addr, http = ?http_addr, nats = %config.nats_url, own_users = users.is_some(), "hermes stack ready");
         Ok(StackParts {
             grpc_addr,
             http_addr,
             registry,
             registry_config: config.registry,
+            registry_bus,
             registry_run,
+            identities: identities.is_some(),
             agents,
         })
     }
 
-    /// Starts one more agent in this process.
+    /// Starts one more agent in this process (not with agents' own identities, which the
+    /// registry issues only to the agents the stack started with).
     pub async fn add_agent(&mut self, config: AgentConfig) -> anyhow::Result<()> {
+        if self.parts.identities {
+            bail!("this stack's agents have identities of their own: start agents with it, not later");
+        }
         let (id, types, handle) = spawn_agent(&mut self.cx, &self.bus, config).await?;
         self.parts.agents.insert(id, handle);
         wait_for_catalog(&self.bus, &types).await
@@ -183,7 +228,7 @@ impl Stack {
     /// its table from the heartbeats mirrored in KV. The gRPC API keeps serving the old table.
     pub async fn restart_registry(&mut self) {
         let fresh = Registry::new(self.parts.registry_config.clone());
-        let run = spawn_registry(&mut self.cx, &self.bus, &fresh);
+        let run = spawn_registry(&mut self.cx, &self.parts.registry_bus, &fresh);
         let old = std::mem::replace(&mut self.parts.registry_run, run);
         old.stop().await;
         self.parts.registry = fresh;
@@ -231,6 +276,52 @@ impl Stack {
             warn!(error = %format!("{e:#}"), "the stack stopped with an error");
         }
     }
+}
+
+/// A connection of its own for service `service`, on `url` (a service's user, or an agent's
+/// identity).
+async fn connect_as(url: hermes_core::secret::SecretUrl, service: &str) -> anyhow::Result<Bus> {
+    let config = hermes_core::BusConfig::new(url.clone()).with_name(format!("hermes-up {service}"));
+    Bus::connect(config).await.with_context(|| format!("{service} cannot connect to NATS at {url}"))
+}
+
+/// Makes a token for each agent of `agents` and has the registry issue them their identities:
+/// it answers the server's authorization requests (the auth callout) from now on.
+async fn issue_identities(
+    cx: &mut hermes_runtime::Context,
+    registry_bus: &Bus,
+    users: &crate::nats::LocalUsers,
+    agents: &[AgentConfig],
+) -> anyhow::Result<HashMap<String, String>> {
+    use sha2::Digest as _;
+    let tokens: HashMap<String, String> =
+        agents.iter().map(|a| (a.agent_id.clone(), crate::nats::random_hex())).collect();
+    let mut file = String::new();
+    for (id, token) in &tokens {
+        let digest: String =
+            sha2::Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        file += &format!("[[agent]]\nid = \"{id}\"\nsha256 = \"{digest}\"\n\n");
+    }
+    if tokens.is_empty() {
+        return Ok(tokens);
+    }
+    let access = hermes_core::access::Access::parse(&file)?;
+    let settings = hermes_registry::identities::IdentitySettings {
+        issuer_seed: users.issuer_seed.clone(),
+        ..Default::default()
+    };
+    let identities = hermes_registry::identities::Identities::new(
+        &settings,
+        hermes_core::access::Tokens::fixed(access),
+        registry_bus.topology().clone(),
+    )?
+    .context("the local server's identities issuer")?;
+    let requests = hermes_registry::identities::listen(registry_bus).await?;
+    let bus = registry_bus.clone();
+    cx.spawn("identities", move |stop| {
+        hermes_registry::identities::serve_requests(bus, identities, requests, stop)
+    });
+    Ok(tokens)
 }
 
 fn spawn_registry(cx: &mut hermes_runtime::Context, bus: &Bus, registry: &Registry) -> Stoppable {

@@ -212,6 +212,7 @@ impl hermes_runtime::Service for UpService {
         };
         let mut nats = settings.nats.clone();
         let mut local_credentials = None;
+        let mut users = None;
         // A URL the user gave (flag, HERMES_NATS_URL or the settings file) is the bus they meant:
         // when it is down, starting a second, local one instead would run their goals somewhere
         // no one else sees. Only an unset nats.url gets hermes up's own server.
@@ -230,7 +231,18 @@ impl hermes_runtime::Service for UpService {
             let local =
                 crate::nats::start_local(&settings.data_dir.join("nats"), settings.store_secret.as_deref())
                     .await?;
-            nats.url = local.url.clone();
+            // The services connect as their own users; the context's connection is the
+            // dispatcher's, which makes the streams and buckets the others look up.
+            nats.url = match &local.users {
+                Some(local_users) => local_users.url("dispatcher")?,
+                None => local.url.clone(),
+            };
+            users = local.users.clone();
+            if users.is_none() {
+                println!(
+                    "hermes up: this store was made by an earlier release, so its services share one NATS user; start with a new --data-dir for a user per service and agents' own identities (docs/security.md)"
+                );
+            }
             local_credentials = Some(local.credentials.clone());
             // The first task, so the last drained: the server outlives every service.
             cx.spawn("nats-server", move |stop| async move {
@@ -279,6 +291,7 @@ impl hermes_runtime::Service for UpService {
             dispatcher,
             planner,
             memory,
+            users,
         };
         let parts = Stack::start_on(config, cx).await?;
         match &embedded {

@@ -161,7 +161,25 @@ impl Identities {
 
 /// Answers the server's authorization requests until `shutdown`.
 pub async fn serve(bus: Bus, identities: Identities, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let mut requests = bus.client().queue_subscribe(CALLOUT_SUBJECT, "hermes-identities".to_owned()).await?;
+    let requests = listen(&bus).await?;
+    serve_requests(bus, identities, requests, shutdown).await
+}
+
+/// Subscribes to the server's authorization requests; once this returns, the server sends them
+/// here (the subscription is flushed).
+pub async fn listen(bus: &Bus) -> anyhow::Result<async_nats::Subscriber> {
+    let requests = bus.client().queue_subscribe(CALLOUT_SUBJECT, "hermes-identities".to_owned()).await?;
+    bus.client().flush().await?;
+    Ok(requests)
+}
+
+/// Answers the authorization requests of `requests` (from [`listen`]) until `shutdown`.
+pub async fn serve_requests(
+    bus: Bus,
+    identities: Identities,
+    mut requests: async_nats::Subscriber,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     info!(issuer = %identities.issuer(), account = %identities.account, "issuing agent identities (NATS auth callout)");
     loop {
         let message = tokio::select! {

@@ -268,6 +268,12 @@ impl Context {
         self.bus.as_ref()
     }
 
+    /// Makes `bus` the connection that the services started next get from [`Context::bus`], and
+    /// returns the one before: `hermes up` starts each in-process service on its own NATS user.
+    pub fn use_bus(&mut self, bus: Bus) -> Option<Bus> {
+        self.bus.replace(bus)
+    }
+
     /// The process-wide shutdown token: cancelled on the first signal or a task's failure.
     /// Long-lived streams (gRPC watches) end on it; workers should use their own task token.
     pub fn shutdown(&self) -> CancellationToken {

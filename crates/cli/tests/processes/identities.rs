@@ -180,28 +180,7 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     // A large output (an artifact of two parts) feeds a side-effecting write (a ledger entry):
     // both go through the memory service with the task's token, and the content arrives whole.
     let size = 700_000;
-    let node = |id: &str, task_type: &str, inputs: serde_json::Value, deps: &[&str]| TaskNode {
-        id: id.into(),
-        task_type: task_type.into(),
-        inputs_json: inputs.to_string(),
-        depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
-        ..Default::default()
-    };
-    let nodes = vec![
-        node(
-            "big",
-            "text.template",
-            serde_json::json!({"template": format!("{{{{ \"x\" * {size} }}}}")}),
-            &[],
-        ),
-        node(
-            "save",
-            "fs.write",
-            serde_json::json!({"path": "big.txt", "content": {"$ref": "big.text"}}),
-            &["big"],
-        ),
-    ];
-    let spec = GoalSpec { plan: Some(TaskPlan { nodes, ..Default::default() }), ..Default::default() };
+    let spec = written_large_output('x', size);
     let big_goal = run_goal(&mut client, spec, &logs).await;
     assert_eq!(big_goal.status, GoalStatus::Completed as i32, "{:?}\n{}", big_goal.error, logs());
     let output = |id: &str| -> serde_json::Value {
@@ -347,4 +326,93 @@ async fn run_goal(client: &mut Client, spec: GoalSpec, logs: &impl Fn() -> Strin
         assert!(Instant::now() < deadline, "the goal did not end within 60 s\n{}", logs());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// `hermes up` with its own server runs the users a deployment does: each in-process service
+/// connects as its own user of accounts.conf, and each agent as its own identity, issued by the
+/// in-process registry; the operator's user is left for what joins the stack (`hermes nats-url`).
+/// A goal whose large output feeds a side-effecting write runs through them (the agents reach the
+/// ledger and artifacts through the in-process memory service).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hermes_up_runs_each_service_as_its_own_user_and_each_agent_as_its_identity() {
+    use hermes_test_util::process::HermesUp;
+    let data = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let up = HermesUp::builder(env!("CARGO_BIN_EXE_hermes"), data.path())
+        .env("HERMES_LLM_PROVIDER", "none")
+        .args(["--agents", "2", "--agents-confirm-tools", "none", "--workspace"])
+        .args([workspace.path()])
+        .start();
+    let lock = std::fs::read_to_string(data.path().join("nats/hermes-up.lock")).unwrap();
+    let monitor = lock.lines().find_map(|l| l.strip_prefix("monitor ")).expect("the monitor port").trim();
+    let connections = || async {
+        let url = format!("http://127.0.0.1:{monitor}/connz?auth=true&limit=1024");
+        let connz: serde_json::Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+        connz["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let field = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+                (field("name"), field("authorized_user"))
+            })
+            .collect::<Vec<(String, String)>>()
+    };
+    let users: std::collections::BTreeSet<String> = connections().await.into_iter().map(|(_, u)| u).collect();
+    for user in ["dispatcher", "registry", "memory", "agent_local-1", "agent_local-2"] {
+        assert!(users.contains(user), "no connection as `{user}`: {:?}", connections().await);
+    }
+    assert!(!users.contains("hermes"), "a service connects as the operator: {:?}", connections().await);
+
+    let size = 300_000;
+    let spec = written_large_output('y', size);
+    let mut client = connect(&up.grpc).await;
+    let goal = run_goal(&mut client, spec, &|| String::new()).await;
+    assert_eq!(goal.status, GoalStatus::Completed as i32, "{:?}", goal.error);
+    assert_eq!(std::fs::read(workspace.path().join("big.txt")).unwrap(), vec![b'y'; size]);
+
+    // The operator's URL joins the stack as before.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .args(["nats-url", "--data-dir"])
+        .arg(data.path())
+        .output()
+        .unwrap();
+    let url = String::from_utf8(out.stdout).unwrap();
+    assert!(url.trim().starts_with("nats://hermes:"), "{url}");
+    let addr: async_nats::ServerAddr = url.trim().parse().unwrap();
+    let operator = async_nats::ConnectOptions::with_user_and_password(
+        addr.username().unwrap().into(),
+        addr.password().unwrap().into(),
+    )
+    .connect(url.trim())
+    .await
+    .unwrap();
+    operator.flush().await.unwrap();
+}
+
+/// A goal whose node `big` outputs `size` times `letter` (over the inline limit: an artifact) and
+/// whose node `save` writes it to `big.txt` with `fs.write` (a side effect: a ledger entry).
+fn written_large_output(letter: char, size: usize) -> GoalSpec {
+    let node = |id: &str, task_type: &str, inputs: serde_json::Value, deps: &[&str]| TaskNode {
+        id: id.into(),
+        task_type: task_type.into(),
+        inputs_json: inputs.to_string(),
+        depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+        ..Default::default()
+    };
+    let nodes = vec![
+        node(
+            "big",
+            "text.template",
+            serde_json::json!({"template": format!("{{{{ \"{letter}\" * {size} }}}}")}),
+            &[],
+        ),
+        node(
+            "save",
+            "fs.write",
+            serde_json::json!({"path": "big.txt", "content": {"$ref": "big.text"}}),
+            &["big"],
+        ),
+    ];
+    GoalSpec { plan: Some(TaskPlan { nodes, ..Default::default() }), ..Default::default() }
 }
