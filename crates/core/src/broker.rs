@@ -2,11 +2,12 @@
 //! brokers for agents with their own NATS identity.
 //!
 //! An agent that connects as `agent_<id>` (docs/security.md, "Per-agent NATS identities") may not
-//! touch the `hermes_ledger` bucket or the `hermes_artifacts` object store: their subjects name
+//! touch the `hermes_ledger` and `hermes_tool_cache` buckets or the `hermes_artifacts` object store: their subjects name
 //! keys and objects, not tenants or goals, so no permission could confine it to its own tasks'.
 //! It asks the memory service instead, sending the `memory_token` of the task it works for
 //! ([`crate::task_token`]); the service does the operation only on that task's goal's entries and
-//! artifacts. A [`TaskBroker`] is that token and a connection: [`crate::ledger::LedgerStore`] and
+//! artifacts. A [`TaskBroker`] is that token and a connection: [`crate::task_kv::TaskKv`] (the
+//! ledger, and the tool cache, whose entries are the token's tenant's) and
 //! [`crate::artifacts::Artifacts`] use one in place of their bucket when [`crate::Bus::task_ledger`]
 //! and [`crate::Bus::task_artifacts`] are asked on such a connection.
 

@@ -361,8 +361,8 @@ impl Bus {
     /// use [`Bus::task_ledger`].
     pub fn ledger(&self) -> crate::ledger::LedgerStore {
         match &self.inner.ledger {
-            Some(kv) => crate::ledger::LedgerStore::new(kv.clone()),
-            None => crate::ledger::LedgerStore::closed(),
+            Some(kv) => crate::ledger::store(kv.clone()),
+            None => crate::task_kv::TaskKv::closed(crate::task_kv::LEDGER),
         }
     }
 
@@ -377,7 +377,7 @@ impl Bus {
     pub fn task_ledger(&self, token: &str) -> crate::ledger::LedgerStore {
         match self.brokered() {
             false => self.ledger(),
-            true => crate::ledger::LedgerStore::brokered(self.task_broker(token)),
+            true => crate::task_kv::TaskKv::brokered(self.task_broker(token), crate::task_kv::LEDGER),
         }
     }
 
@@ -391,7 +391,8 @@ impl Bus {
         }
     }
 
-    fn task_broker(&self, token: &str) -> crate::broker::TaskBroker {
+    /// A task's way to the memory service's brokered task data, with its `memory_token`.
+    pub fn task_broker(&self, token: &str) -> crate::broker::TaskBroker {
         crate::broker::TaskBroker::new(self.inner.client.clone(), self.topology().clone(), token.to_owned())
     }
 

@@ -27,6 +27,7 @@ pub mod reload;
 pub mod schema;
 pub mod secret;
 pub mod shutdown;
+pub mod task_kv;
 pub mod task_token;
 pub mod telemetry;
 pub mod text;

@@ -14,9 +14,9 @@
 
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::kv;
 use futures::StreamExt;
 use hermes_core::artifacts::Artifacts;
+use hermes_core::task_kv::{TOOL_CACHE, TaskKv};
 use hermes_core::{Bus, ErrorCode, now_unix_ms};
 use serde_json::{Value, json};
 
@@ -80,10 +80,10 @@ enum Found {
     Free(Option<u64>),
 }
 
-async fn look(store: &kv::Store, artifacts: &Artifacts, key: &CacheKey) -> Result<Found, ToolError> {
+async fn look(store: &TaskKv, artifacts: &Artifacts, key: &CacheKey) -> Result<Found, ToolError> {
     let entry = store.entry(&key.key).await.map_err(unavailable)?;
     let Some(entry) = entry else { return Ok(Found::Free(None)) };
-    if entry.operation != kv::Operation::Put {
+    if !entry.live {
         return Ok(Found::Free(Some(entry.revision)));
     }
     let value: Value = serde_json::from_slice(&entry.value).unwrap_or(Value::Null);
@@ -127,13 +127,19 @@ fn unavailable(e: impl std::fmt::Display) -> ToolError {
 pub(crate) async fn call<F>(
     bus: &Bus,
     artifacts: &Artifacts,
+    token: &str,
     key: &CacheKey,
     run: F,
 ) -> (Result<Value, ToolError>, Option<CacheHit>)
 where
     F: std::future::Future<Output = Result<Value, ToolError>>,
 {
-    let store = match bucket(bus).await {
+    // An agent's own identity reaches its task's tenant's entries through the memory service.
+    let store = match bus.brokered() {
+        true => Ok(TaskKv::brokered(bus.task_broker(token), TOOL_CACHE)),
+        false => bucket(bus).await.map(|kv| TaskKv::new(kv, TOOL_CACHE)),
+    };
+    let store = match store {
         Ok(store) => store,
         Err(e) => {
             tracing::warn!(error = %e, "the tool cache is unreachable; running the tool");
@@ -162,8 +168,8 @@ where
                         .to_string()
                         .into();
                 let won = match revision {
-                    None => store.create(&key.key, marker).await.is_ok(),
-                    Some(revision) => store.update(&key.key, marker, revision).await.is_ok(),
+                    None => matches!(store.create(&key.key, marker).await, Ok(true)),
+                    Some(revision) => store.replace(&key.key, marker, revision).await.is_ok(),
                 };
                 if won {
                     break true;
@@ -174,8 +180,10 @@ where
                 if started.elapsed() > key.stale_after {
                     break false;
                 }
-                if watch.is_none() {
-                    watch = store.watch(&key.key).await.ok();
+                if watch.is_none()
+                    && let Some(bucket) = store.bucket()
+                {
+                    watch = bucket.watch(&key.key).await.ok();
                 }
                 match watch.as_mut() {
                     Some(w) => {
@@ -192,14 +200,14 @@ where
         match &result {
             Ok(output) => store_output(&store, artifacts, key, output).await,
             Err(_) => {
-                let _ = store.delete(&key.key).await;
+                let _ = store.remove(&key.key).await;
             }
         }
     }
     (result, None)
 }
 
-async fn store_output(store: &kv::Store, artifacts: &Artifacts, key: &CacheKey, output: &Value) {
+async fn store_output(store: &TaskKv, artifacts: &Artifacts, key: &CacheKey, output: &Value) {
     let now = now_unix_ms();
     let text = output.to_string();
     let mut entry = json!({
@@ -215,7 +223,7 @@ async fn store_output(store: &kv::Store, artifacts: &Artifacts, key: &CacheKey, 
             Err(e) => {
                 tracing::warn!(tool = %key.tool, error = %e, "cannot keep a large tool result; not cached");
                 count(&key.tool, "too_large");
-                let _ = store.delete(&key.key).await;
+                let _ = store.remove(&key.key).await;
                 return;
             }
         }

@@ -241,6 +241,24 @@ impl Memory {
         self.bus.ledger().serve(&request).await
     }
 
+    /// An agent's tool cache operation through the memory service: only on its task's tenant's
+    /// entries (their keys start with the tenant's token, `hermes_core::tool_cache::tenant_token`).
+    pub async fn task_tool_cache(&self, request: LedgerRequest) -> Result<LedgerReply> {
+        let claims = self.task_claims(&request.task_token)?;
+        let tenant = hermes_core::tool_cache::tenant_token(&claims.tenant);
+        if request.key.split('.').next() != Some(tenant.as_str()) {
+            warn!(goal_id = %claims.goal_id, key = %request.key, event = "memory_request_refused", "an agent's tool cache request for another tenant's entry was refused");
+            return Err(Error::Denied {
+                reason: format!(
+                    "the task token is for tenant `{}`; cache key `{}` is not its",
+                    claims.tenant, request.key
+                ),
+            });
+        }
+        let bucket = hermes_core::tool_cache::bucket(&self.bus).await?;
+        hermes_core::task_kv::TaskKv::new(bucket, hermes_core::task_kv::TOOL_CACHE).serve(&request).await
+    }
+
     /// An agent's artifact request through the memory service (`artifact_info`, `artifact_read`,
     /// `artifact_part`, `artifact_commit`): only its task's goal's artifacts.
     async fn task_artifact(&self, method: &str, body: bytes::Bytes) -> Result<Vec<u8>> {
@@ -694,6 +712,7 @@ async fn serve_request(memory: &Memory, request: async_nats::Message) {
             "collections" => memory.collections(decode(body)?).encode_to_vec(),
             // Task data an agent with its own identity reaches only through here, with its task's token.
             "ledger" => memory.task_ledger(decode(body)?).await?.encode_to_vec(),
+            "tool_cache" => memory.task_tool_cache(decode(body)?).await?.encode_to_vec(),
             "artifact_info" | "artifact_read" | "artifact_part" | "artifact_commit" => {
                 memory.task_artifact(&method, body).await?
             }

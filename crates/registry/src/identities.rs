@@ -262,15 +262,6 @@ pub const SHARED_PUBLISH: &[&str] = &[
     "$JS.API.CONSUMER.DELETE.KV_hermes_model_limits.*",
     "$JS.API.CONSUMER.INFO.KV_hermes_model_limits.*",
     "$JS.FC.KV_hermes_model_limits.>",
-    "$JS.API.STREAM.INFO.KV_hermes_tool_cache",
-    "$JS.API.STREAM.CREATE.KV_hermes_tool_cache",
-    "$JS.API.DIRECT.GET.KV_hermes_tool_cache.$KV.hermes_tool_cache.>",
-    "$KV.hermes_tool_cache.>",
-    "$JS.API.CONSUMER.CREATE.KV_hermes_tool_cache",
-    "$JS.API.CONSUMER.CREATE.KV_hermes_tool_cache.*.$KV.hermes_tool_cache.>",
-    "$JS.API.CONSUMER.DELETE.KV_hermes_tool_cache.*",
-    "$JS.API.CONSUMER.INFO.KV_hermes_tool_cache.*",
-    "$JS.FC.KV_hermes_tool_cache.>",
     "$JS.API.STREAM.INFO.KV_hermes_lanes",
     "$JS.API.STREAM.CREATE.KV_hermes_lanes",
     "$JS.API.CONSUMER.CREATE.KV_hermes_lanes",
@@ -285,6 +276,7 @@ pub const SHARED_PUBLISH: &[&str] = &[
     "hermes.memory.rpc.search",
     "hermes.memory.rpc.get_doc",
     "hermes.memory.rpc.ledger",
+    "hermes.memory.rpc.tool_cache",
     "hermes.memory.rpc.artifact_info",
     "hermes.memory.rpc.artifact_read",
     "hermes.memory.rpc.artifact_part",
@@ -292,10 +284,10 @@ pub const SHARED_PUBLISH: &[&str] = &[
     "hermes.agent.report",
 ];
 
-/// The static `agent` user's entries on the ledger and the artifacts, which an agent's own
-/// identity does not get: it reaches its tasks' entries and artifacts through the memory service
-/// with each task's token (`hermes_core::broker`), since these subjects name keys and objects,
-/// not goals or tenants, and no permission could confine it to its own.
+/// The static `agent` user's entries on the ledger, the artifacts and the tool cache, which an
+/// agent's own identity does not get: it reaches its tasks' entries and artifacts through the
+/// memory service with each task's token (`hermes_core::broker`), since these subjects name keys
+/// and objects, not goals or tenants, and no permission could confine it to its own.
 pub const BROKERED: &[&str] = &[
     "$JS.API.STREAM.INFO.KV_hermes_ledger",
     "$JS.API.STREAM.INFO.OBJ_hermes_artifacts",
@@ -308,6 +300,15 @@ pub const BROKERED: &[&str] = &[
     "$JS.API.CONSUMER.CREATE.OBJ_hermes_artifacts.*.$O.hermes_artifacts.C.>",
     "$JS.API.CONSUMER.DELETE.OBJ_hermes_artifacts.*",
     "$JS.FC.OBJ_hermes_artifacts.>",
+    "$JS.API.STREAM.INFO.KV_hermes_tool_cache",
+    "$JS.API.STREAM.CREATE.KV_hermes_tool_cache",
+    "$JS.API.DIRECT.GET.KV_hermes_tool_cache.$KV.hermes_tool_cache.>",
+    "$KV.hermes_tool_cache.>",
+    "$JS.API.CONSUMER.CREATE.KV_hermes_tool_cache",
+    "$JS.API.CONSUMER.CREATE.KV_hermes_tool_cache.*.$KV.hermes_tool_cache.>",
+    "$JS.API.CONSUMER.DELETE.KV_hermes_tool_cache.*",
+    "$JS.API.CONSUMER.INFO.KV_hermes_tool_cache.*",
+    "$JS.FC.KV_hermes_tool_cache.>",
 ];
 
 /// The static `agent` user's entries [`agent_permissions`] replaces with the agent's own.

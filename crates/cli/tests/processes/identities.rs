@@ -101,6 +101,8 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
                 workspace.path().to_str().unwrap(),
                 "--agent-heartbeat-ms",
                 "500",
+                "--cache",
+                "math.evaluate",
                 "--llm-provider",
                 "none",
             ],
@@ -145,19 +147,6 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     // Both agents register through their own identities.
     wait_online(&registry_grpc, &AGENTS, &logs).await;
 
-    // A goal wide enough for both agents completes: each pulls, acknowledges and answers its work.
-    let nodes = (0..8)
-        .map(|i| TaskNode {
-            id: format!("n{i}"),
-            task_type: "math.evaluate".into(),
-            inputs_json: serde_json::json!({"expression": format!("{i} * 2")}).to_string(),
-            ..Default::default()
-        })
-        .collect();
-    let spec = GoalSpec { plan: Some(TaskPlan { nodes, ..Default::default() }), ..Default::default() };
-    let goal = run_goal(&mut client, spec, &logs).await;
-    assert_eq!(goal.status, GoalStatus::Completed as i32, "{:?}\n{}", goal.error, logs());
-
     // Agent a1, compromised, with its own credentials; first, it waits for memory to answer.
     let mut a1 = Attacker::connect(&agent_url("a1", &agent_tokens[0].1)).await;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -176,6 +165,21 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+
+    // A goal wide enough for both agents completes: each pulls, acknowledges and answers its work.
+    let nodes = (0..8)
+        .map(|i| {
+            node(
+                &format!("n{i}"),
+                "math.evaluate",
+                serde_json::json!({"expression": format!("{i} * 2")}),
+                &[],
+            )
+        })
+        .collect();
+    let spec = GoalSpec { plan: Some(TaskPlan { nodes, ..Default::default() }), ..Default::default() };
+    let goal = run_goal(&mut client, spec, &logs).await;
+    assert_eq!(goal.status, GoalStatus::Completed as i32, "{:?}\n{}", goal.error, logs());
 
     // A large output (an artifact of two parts) feeds a side-effecting write (a ledger entry):
     // both go through the memory service with the task's token, and the content arrives whole.
@@ -231,6 +235,8 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
         ),
         ("reading artifacts' chunks", "$JS.API.CONSUMER.CREATE.OBJ_hermes_artifacts".to_owned()),
         ("writing an artifact's chunk", "$O.hermes_artifacts.C.forged".to_owned()),
+        ("the tool cache", "$JS.API.DIRECT.GET.KV_hermes_tool_cache.$KV.hermes_tool_cache.t.x.y".to_owned()),
+        ("planting a cached result", "$KV.hermes_tool_cache.t0.math.evaluate.forged".to_owned()),
     ] {
         a1.publish_refused(what, subject).await;
     }
@@ -269,6 +275,20 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
         };
         let (code, message) = broker("ledger", request.encode_to_vec()).await;
         assert_eq!(code.as_deref(), Some("DENIED"), "{what}: {message:?}");
+    }
+    // The first goal's results were cached through memory, as its tenant's.
+    let cached = hermes_core::tool_cache::stats(&dispatcher_bus, Some("team-a"), None).await.unwrap();
+    assert!(cached.get("math.evaluate").is_some_and(|s| s.entries >= 8), "{cached:?}\n{}", logs());
+    let team_a = key.sign("another-goal", "team-a", hermes_core::now_unix_ms() + 60_000);
+    for (tenant, expected) in [("team-b", Some("DENIED")), ("team-a", None)] {
+        let request = hermes_proto::LedgerRequest {
+            task_token: team_a.clone(),
+            op: hermes_proto::LedgerOp::Get as i32,
+            key: format!("{}.math.evaluate.x", hermes_core::tool_cache::tenant_token(tenant)),
+            ..Default::default()
+        };
+        let (code, message) = broker("tool_cache", request.encode_to_vec()).await;
+        assert_eq!(code.as_deref(), expected, "{tenant}'s cache entry: {message:?}");
     }
     for method in ["artifact_info", "artifact_read"] {
         let request = hermes_proto::TaskArtifactRequest {
@@ -393,13 +413,6 @@ async fn hermes_up_runs_each_service_as_its_own_user_and_each_agent_as_its_ident
 /// A goal whose node `big` outputs `size` times `letter` (over the inline limit: an artifact) and
 /// whose node `save` writes it to `big.txt` with `fs.write` (a side effect: a ledger entry).
 fn written_large_output(letter: char, size: usize) -> GoalSpec {
-    let node = |id: &str, task_type: &str, inputs: serde_json::Value, deps: &[&str]| TaskNode {
-        id: id.into(),
-        task_type: task_type.into(),
-        inputs_json: inputs.to_string(),
-        depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
-        ..Default::default()
-    };
     let nodes = vec![
         node(
             "big",
@@ -415,4 +428,15 @@ fn written_large_output(letter: char, size: usize) -> GoalSpec {
         ),
     ];
     GoalSpec { plan: Some(TaskPlan { nodes, ..Default::default() }), ..Default::default() }
+}
+
+/// A plan node of `task_type` with `inputs`, after `deps`.
+fn node(id: &str, task_type: &str, inputs: serde_json::Value, deps: &[&str]) -> TaskNode {
+    TaskNode {
+        id: id.into(),
+        task_type: task_type.into(),
+        inputs_json: inputs.to_string(),
+        depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+        ..Default::default()
+    }
 }
