@@ -38,21 +38,48 @@ pub async fn request<Q: prost::Message, R: prost::Message + Default>(
     request: &Q,
     timeout: Duration,
 ) -> Result<R> {
+    match ask(client, topology, method, request.encode_to_vec().into(), timeout).await {
+        Ok(reply) => Ok(reply),
+        Err(Asked::NoResponders) => {
+            Err(Error::Unavailable("the memory service (no replica is running)".into()))
+        }
+        Err(Asked::Failed(e)) => Err(e),
+    }
+}
+
+/// Why a request got no reply to decode.
+enum Asked {
+    /// No replica was subscribed: the request reached no one, so sending it again is safe.
+    NoResponders,
+    Failed(Error),
+}
+
+async fn ask<R: prost::Message + Default>(
+    client: &async_nats::Client,
+    topology: &Topology,
+    method: &str,
+    body: bytes::Bytes,
+    timeout: Duration,
+) -> std::result::Result<R, Asked> {
     let subject = topology.memory_rpc(method);
-    let sent = tokio::time::timeout(timeout, client.request(subject, request.encode_to_vec().into())).await;
+    let sent = tokio::time::timeout(timeout, client.request(subject, body)).await;
     let reply = match sent {
         Err(_) => {
-            return Err(Error::Timeout {
+            return Err(Asked::Failed(Error::Timeout {
                 what: format!("memory `{method}`"),
                 elapsed_ms: timeout.as_millis() as u64,
-            });
+            }));
         }
         Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
-            return Err(Error::Unavailable("the memory service (no replica is running)".into()));
+            return Err(Asked::NoResponders);
         }
-        Ok(Err(e)) => return Err(Error::Unavailable(format!("the memory service ({e})"))),
+        Ok(Err(e)) => return Err(Asked::Failed(Error::Unavailable(format!("the memory service ({e})")))),
         Ok(Ok(reply)) => reply,
     };
+    decode_reply(method, reply).map_err(Asked::Failed)
+}
+
+fn decode_reply<R: prost::Message + Default>(method: &str, reply: async_nats::Message) -> Result<R> {
     if let Some(headers) = &reply.headers
         && let Some(code) = headers.get(ERROR_CODE_HEADER)
     {
@@ -70,8 +97,13 @@ pub async fn request<Q: prost::Message, R: prost::Message + Default>(
     R::decode(reply.payload).map_err(|e| Error::Decode { kind: "memory reply", reason: e.to_string() })
 }
 
-/// How long a brokered ledger or artifact request waits for the memory service.
+/// How long a brokered ledger or artifact request waits for the memory service's answer.
 pub const BROKER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long a brokered request is sent again while no memory replica is running (a restart, a
+/// rolling update): a request that reached no one may be sent again, whatever it does. A request
+/// that reached a replica and timed out is not, since it may have been done.
+pub const BROKER_PATIENCE: Duration = Duration::from_secs(30);
 
 /// A task's way to its own goal's ledger entries and artifacts through the memory service.
 #[derive(Clone)]
@@ -97,12 +129,42 @@ impl TaskBroker {
         &self.token
     }
 
-    pub(crate) async fn call<Q: prost::Message, R: prost::Message + Default>(
+    /// One request, not sent again when no replica is running (for what can do without memory
+    /// a while, the tool cache).
+    pub(crate) async fn call_once<Q: prost::Message, R: prost::Message + Default>(
         &self,
         method: &str,
         body: &Q,
     ) -> Result<R> {
         request(&self.client, &self.topology, method, body, BROKER_TIMEOUT).await
+    }
+
+    /// One request, sent again for up to [`BROKER_PATIENCE`] while no replica is running.
+    pub(crate) async fn call<Q: prost::Message, R: prost::Message + Default>(
+        &self,
+        method: &str,
+        body: &Q,
+    ) -> Result<R> {
+        let body: bytes::Bytes = body.encode_to_vec().into();
+        let deadline = std::time::Instant::now() + BROKER_PATIENCE;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match ask(&self.client, &self.topology, method, body.clone(), BROKER_TIMEOUT).await {
+                Ok(reply) => return Ok(reply),
+                Err(Asked::NoResponders) if std::time::Instant::now() < deadline => {
+                    tracing::warn!(method, "no memory service replica is running; asking again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(Asked::NoResponders) => {
+                    return Err(Error::Unavailable(format!(
+                        "the memory service (no replica has been running for {} s)",
+                        BROKER_PATIENCE.as_secs()
+                    )));
+                }
+                Err(Asked::Failed(e)) => return Err(e),
+            }
+        }
     }
 
     /// The most bytes one brokered request or reply carries: the server's `max_payload`, less

@@ -17,12 +17,15 @@ pub struct KvKind {
     pub entry: &'static str,
     /// The memory service's method for an agent's own identity (`ledger`).
     pub method: &'static str,
+    /// Whether a request waits out a while with no memory replica running (the ledger, which a
+    /// side effect cannot go without), or fails at once (the cache, which the tool can).
+    pub patient: bool,
 }
 
 /// The side-effect ledger (`hermes_ledger`, [`crate::ledger`]).
-pub const LEDGER: KvKind = KvKind { entry: "ledger entry", method: "ledger" };
+pub const LEDGER: KvKind = KvKind { entry: "ledger entry", method: "ledger", patient: true };
 /// The tool cache (`hermes_tool_cache`, [`crate::tool_cache`]).
-pub const TOOL_CACHE: KvKind = KvKind { entry: "tool cache entry", method: "tool_cache" };
+pub const TOOL_CACHE: KvKind = KvKind { entry: "tool cache entry", method: "tool_cache", patient: false };
 
 /// A KV bucket agents write, as a task reaches it: the bucket itself, or on an agent's own
 /// identity the entries its task's token allows, through the memory service. Cheap to clone.
@@ -103,7 +106,10 @@ impl TaskKv {
             value: value.to_vec(),
             revision,
         };
-        broker.call(self.kind.method, &request).await
+        match self.kind.patient {
+            true => broker.call(self.kind.method, &request).await,
+            false => broker.call_once(self.kind.method, &request).await,
+        }
     }
 
     /// Writes `value` under `key` unless the key holds a live entry: `true` when this call wrote

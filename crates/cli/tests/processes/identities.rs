@@ -73,7 +73,7 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     );
     // Agents with identities reach the ledger and artifacts only through the memory service.
     let memory_grpc = free_addr();
-    let (_memory, memory_log) = service(
+    let (mut memory, memory_log) = service(
         dir.path(),
         "hermes-memory",
         &[
@@ -185,7 +185,15 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     // both go through the memory service with the task's token, and the content arrives whole.
     let size = 700_000;
     let spec = written_large_output('x', size);
-    let big_goal = run_goal(&mut client, spec, &logs).await;
+    // With no memory replica running when it starts (a restart): the agents ask again.
+    memory.kill9();
+    let submitted = tokio::spawn({
+        let mut client = client.clone();
+        async move { run_goal(&mut client, spec, &String::new).await }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    memory.restart();
+    let big_goal = submitted.await.unwrap();
     assert_eq!(big_goal.status, GoalStatus::Completed as i32, "{:?}\n{}", big_goal.error, logs());
     let output = |id: &str| -> serde_json::Value {
         let node = big_goal.nodes.iter().find(|n| n.node_id == id).unwrap();
