@@ -158,7 +158,10 @@ impl Stack {
         // Agents reach the ledger and artifacts of their identities through memory: without it
         // in the stack they share the context's connection.
         let identities = match (&users, config.memory.is_some()) {
-            (Some(users), true) => Some(issue_identities(cx, &registry_bus, users, &config.agents).await?),
+            (Some(users), true) => {
+                let file = dispatcher.access.clone();
+                Some(issue_identities(cx, &registry_bus, users, &config.agents, file).await?)
+            }
             _ => None,
         };
         let mut agents = HashMap::new();
@@ -286,36 +289,25 @@ async fn connect_as(url: hermes_core::secret::SecretUrl, service: &str) -> anyho
 }
 
 /// Makes a token for each agent of `agents` and has the registry issue them their identities:
-/// it answers the server's authorization requests (the auth callout) from now on.
+/// it answers the server's authorization requests (the auth callout) from now on. Agents of the
+/// API tokens file (`[[agent]]` entries) are admitted too, so one started apart joins as itself.
 async fn issue_identities(
     cx: &mut hermes_runtime::Context,
     registry_bus: &Bus,
     users: &crate::nats::LocalUsers,
     agents: &[AgentConfig],
+    file: std::sync::Arc<hermes_core::access::Tokens>,
 ) -> anyhow::Result<HashMap<String, String>> {
-    use sha2::Digest as _;
     let tokens: HashMap<String, String> =
         agents.iter().map(|a| (a.agent_id.clone(), crate::nats::random_hex())).collect();
-    let mut file = String::new();
-    for (id, token) in &tokens {
-        let digest: String =
-            sha2::Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-        file += &format!("[[agent]]\nid = \"{id}\"\nsha256 = \"{digest}\"\n\n");
-    }
-    if tokens.is_empty() {
-        return Ok(tokens);
-    }
-    let access = hermes_core::access::Access::parse(&file)?;
     let settings = hermes_registry::identities::IdentitySettings {
         issuer_seed: users.issuer_seed.clone(),
         ..Default::default()
     };
-    let identities = hermes_registry::identities::Identities::new(
-        &settings,
-        hermes_core::access::Tokens::fixed(access),
-        registry_bus.topology().clone(),
-    )?
-    .context("the local server's identities issuer")?;
+    let identities =
+        hermes_registry::identities::Identities::new(&settings, file, registry_bus.topology().clone())?
+            .context("the local server's identities issuer")?
+            .with_local_agents(&tokens);
     let requests = hermes_registry::identities::listen(registry_bus).await?;
     let bus = registry_bus.clone();
     cx.spawn("identities", move |stop| {

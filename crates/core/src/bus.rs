@@ -256,6 +256,7 @@ impl Bus {
             .map_err(|source| Error::Connect {
                 reason: config.url.scrub(&source.to_string()),
                 url: config.url.clone(),
+                refused: source.kind() == async_nats::ConnectErrorKind::AuthorizationViolation,
             })?;
         check_server_version(&client.server_info().version)?;
         let js = jetstream::new(client.clone());

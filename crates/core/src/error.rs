@@ -134,7 +134,13 @@ pub enum Error {
     /// `reason` is the client's error with every credential of the URL taken out (the client's
     /// own text may quote the URL it was given), so the error prints safely.
     #[error("cannot connect to NATS at {url}: {reason}")]
-    Connect { url: crate::secret::SecretUrl, reason: String },
+    Connect {
+        url: crate::secret::SecretUrl,
+        reason: String,
+        /// The server refused the credentials (an authorization violation), as opposed to not
+        /// answering: an agent whose identity the registry has not admitted yet tries again.
+        refused: bool,
+    },
     #[error("nats-server {found} is too old: Hermes needs {required} or later")]
     ServerTooOld { found: String, required: String },
     #[error("JetStream {operation} failed: {reason}")]

@@ -268,11 +268,7 @@ impl hermes_runtime::Service for ExecutorService {
         let bus = loop {
             match cx.connect(&settings.nats).await {
                 Ok(bus) => break bus,
-                Err(e)
-                    if identity
-                        && std::time::Instant::now() < deadline
-                        && format!("{e:#}").contains("authorization violation") =>
-                {
+                Err(e) if identity && std::time::Instant::now() < deadline && refused(&e) => {
                     tracing::warn!(error = %format!("{e:#}"), "the NATS server refused this agent's identity; trying again (is the registry issuing identities, and is the token in its tokens file?)");
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }
@@ -285,6 +281,11 @@ impl hermes_runtime::Service for ExecutorService {
         }
         Ok(())
     }
+}
+
+/// Whether connecting failed because the server refused the credentials.
+fn refused(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| matches!(c.downcast_ref(), Some(hermes_core::Error::Connect { refused: true, .. })))
 }
 
 /// How long an agent with its own identity waits for the server to admit it at start.

@@ -65,6 +65,8 @@ pub struct Identities {
     account: String,
     ttl: Duration,
     tokens: Arc<Tokens>,
+    /// Agents' tokens that are in no file, by their sha256: `hermes up`'s own agents'.
+    local: std::collections::HashMap<[u8; 32], String>,
     topology: Topology,
 }
 
@@ -95,8 +97,20 @@ impl Identities {
             account: settings.account.trim().to_owned(),
             ttl: Duration::from_secs(settings.ttl_secs),
             tokens,
+            local: Default::default(),
             topology,
         }))
+    }
+
+    /// Admits also the agents of `tokens` (agent id to its token), beside the tokens file's.
+    pub fn with_local_agents<'a>(
+        mut self,
+        tokens: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Self {
+        for (id, token) in tokens {
+            self.local.insert(sha2::Sha256::digest(token.as_bytes()).into(), id.clone());
+        }
+        self
     }
 
     /// The issuer's public key, for the server's `auth_callout.issuer`.
@@ -116,13 +130,17 @@ impl Identities {
         hermes_core::topology::validate_agent_id(id).map_err(|e| e.to_string())?;
         let digest: [u8; 32] = sha2::Sha256::digest(password.as_bytes()).into();
         let access = self.tokens.current();
-        let Some(grant) = access.agent(&digest) else {
-            return Err("the agent token is not known".into());
+        let holder = match self.local.get(&digest) {
+            Some(local) => local.as_str(),
+            None => {
+                access.agent(&digest).map(|grant| grant.id.as_str()).ok_or("the agent token is not known")?
+            }
         };
-        if grant.id != id {
+        if holder != id {
             return Err(format!("the agent token is not agent `{id}`'s"));
         }
-        Ok((user.to_owned(), agent_permissions(&self.topology, id, access.agent_ids())))
+        let others = access.agent_ids().chain(self.local.values().map(String::as_str));
+        Ok((user.to_owned(), agent_permissions(&self.topology, id, others)))
     }
 
     /// The signed answer to one authorization request.

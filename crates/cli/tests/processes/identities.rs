@@ -366,9 +366,21 @@ async fn hermes_up_runs_each_service_as_its_own_user_and_each_agent_as_its_ident
     use hermes_test_util::process::HermesUp;
     let data = tempfile::tempdir().unwrap();
     let workspace = tempfile::tempdir().unwrap();
+    // An agent started apart joins as itself with the token of its `[[agent]]` entry.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes"))
+        .args(["agent-token", "extra-1"])
+        .output()
+        .unwrap();
+    let extra_token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let entry = String::from_utf8(out.stderr).unwrap().split("\n\n").nth(1).unwrap().to_owned();
+    let tokens = data.path().join("tokens.toml");
+    let api = hermes_test_util::api_token("ops", TOKEN, "team-a", &["submitter", "viewer"]);
+    std::fs::write(&tokens, format!("{api}{entry}\n")).unwrap();
     let up = HermesUp::builder(env!("CARGO_BIN_EXE_hermes"), data.path())
         .env("HERMES_LLM_PROVIDER", "none")
-        .args(["--agents", "2", "--agents-confirm-tools", "none", "--workspace"])
+        .args(["--agents", "2", "--agents-confirm-tools", "none", "--api-tokens-file"])
+        .args([&tokens])
+        .args(["--workspace"])
         .args([workspace.path()])
         .start();
     let lock = std::fs::read_to_string(data.path().join("nats/hermes-up.lock")).unwrap();
@@ -386,8 +398,15 @@ async fn hermes_up_runs_each_service_as_its_own_user_and_each_agent_as_its_ident
             })
             .collect::<Vec<(String, String)>>()
     };
+    let port = lock.lines().find_map(|l| l.strip_prefix("port ")).expect("the client port").trim();
+    let extra_url = format!("nats://agent_extra-1:{extra_token}@127.0.0.1:{port}");
+    let _extra =
+        hermes_test_util::process::HermesAgent::builder(env!("CARGO_BIN_EXE_hermes"), &extra_url, "extra-1")
+            .args(["--workspace"])
+            .arg(workspace.path())
+            .start();
     let users: std::collections::BTreeSet<String> = connections().await.into_iter().map(|(_, u)| u).collect();
-    for user in ["dispatcher", "registry", "memory", "agent_local-1", "agent_local-2"] {
+    for user in ["dispatcher", "registry", "memory", "agent_local-1", "agent_local-2", "agent_extra-1"] {
         assert!(users.contains(user), "no connection as `{user}`: {:?}", connections().await);
     }
     assert!(!users.contains("hermes"), "a service connects as the operator: {:?}", connections().await);
