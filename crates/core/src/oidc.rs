@@ -20,7 +20,7 @@
 //! never `none` nor a shared-secret `HS*`) and its `crit` is empty; the signature verifies
 //! with the issuer's key of the header's `kid` (of the key type the algorithm needs); then the
 //! claims: `exp` present and not past, `nbf` and `iat` not in the future, each with the issuer's
-//! clock skew; `aud` holds the audience. The caller is then the `name_claim` (default `sub`),
+//! clock skew; `aud` holds the audience. The caller is then `<issuer>#<name_claim>` (default `sub`),
 //! in the tenant of `tenant` or of `tenant_claim` (a tenant word; one of `tenants` when that
 //! list is given), with the roles of `roles` plus those its `roles_claim` values map to.
 //!
@@ -279,7 +279,11 @@ impl Issuer {
     fn principal(&self, claims: &serde_json::Value) -> Result<Principal, Error> {
         let refused = |reason: String| Error::Unauthenticated(reason);
         let name = match claim(claims, &self.name_claim) {
-            Some(serde_json::Value::String(s)) if !s.is_empty() => s.chars().take(200).collect::<String>(),
+            // Named with its issuer: two providers' equal subjects are two callers (their watch
+            // limits, their audit records), and neither is a static token of that name.
+            Some(serde_json::Value::String(s)) if !s.is_empty() => {
+                format!("{}#{}", self.issuer, s.chars().take(200).collect::<String>())
+            }
             _ => {
                 return Err(refused(format!(
                     "the token has no `{}` claim naming the caller",
@@ -788,7 +792,7 @@ mod tests {
         let (issuer, signer) = (Arc::new(issuer()), Signer::new("k1"));
         let keys = keys_with(&issuer, vec![signer.jwk()]);
         let who = keys.verify_at(std::slice::from_ref(&issuer), &signer.token(claims()), NOW).await.unwrap();
-        assert_eq!(who.name, "ada");
+        assert_eq!(who.name, format!("{}#ada", issuer.issuer));
         assert_eq!(who.tenant.as_deref(), Some("team-a"));
         assert!(who.require(crate::access::Need::Submit).is_ok());
         assert!(who.require(crate::access::Need::Operate).is_err());
@@ -919,7 +923,10 @@ mod tests {
             let keys = Keys::default();
             let token = idp.token("k1", "hermes", serde_json::json!({"sub": "ada"}));
             let who = keys.verify(&issuers, &token).await.unwrap_or_else(|e| panic!("{kind:?}: {e}"));
-            assert_eq!((who.name.as_str(), who.tenant.as_deref()), ("ada", Some("team-a")));
+            assert_eq!(
+                (who.name.as_str(), who.tenant.as_deref()),
+                (&*format!("{}#ada", idp.issuer), Some("team-a"))
+            );
             assert_eq!(idp.fetches(), 1, "{kind:?}");
             keys.verify(&issuers, &token).await.unwrap();
             assert_eq!(idp.fetches(), 1, "kept: {kind:?}");

@@ -129,7 +129,9 @@ async fn oidc_tokens_are_callers_on_every_door_in_the_tenant_and_roles_their_cla
     };
     let team_a = read("hermes.audit.team-a").await;
     assert!(
-        team_a.iter().any(|(_, r)| r.principal == "ci-a" && r.action == "goal.submit" && r.target == a),
+        team_a.iter().any(|(_, r)| r.principal == format!("{}#ci-a", idp.issuer)
+            && r.action == "goal.submit"
+            && r.target == a),
         "{team_a:?}"
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
