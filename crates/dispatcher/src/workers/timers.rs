@@ -1,8 +1,9 @@
 //! The timers worker: goal and attempt deadlines. Every goal's next deadline (its own, or the
 //! earliest of its dispatched nodes') is computed from its persisted state, never kept only in
 //! memory: the effects publisher sends the deadline of every goal this dispatcher writes, the
-//! worker rebuilds the schedule from the `hermes_goals` bucket when it starts, and rescans it every
-//! minute so goals last written by a replica that died are covered too. The start-up scan also
+//! worker rebuilds the schedule from the `hermes_goals` bucket when it starts, and rescans the
+//! unfinished goals (those the goal index holds in a status that is not terminal) every minute so
+//! goals last written by a replica that died are covered too. The start-up scan also
 //! resumes goals a stopped dispatcher left `SUMMARIZING` and publishes again the tasks of in-flight
 //! attempts. When a deadline passes the goal goes through [`GoalService::expire`], a
 //! compare-and-set like any transition, so two replicas firing the same timer apply it once.
@@ -31,7 +32,7 @@ use crate::goals::GoalService;
 
 /// How often due timers are checked.
 const TICK: Duration = Duration::from_millis(250);
-/// How often the whole bucket is rescanned.
+/// How often the unfinished goals are rescanned.
 const RESCAN: Duration = Duration::from_secs(60);
 /// How soon a deadline that could not be applied is tried again.
 const RETRY_MS: u64 = 1000;
@@ -157,14 +158,22 @@ enum Rescan {
     Periodic,
 }
 
-/// Schedules every goal in the bucket that has a deadline ahead; see [`Rescan`] for what else.
+/// Schedules every unfinished goal that has a deadline ahead; see [`Rescan`] for which goals are
+/// read and what else is done.
 /// Every scan also gives the tenants' running-goal places of goals that ended (or are gone) back,
 /// in case the dispatcher that ended them died before it could.
 async fn rescan(service: &GoalService, schedule: &mut Schedule, why: Rescan) -> hermes_core::Result<()> {
     let scanned_from = hermes_core::now_unix_ms();
     let mut running: std::collections::HashMap<String, std::collections::HashSet<String>> =
         Default::default();
-    for key in service.store().keys().await? {
+    // The minute's rescan reads only the goals the index holds unfinished: a goal that ended has
+    // no deadline and no running place. Starting and after a reconnect (when the index may have
+    // missed writes) every goal of the bucket is read.
+    let keys = match why {
+        Rescan::Periodic => service.index().unfinished(),
+        Rescan::Starting | Rescan::Reconnected => service.store().keys().await?,
+    };
+    for key in keys {
         let Some((state, _)) = service.store().load(&key).await? else { continue };
         if !crate::engine::is_terminal(state.status)
             && let Some(tenant) = hermes_core::access::tenant_of(&state)
