@@ -521,8 +521,14 @@ impl Bus {
                     match next.await {
                         Some(Ok(message)) => return Some((Ok(message), (current, bus, spec, batch))),
                         Some(Err(e)) => {
+                            // Only the server's "no such consumer" says it is gone: a cluster
+                            // electing a meta leader answers info requests with errors or not at
+                            // all for a while, and the consumer is still there.
                             let exists = match bus.inner.js.get_stream(&spec.stream).await {
-                                Ok(stream) => stream.consumer_info(&spec.name).await.is_ok(),
+                                Ok(stream) => !matches!(
+                                    stream.consumer_info(&spec.name).await,
+                                    Err(e) if e.kind() == jetstream::context::ConsumerInfoErrorKind::NotFound
+                                ),
                                 Err(_) => true,
                             };
                             if !exists {
