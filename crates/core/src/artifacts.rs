@@ -151,7 +151,7 @@ impl Artifacts {
         ttl: Option<Duration>,
     ) -> Result<ArtifactInfo> {
         if let Backend::Brokered(broker) = &self.backend {
-            return brokered_put(broker, bytes, content_type).await;
+            return brokered_put(broker, bytes, content_type, ttl).await;
         }
         let reference = format!("art-{}", uuid::Uuid::now_v7().simple());
         self.put_named(&reference, bytes, content_type, goal_id, tenant, ttl).await
@@ -383,11 +383,18 @@ impl From<MemoryRef> for ArtifactInfo {
 
 /// Stores `bytes` as the task's goal's artifact through the memory service: in one request when
 /// it fits one message, otherwise in parts the commit joins.
-async fn brokered_put(broker: &TaskBroker, bytes: &[u8], content_type: &str) -> Result<ArtifactInfo> {
+async fn brokered_put(
+    broker: &TaskBroker,
+    bytes: &[u8],
+    content_type: &str,
+    ttl: Option<Duration>,
+) -> Result<ArtifactInfo> {
     let piece = broker.piece_bytes();
     let mut commit = TaskArtifactCommit {
         task_token: broker.token().to_owned(),
         content_type: content_type.to_owned(),
+        // At least a second: 0 on the wire means the store's retention.
+        ttl_secs: ttl.map_or(0, |t| t.as_secs().max(1)),
         ..Default::default()
     };
     if bytes.len() <= piece {
@@ -552,7 +559,8 @@ impl Artifacts {
                 std::borrow::Cow::Owned(joined)
             }
         };
-        let info = self.put_owned(&content, &request.content_type, goal_id, tenant, None).await?;
+        let ttl = (request.ttl_secs > 0).then(|| Duration::from_secs(request.ttl_secs));
+        let info = self.put_owned(&content, &request.content_type, goal_id, tenant, ttl).await?;
         for index in 0..request.parts {
             if let Err(e) = self.delete(&part_reference(&request.upload, index)).await {
                 tracing::warn!(error = %e, upload = %request.upload, "cannot remove an upload's part; it expires");

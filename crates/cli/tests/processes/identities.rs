@@ -308,10 +308,33 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
         assert_eq!(code.as_deref(), Some("NOT_FOUND"), "{method} of another goal's artifact: {message:?}");
     }
     let own_token = key.sign(&big_goal.goal_id, "team-a", hermes_core::now_unix_ms() + 60_000);
-    let request =
-        hermes_proto::TaskArtifactRequest { task_token: own_token, r#ref: artifact.clone(), cursor: 0 };
+    let request = hermes_proto::TaskArtifactRequest {
+        task_token: own_token.clone(),
+        r#ref: artifact.clone(),
+        cursor: 0,
+    };
     let (code, message) = broker("artifact_info", request.encode_to_vec()).await;
     assert_eq!(code, None, "its own goal's artifact: {message:?}");
+    // What it stores is its task's goal's and tenant's, whatever it claims, with the TTL it asks.
+    let commit = hermes_proto::TaskArtifactCommit {
+        task_token: own_token,
+        data: b"a note".to_vec(),
+        content_type: "text/plain".into(),
+        ttl_secs: 60,
+        ..Default::default()
+    };
+    let stored = a1
+        .client
+        .request(
+            hermes_core::Topology::default().memory_rpc("artifact_commit"),
+            commit.encode_to_vec().into(),
+        )
+        .await
+        .unwrap();
+    let stored = hermes_proto::MemoryRef::decode(stored.payload).unwrap();
+    assert_eq!((stored.goal_id.as_str(), stored.tenant.as_str()), (big_goal.goal_id.as_str(), "team-a"));
+    let ttl = stored.expires_unix_ms.saturating_sub(stored.created_unix_ms);
+    assert_eq!(ttl, 60_000, "{stored:?}");
 
     for (what, subject) in [
         ("b2's replies and task deliveries", "_INBOX_agent_b2.>"),
