@@ -40,6 +40,16 @@ pub async fn bucket(bus: &Bus) -> crate::Result<kv::Store> {
     .await
 }
 
+/// The cache as a task whose `memory_token` is `token` reaches it: the bucket, or on an agent's
+/// own identity that task's tenant's entries through the memory service (as [`Bus::task_ledger`]).
+pub async fn task_store(bus: &Bus, token: &str) -> crate::Result<crate::task_kv::TaskKv> {
+    use crate::task_kv::{TOOL_CACHE, TaskKv};
+    match bus.brokered() {
+        true => Ok(TaskKv::brokered(bus.task_broker(token), TOOL_CACHE)),
+        false => Ok(TaskKv::new(bucket(bus).await?, TOOL_CACHE)),
+    }
+}
+
 /// Entries and their bytes, by tool, for `hermes cache stats`.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ToolStats {

@@ -16,13 +16,15 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use hermes_core::artifacts::Artifacts;
-use hermes_core::task_kv::{TOOL_CACHE, TaskKv};
+use hermes_core::task_kv::TaskKv;
 use hermes_core::{Bus, ErrorCode, now_unix_ms};
 use serde_json::{Value, json};
 
 use crate::scope::ToolError;
 
-pub use hermes_core::tool_cache::{BUCKET, MAX_TTL, ToolStats, bucket, clear, stats, tenant_token};
+pub use hermes_core::tool_cache::{
+    BUCKET, MAX_TTL, ToolStats, bucket, clear, stats, task_store, tenant_token,
+};
 /// Outputs larger than this (as JSON) are kept as an artifact, the entry holding its reference.
 pub const MAX_ENTRY_BYTES: usize = 64 * 1024;
 /// How often a waiting call looks at the entry when no change wakes it.
@@ -124,9 +126,10 @@ fn unavailable(e: impl std::fmt::Display) -> ToolError {
 
 /// The cached output of `key`, or the output of `run` (stored for the next call), with whether
 /// it came from the cache. Identical calls in flight at once run `run` once.
+/// `token` is the task's `memory_token`, with which an agent's own identity reaches the cache and
+/// artifacts through the memory service.
 pub(crate) async fn call<F>(
     bus: &Bus,
-    artifacts: &Artifacts,
     token: &str,
     key: &CacheKey,
     run: F,
@@ -134,12 +137,8 @@ pub(crate) async fn call<F>(
 where
     F: std::future::Future<Output = Result<Value, ToolError>>,
 {
-    // An agent's own identity reaches its task's tenant's entries through the memory service.
-    let store = match bus.brokered() {
-        true => Ok(TaskKv::brokered(bus.task_broker(token), TOOL_CACHE)),
-        false => bucket(bus).await.map(|kv| TaskKv::new(kv, TOOL_CACHE)),
-    };
-    let store = match store {
+    let artifacts = &bus.task_artifacts(token);
+    let store = match task_store(bus, token).await {
         Ok(store) => store,
         Err(e) => {
             tracing::warn!(error = %e, "the tool cache is unreachable; running the tool");

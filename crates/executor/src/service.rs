@@ -263,7 +263,7 @@ impl hermes_runtime::Service for ExecutorService {
         check_identity(user.as_deref(), &configs)?;
         // An agent's own identity is issued by the registry (the server's auth callout): until the
         // registry answers, the server refuses the connection, so a while of that is waited out.
-        let identity = user.is_some_and(|u| u.starts_with("agent_"));
+        let identity = user.as_deref().is_some_and(hermes_core::broker::is_agent_identity);
         let deadline = std::time::Instant::now() + IDENTITY_WAIT;
         let bus = loop {
             match cx.connect(&settings.nats).await {
@@ -295,7 +295,9 @@ const IDENTITY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// that one agent: its permissions are that agent's only, and another id's work would be refused
 /// by the server, operation by operation.
 fn check_identity(user: Option<&str>, configs: &[AgentConfig]) -> anyhow::Result<()> {
-    let Some(id) = user.and_then(|u| u.strip_prefix("agent_")) else { return Ok(()) };
+    let Some(id) = user.and_then(|u| u.strip_prefix(hermes_core::broker::AGENT_IDENTITY_PREFIX)) else {
+        return Ok(());
+    };
     match configs {
         [one] if one.agent_id == id => Ok(()),
         [one] => anyhow::bail!(

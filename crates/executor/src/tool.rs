@@ -469,8 +469,7 @@ impl ToolRegistry {
             let longest = entry.tool.timeout() * policy.attempts.max(1) + Duration::from_secs(5);
             let key = crate::cache::CacheKey::new(&scope.tenant, name, &version, &args, *ttl, longest);
             let run = self.call_with_retries(entry, name, args.clone(), ctx);
-            let artifacts = scope.bus.task_artifacts(&scope.memory_token);
-            return crate::cache::call(&scope.bus, &artifacts, &scope.memory_token, &key, run).await;
+            return crate::cache::call(&scope.bus, &scope.memory_token, &key, run).await;
         }
         (self.call_uncached(name, args, ctx).await, None)
     }

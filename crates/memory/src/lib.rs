@@ -26,7 +26,7 @@ use hermes_proto::{
     AppendTurnRequest, ContextReply, ContextRequest, Event, EventBatch, GetDocRequest, LedgerReply,
     LedgerRequest, ListCollectionsReply, ListCollectionsRequest, ListSessionsReply, ListSessionsRequest,
     MemoryDoc, SearchReply, SearchRequest, SessionRequest, SessionState, SessionTurn, TaskArtifactCommit,
-    TaskArtifactPart, TaskArtifactRequest, UpsertReply, UpsertRequest,
+    TaskArtifactInfo, TaskArtifactPart, TaskArtifactPiece, TaskArtifactRequest, UpsertReply, UpsertRequest,
 };
 use prost::Message as _;
 use tokio_util::sync::CancellationToken;
@@ -259,37 +259,28 @@ impl Memory {
         hermes_core::task_kv::TaskKv::new(bucket, hermes_core::task_kv::TOOL_CACHE).serve(&request).await
     }
 
-    /// An agent's artifact request through the memory service (`artifact_info`, `artifact_read`,
-    /// `artifact_part`, `artifact_commit`): only its task's goal's artifacts.
-    async fn task_artifact(&self, method: &str, body: bytes::Bytes) -> Result<Vec<u8>> {
-        fn decode<T: prost::Message + Default>(body: bytes::Bytes) -> Result<T> {
-            T::decode(body).map_err(|e| Error::Decode { kind: "artifact request", reason: e.to_string() })
-        }
-        let artifacts = self.bus.artifacts();
-        Ok(match method {
-            "artifact_info" | "artifact_read" => {
-                let request: TaskArtifactRequest = decode(body)?;
-                let claims = self.task_claims(&request.task_token)?;
-                match method {
-                    "artifact_info" => artifacts.serve_info(&request, &claims.goal_id).await?.encode_to_vec(),
-                    _ => {
-                        let most =
-                            hermes_core::broker::piece_bytes(self.bus.client().server_info().max_payload);
-                        artifacts.serve_read(&request, &claims.goal_id, most).await?.encode_to_vec()
-                    }
-                }
-            }
-            "artifact_part" => {
-                let request: TaskArtifactPart = decode(body)?;
-                let claims = self.task_claims(&request.task_token)?;
-                artifacts.serve_part(&request, &claims.goal_id, &claims.tenant).await?.encode_to_vec()
-            }
-            _ => {
-                let request: TaskArtifactCommit = decode(body)?;
-                let claims = self.task_claims(&request.task_token)?;
-                artifacts.serve_commit(&request, &claims.goal_id, &claims.tenant).await?.encode_to_vec()
-            }
-        })
+    /// An agent's artifact requests through the memory service (`artifact_info`, `artifact_read`,
+    /// `artifact_part`, `artifact_commit`): only its task's goal's artifacts, and what it stores
+    /// is its task's goal's and tenant's.
+    pub async fn task_artifact_info(&self, request: TaskArtifactRequest) -> Result<TaskArtifactInfo> {
+        let claims = self.task_claims(&request.task_token)?;
+        self.bus.artifacts().serve_info(&request, &claims.goal_id).await
+    }
+
+    pub async fn task_artifact_read(&self, request: TaskArtifactRequest) -> Result<TaskArtifactPiece> {
+        let claims = self.task_claims(&request.task_token)?;
+        let most = hermes_core::broker::piece_bytes(self.bus.client().server_info().max_payload);
+        self.bus.artifacts().serve_read(&request, &claims.goal_id, most).await
+    }
+
+    pub async fn task_artifact_part(&self, request: TaskArtifactPart) -> Result<hermes_proto::MemoryRef> {
+        let claims = self.task_claims(&request.task_token)?;
+        self.bus.artifacts().serve_part(&request, &claims.goal_id, &claims.tenant).await
+    }
+
+    pub async fn task_artifact_commit(&self, request: TaskArtifactCommit) -> Result<hermes_proto::MemoryRef> {
+        let claims = self.task_claims(&request.task_token)?;
+        self.bus.artifacts().serve_commit(&request, &claims.goal_id, &claims.tenant).await
     }
 
     pub async fn append_turn(&self, request: AppendTurnRequest) -> Result<SessionState> {
@@ -713,9 +704,10 @@ async fn serve_request(memory: &Memory, request: async_nats::Message) {
             // Task data an agent with its own identity reaches only through here, with its task's token.
             "ledger" => memory.task_ledger(decode(body)?).await?.encode_to_vec(),
             "tool_cache" => memory.task_tool_cache(decode(body)?).await?.encode_to_vec(),
-            "artifact_info" | "artifact_read" | "artifact_part" | "artifact_commit" => {
-                memory.task_artifact(&method, body).await?
-            }
+            "artifact_info" => memory.task_artifact_info(decode(body)?).await?.encode_to_vec(),
+            "artifact_read" => memory.task_artifact_read(decode(body)?).await?.encode_to_vec(),
+            "artifact_part" => memory.task_artifact_part(decode(body)?).await?.encode_to_vec(),
+            "artifact_commit" => memory.task_artifact_commit(decode(body)?).await?.encode_to_vec(),
             other => {
                 return Err(Error::InvalidArgument {
                     field: "method".into(),

@@ -38,7 +38,7 @@ use tracing::{info, warn};
 pub const CALLOUT_SUBJECT: &str = "$SYS.REQ.USER.AUTH";
 
 /// The NATS user name prefix of an agent with an identity of its own: `agent_<id>`.
-pub const AGENT_USER_PREFIX: &str = "agent_";
+pub const AGENT_USER_PREFIX: &str = hermes_core::broker::AGENT_IDENTITY_PREFIX;
 
 /// Settings of the callout (`[identities]`; `HERMES_IDENTITIES_*`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
