@@ -945,8 +945,8 @@ pub const PROVISION_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Whether a JetStream failure is one a cluster that is forming or electing a leader gives, and
 /// goes away by itself: a request timed out (408) or found no responder, no leader yet (503), or
-/// too few peers for the replicas (JetStream error 10023, 10005) yet. Judged on the message, which is what the
-/// creating calls leave.
+/// too few peers for the replicas (JetStream error 10023, 10005) yet, or the stream just made not
+/// yet known to the server asked. Judged on the message, which is what the creating calls leave.
 fn transient(reason: &str) -> bool {
     let reason = reason.to_ascii_lowercase();
     [
@@ -961,6 +961,10 @@ fn transient(reason: &str) -> bool {
         "408",
         "10023",
         "10005",
+        // Every step creates its stream first: a stream not found just after is one a cluster's
+        // server has not learnt of yet (a fresh bucket read through another server).
+        "no stream found",
+        "stream not found",
     ]
     .iter()
     .any(|t| reason.contains(t))
@@ -1191,6 +1195,9 @@ mod tests {
         assert!(transient("hermes_goals: no responders"));
         assert!(transient("create consumer: timed out"));
         assert!(transient("create consumer: request failed"));
+        assert!(transient(
+            "write the task key: other error: failed getting entry: no stream found for given subject"
+        ));
         assert!(!transient("HERMES_TASKS: stream name already in use with a different configuration"));
     }
 

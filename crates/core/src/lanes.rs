@@ -62,18 +62,23 @@ pub async fn publish(bus: &Bus, tenants: &BTreeMap<String, f64>) -> Result<()> {
     for (tenant, &weight) in tenants {
         crate::ids::check_id("tenant", tenant, 64, crate::ids::IdShape::Word)?;
         let lane = Lane { weight };
-        let held = store
-            .get(tenant)
-            .await
-            .map_err(|e| Error::JetStream { operation: "read lane", reason: e.to_string() })?;
-        if held.as_deref().and_then(|bytes| serde_json::from_slice::<Lane>(bytes).ok()) == Some(lane) {
-            continue;
-        }
-        let value = serde_json::to_vec(&lane).expect("a lane serializes");
-        store
-            .put(tenant, value.into())
-            .await
-            .map_err(|e| Error::JetStream { operation: "write lane", reason: e.to_string() })?;
+        // At a service's start, on a bucket a forming cluster may not know everywhere yet.
+        crate::bus::patiently(|| async {
+            let held = store
+                .get(tenant)
+                .await
+                .map_err(|e| Error::JetStream { operation: "read lane", reason: e.to_string() })?;
+            if held.as_deref().and_then(|bytes| serde_json::from_slice::<Lane>(bytes).ok()) == Some(lane) {
+                return Ok(());
+            }
+            let value = serde_json::to_vec(&lane).expect("a lane serializes");
+            store
+                .put(tenant, value.into())
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::JetStream { operation: "write lane", reason: e.to_string() })
+        })
+        .await?;
     }
     Ok(())
 }
