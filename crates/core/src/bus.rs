@@ -112,6 +112,67 @@ impl NatsTls {
         }
         Ok(options.require_tls(true))
     }
+
+    /// The files set, in the order [`NatsTls::check`] takes their contents: CAs, certificate, key.
+    fn files(&self) -> Vec<std::path::PathBuf> {
+        [&self.ca_file, &self.cert_file, &self.key_file].into_iter().flatten().cloned().collect()
+    }
+
+    /// Whether `contents` (of [`NatsTls::files`], `None` for one that cannot be read) make what
+    /// a connection presents and trusts: PEM CAs, and a certificate chain with its own key.
+    fn check(&self, contents: &[Option<Vec<u8>>]) -> anyhow::Result<()> {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let mut contents = contents.iter();
+        let mut next = |setting: &str| -> anyhow::Result<Vec<u8>> {
+            contents.next().cloned().flatten().ok_or_else(|| anyhow::anyhow!("cannot read {setting}"))
+        };
+        let certificates = |setting: &str, pem: &[u8]| -> anyhow::Result<Vec<CertificateDer<'static>>> {
+            let certs = CertificateDer::pem_slice_iter(pem)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| anyhow::anyhow!("{setting} is not PEM certificates: {e}"))?;
+            anyhow::ensure!(!certs.is_empty(), "{setting} holds no certificate");
+            Ok(certs)
+        };
+        if self.ca_file.is_some() {
+            certificates("nats.tls.ca_file", &next("nats.tls.ca_file")?)?;
+        }
+        if self.cert_file.is_some() && self.key_file.is_some() {
+            let chain = certificates("nats.tls.cert_file", &next("nats.tls.cert_file")?)?;
+            let key = PrivateKeyDer::from_pem_slice(&next("nats.tls.key_file")?)
+                .map_err(|e| anyhow::anyhow!("nats.tls.key_file holds no private key: {e}"))?;
+            rustls::sign::CertifiedKey::from_der(chain, key, &rustls::crypto::ring::default_provider())
+                .map_err(|e| anyhow::anyhow!("the certificate and its key do not match: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Follows the files of `client`'s connection until `stop`: on SIGHUP and when they change
+    /// ([`crate::reload`]), files that make a TLS identity ([`NatsTls::check`]) and differ from
+    /// the ones in force are taken by reconnecting, so the server sees the new certificate (and
+    /// the new CAs judge its own) at once; others are refused, logged, and the connection stays.
+    /// async-nats reads the files at each connection, so a reconnect of any cause takes them too.
+    fn follow(&self, client: async_nats::Client, stop: tokio_util::sync::CancellationToken) {
+        let files = self.files();
+        let read_at_start: Vec<Option<Vec<u8>>> = files.iter().map(|f| std::fs::read(f).ok()).collect();
+        let (tls, mut in_force) = (self.clone(), read_at_start.clone());
+        let watched =
+            crate::reload::Watched { what: "NATS TLS certificate", event: "nats_tls", files, read_at_start };
+        crate::reload::follow(watched, stop, move |contents| {
+            if contents == in_force.as_slice() {
+                return Ok("unchanged: the connection keeps them".into());
+            }
+            tls.check(contents)?;
+            in_force = contents.to_vec();
+            let client = client.clone();
+            tokio::spawn(async move {
+                if let Err(e) = client.force_reconnect().await {
+                    warn!(error = %e, "cannot reconnect to NATS with the certificate read again");
+                }
+            });
+            Ok("reconnecting to NATS with them".into())
+        });
+    }
 }
 
 impl BusConfig {
@@ -155,6 +216,9 @@ struct BusInner {
     ledger: Option<kv::Store>,
     approvals: kv::Store,
     artifacts: crate::artifacts::Artifacts,
+    /// Stops the following of the connection's TLS files ([`NatsTls::follow`]) when the last
+    /// handle is dropped.
+    _tls_follow: Option<tokio_util::sync::DropGuard>,
     /// Buckets opened through [`Bus::ensure_bucket`], by name: opening one is a JetStream API
     /// round trip, which a per-call user (the tool cache) must not pay each time.
     opened: std::sync::Mutex<std::collections::HashMap<String, kv::Store>>,
@@ -286,8 +350,14 @@ impl Bus {
                 (goals, agents, None, approvals, crate::artifacts::Artifacts::closed(config.inline_limit))
             }
         };
+        let _tls_follow = config.tls.enabled().then(|| {
+            let stop = tokio_util::sync::CancellationToken::new();
+            config.tls.follow(client.clone(), stop.clone());
+            stop.drop_guard()
+        });
         Ok(Bus {
             inner: Arc::new(BusInner {
+                _tls_follow,
                 client,
                 js,
                 config,

@@ -19,6 +19,7 @@ impl TestPki {
         let write =
             |name: &str, text: String| std::fs::write(dir.path().join(name), text).expect("write pem");
         write("ca.pem", ca.pem());
+        write("other-ca.pem", other_ca.pem());
         let leaf =
             |names: Vec<String>, purpose: ExtendedKeyUsagePurpose, by: &rcgen::Certificate, key: &KeyPair| {
                 let mut params = CertificateParams::new(names).expect("leaf params");
@@ -65,6 +66,10 @@ impl TestPki {
     }
     pub fn client_key(&self) -> PathBuf {
         self.path("client.key")
+    }
+    /// The other CA, which signed the stranger's certificate.
+    pub fn other_ca(&self) -> PathBuf {
+        self.path("other-ca.pem")
     }
     /// A client certificate of another CA.
     pub fn stranger_cert(&self) -> PathBuf {
