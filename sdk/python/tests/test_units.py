@@ -102,6 +102,28 @@ class Units(unittest.TestCase):
         self.assertEqual(worker.nats_options["inbox_prefix"], "_INBOX_agent")
         self.assertEqual(worker.health_listen, "0.0.0.0:9464")
 
+    def test_an_identity_is_read_from_the_url_and_must_be_the_workers_own(self):
+        import asyncio
+
+        from hermes_agents import broker
+
+        self.assertEqual(broker.url_user("nats://agent_py-1:t0k%2Fen@h:4222"), "agent_py-1")
+        self.assertEqual(broker.url_user("nats://a:4222, nats://agent_b:pw@b:4222"), "agent_b")
+        self.assertIsNone(broker.url_user("nats://s3cr3t@h:4222"), "a lone token names no user")
+        self.assertTrue(broker.is_agent_identity("agent_py-1"))
+        for other in ("agent_", "agent", "dispatcher", None):
+            self.assertFalse(broker.is_agent_identity(other), other)
+        # Pieces stay under the server's max_payload, with room for the request around them.
+        self.assertEqual(broker.piece_bytes(1024 * 1024), 512 * 1024)
+        self.assertEqual(broker.piece_bytes(64 * 1024), 48 * 1024)
+        self.assertEqual(broker.piece_bytes(8 * 1024), 4 * 1024)
+        # Another agent's identity is refused before anything connects.
+        worker = Worker(agent_id="py-1", nats_url="nats://agent_py-2:token@127.0.0.1:1")
+        worker.task("py.noop")(lambda: {})
+        with self.assertRaises(errors.InvalidArgument) as refused:
+            asyncio.run(worker.serve(asyncio.Event()))
+        self.assertIn("agent_py-1", str(refused.exception))
+
     def test_webhooks_verify_the_specifications_example_and_refuse_changes(self):
         # The Standard Webhooks specification's own example (2021, hence the wide tolerance).
         secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -17,6 +17,9 @@ protocol as the Rust executor (docs/protocol.md, docs/python.md):
   process, see `hermes_agents.supervise`; the crash markers are the Rust executor's);
 - steps with side effects run once across redeliveries and attempts through `TaskContext.once`,
   recorded in the `hermes_ledger` bucket;
+- connected as its own NATS identity (`agent_<id>` with its agent token, docs/security.md), it
+  reaches the ledger and the artifacts only through the memory service, with each task's
+  `memory_token` (`hermes_agents.broker`), and reads replies under its own inbox prefix;
 - on SIGTERM it drains: it takes no new work, finishes what it runs, and leaves the registry;
 - each task is a span in the goal's trace, exported over OTLP when configured (`_Tracing`).
 """
@@ -37,7 +40,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hermes_agents import errors, supervise
+from hermes_agents import broker, errors, supervise
 from hermes_agents.artifacts import Artifacts
 from hermes_agents._proto.hermes.v1 import agent_pb2, common_pb2, task_pb2
 
@@ -98,6 +101,8 @@ class TaskContext:
     worker: "Worker" = field(repr=False)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _steps: int = field(default=0, repr=False)
+    #: The task's proof of its goal and tenant, for the memory service (an identity's ledger).
+    _memory_token: str = field(default="", repr=False)
 
     async def once(self, name: str, fn: Callable[..., Any], *args, **kwargs) -> Any:
         """Runs a step with side effects at most once for this node, across redeliveries, agents
@@ -108,7 +113,8 @@ class TaskContext:
         index = self._steps
         self._steps += 1
         key = f"{self.goal_id}.{self.node_id}.step{index}.{uuid.uuid5(uuid.NAMESPACE_URL, name).hex}"
-        return await self.worker._ledger_once(key, self.attempt, name, fn, args, kwargs)
+        ledger = self.worker._task_ledger(self._memory_token)
+        return await self.worker._ledger_once(ledger, key, self.attempt, name, fn, args, kwargs)
 
 
 def nats_tls(ca_file: str | None, cert_file: str | None, key_file: str | None):
@@ -198,6 +204,8 @@ class Worker:
         self.ack_wait_s = ack_wait_s
         self.max_deliver = max_deliver
         self.nats_options = nats_options or {}
+        #: Whether the worker connects as its own NATS identity (`agent_<id>`); set by `serve`.
+        self.identity = False
         self.tasks: dict[str, TaskSpec] = {}
         self._running: dict[str, tuple[str, asyncio.Task]] = {}
         self._in_flight = 0
@@ -300,7 +308,18 @@ class Worker:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stopping.set)
-        self._nc = await nats.connect(self.nats_url, name=f"hermes-worker-{self.agent_id}", **self.nats_options)
+        # On its own identity (`agent_<id>`), the worker reads replies only under its own inbox
+        # prefix, and reaches the ledger and the artifacts through the memory service.
+        user = broker.url_user(self.nats_url)
+        self.identity = broker.is_agent_identity(user)
+        if self.identity and user != f"{broker.AGENT_IDENTITY_PREFIX}{self.agent_id}":
+            # The server would refuse every consumer and heartbeat of another id, one at a time.
+            raise errors.InvalidArgument(f"the NATS URL's user `{user}` is another agent's identity; agent "
+                                         f"`{self.agent_id}` connects as `{broker.AGENT_IDENTITY_PREFIX}{self.agent_id}`")
+        options = dict(self.nats_options)
+        if user:
+            options.setdefault("inbox_prefix", f"_INBOX_{user}")
+        self._nc = await nats.connect(self.nats_url, name=f"hermes-worker-{self.agent_id}", **options)
         if self.nats_options.get("tls") is not None and not _speaks_tls(self._nc):
             # nats-py upgrades only when the server asks for TLS; with TLS configured a server
             # that does not (or someone between that says it does not) is refused, as in Rust.
@@ -308,12 +327,13 @@ class Worker:
             raise errors.Unavailable("nats.tls is set, but the connection to NATS is not TLS: refused")
         self._js = self._nc.jetstream()
         self._agents_kv = await self._js.key_value(self._bucket("agents"))
-        self._ledger = await self._js.key_value(self._bucket("ledger"))
-        self._artifacts = Artifacts(self._js, self._bucket("artifacts"))
-        crashed = supervise.crashed_instance()
+        self._ledger = None if self.identity else broker.BucketLedger(await self._js.key_value(self._bucket("ledger")))
+        self._artifacts = None if self.identity else Artifacts(self._js, self._bucket("artifacts"))
+        crashed = supervise.crashed_tasks()
         if crashed:
             counted = await self._count_crashes(crashed)
-            log.warning("the previous worker process crashed with %d task(s) in flight; each counts one crash", counted)
+            log.warning("the previous worker process crashed with %d task(s) in flight; %d counted one crash",
+                        len(crashed), counted)
         self._slots = asyncio.Semaphore(self.max_concurrency)
         subs = []
         differing = []
@@ -506,7 +526,7 @@ class Worker:
                 return
             with self._tracing.span(task, (msg.headers or {}).get("traceparent")) as traceparent:
                 crashes = await self._crash_marker(task, msg)
-                if crashes >= CRASH_QUARANTINE_DEATHS:
+                if crashes is not None and crashes >= CRASH_QUARANTINE_DEATHS:
                     await self._quarantine(task, msg, crashes, traceparent)
                     return
                 self._in_flight += 1
@@ -514,11 +534,13 @@ class Worker:
                 runner = asyncio.current_task()
                 self._running[task.task_id] = (task.goal_id, runner)
                 try:
-                    result = await self._run(task, msg)
+                    with supervise.running(self._supervised(task)):
+                        result = await self._run(task, msg)
                 finally:
                     self._running.pop(task.task_id, None)
                     self._in_flight -= 1
-                asyncio.create_task(self._clear_crash_marker(task))
+                if crashes is not None:
+                    asyncio.create_task(self._clear_crash_marker(task))
                 elapsed_ms = int((time.monotonic() - started) * 1000)
                 self._record(result.status == task_pb2.TASK_STATUS_SUCCEEDED, elapsed_ms)
                 result.elapsed_ms = elapsed_ms
@@ -553,70 +575,77 @@ class Worker:
     def _crash_key(task: task_pb2.TaskMessage) -> str:
         return f"inflight.{task.goal_id}.{task.node_id}"
 
-    async def _crash_marker(self, task: task_pb2.TaskMessage, msg) -> int:
-        """Sets the crash marker before a task runs, `{process, agent, crashes, task_id}`, and
-        returns the crashes counted on the node so far. Only redeliveries and later attempts read
-        the marker, so a first delivery costs one write."""
-        from nats.js.errors import KeyDeletedError, KeyNotFoundError
-
+    def _supervised(self, task: task_pb2.TaskMessage) -> str:
+        """What the supervisor is told a running task is: its crash marker's key, then (on an
+        identity, which reaches the ledger only with it) the task's memory token after a space."""
         key = self._crash_key(task)
-        crashes = 0
-        if msg.metadata.num_delivered > 1 or task.attempt > 1:
-            try:
-                entry = await self._ledger.get(key)
-                crashes = int((json.loads(entry.value or b"{}") or {}).get("crashes", 0))
-            except (KeyNotFoundError, KeyDeletedError):  # no marker, or a cleared one: no crash
-                pass
-            except Exception as e:  # noqa: BLE001 - unreadable: none counted
-                log.warning("cannot read the crash marker %s: %s", key, e)
-        if crashes >= CRASH_QUARANTINE_DEATHS:
-            return crashes
-        marker = {"process": supervise.process_instance(), "agent": self.agent_id, "crashes": crashes,
-                  "task_id": task.task_id}
+        return f"{key} {task.memory_token}" if self.identity and task.memory_token else key
+
+    def _task_ledger(self, token: str):
+        """The ledger as a task with `token` reaches it: the bucket, or its goal's entries through
+        the memory service on an identity."""
+        if self._ledger is not None:
+            return self._ledger
+        return broker.BrokeredLedger(broker.TaskBroker(self._nc, self.prefix, token))
+
+    def _task_artifacts(self, token: str) -> Artifacts:
+        """The artifacts as a task with `token` reaches them (see `_task_ledger`)."""
+        if self._artifacts is not None:
+            return self._artifacts
+        return broker.BrokeredArtifacts(broker.TaskBroker(self._nc, self.prefix, token))
+
+    @staticmethod
+    def _marker_crashes(value: bytes | None) -> int:
         try:
-            await self._ledger.put(key, json.dumps(marker).encode())
-        except Exception as e:  # noqa: BLE001 - the task still runs; its crash would go uncounted
-            log.warning("cannot set the crash marker; a crash of this task would not be counted: %s", e)
-        return crashes
+            return int((json.loads(value or b"{}") or {}).get("crashes", 0))
+        except (ValueError, TypeError, AttributeError):
+            return 0
+
+    async def _crash_marker(self, task: task_pb2.TaskMessage, msg) -> int | None:
+        """The crashes counted on the task's node so far, or None when it has no marker. A marker
+        `{crashes, node}` exists only once a process crashed while running the node (its
+        supervisor knew it ran, and the next process counted it), so only a redelivery or a later
+        attempt reads one; a first delivery reads nothing."""
+        if msg.metadata.num_delivered <= 1 and task.attempt <= 1:
+            return None
+        try:
+            value = await self._task_ledger(task.memory_token).get(self._crash_key(task))
+        except Exception as e:  # noqa: BLE001 - unreadable: none counted
+            log.warning("cannot read the crash marker: %s", e)
+            return None
+        return None if value is None else self._marker_crashes(value)
 
     async def _clear_crash_marker(self, task: task_pb2.TaskMessage) -> None:
-        """Clears the marker once the task ran to an outcome: a lost clear costs at most one
+        """Clears a marker once its task ran to an outcome: a lost clear costs at most one
         miscounted death on a later redelivery."""
         try:
-            await self._ledger.delete(self._crash_key(task))
+            await self._task_ledger(task.memory_token).remove(self._crash_key(task))
         except Exception as e:  # noqa: BLE001 - see above
             log.warning("cannot clear the crash marker: %s", e)
 
-    async def _count_crashes(self, crashed: str) -> int:
-        """Counts one crash on every task that process `crashed` was running for this agent, as
-        its markers show."""
-        from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
-
-        # The markers' keys come from the stream's subjects, as the Rust executor lists them
-        # (`bus::kv_keys_matching`): a KV watch's initial replay can end before it has given every
-        # key while other markers are being written.
-        bucket = self._bucket("ledger")
-        prefix = f"$KV.{bucket}."
-        info = await self._js.stream_info(f"KV_{bucket}", subjects_filter=f"{prefix}inflight.>")
+    async def _count_crashes(self, crashed: list[str]) -> int:
+        """Counts one crash on each task the supervisor said the crashed process had in flight
+        (each its crash marker's key, with its memory token after a space on an identity)."""
         counted = 0
-        for subject in sorted((info.state.subjects or {}).keys()):
-            key = subject[len(prefix):]
+        for told in crashed:
+            key, _, token = told.partition(" ")
+            node = key.removeprefix("inflight.")
+            if node == key:
+                log.warning("the supervisor handed over %s, which is not a crash marker", key)
+                continue
+            ledger = self._task_ledger(token)
             try:
-                entry = await self._ledger.get(key)
-            except (KeyNotFoundError, KeyDeletedError):  # cleared meanwhile
-                continue
-            if entry.operation is not None or not entry.value:
-                continue
-            marker = json.loads(entry.value)
-            if marker.get("process") != crashed or marker.get("agent") != self.agent_id:
-                continue
-            marker["crashes"] = int(marker.get("crashes", 0)) + 1
-            marker["process"] = None
-            try:
-                await self._ledger.update(key, json.dumps(marker).encode(), last=entry.revision)
+                entry = await ledger.entry(key)
+                live = entry if entry is not None and entry.live else None
+                crashes = (self._marker_crashes(live.value) if live else 0) + 1
+                marker = json.dumps({"crashes": crashes, "node": node}).encode()
+                if live:
+                    await ledger.replace(key, marker, live.revision)
+                else:
+                    await ledger.put(key, marker)
                 counted += 1
-                log.warning("a task was in flight when its process crashed: %s, %d crash(es)", key, marker["crashes"])
-            except KeyWrongLastSequenceError as e:
+                log.warning("a task was in flight when its process crashed: %s, %d crash(es)", key, crashes)
+            except Exception as e:  # noqa: BLE001 - the others are still counted
                 log.warning("cannot count a crash on %s: %s", key, e)
         return counted
 
@@ -670,7 +699,7 @@ class Worker:
         # artifacts resolve, and the total is bounded before anything loads.
         if isinstance(inputs, dict):
             try:
-                inputs = await self._artifacts.resolve(inputs, task.goal_id)
+                inputs = await self._task_artifacts(task.memory_token).resolve(inputs, task.goal_id)
             except Exception as e:  # noqa: BLE001 - every failure fails the task, typed
                 typed = isinstance(e, (errors.InvalidArgument, errors.NotFound, errors.Denied))
                 return fail(e.code if typed else "UNAVAILABLE",
@@ -678,7 +707,8 @@ class Worker:
         if not isinstance(inputs, dict):
             return fail("INVALID_ARGUMENT", "inputs must be a JSON object")
         ctx = TaskContext(goal_id=task.goal_id, node_id=task.node_id, task_id=task.task_id, attempt=task.attempt,
-                          task_type=task.task_type, tenant=task.tenant, worker=self)
+                          task_type=task.task_type, tenant=task.tenant, worker=self,
+                          _memory_token=task.memory_token)
         call = self._call(spec, inputs, ctx)
         work = asyncio.ensure_future(call)
         period = self.ack_wait_s / 3
@@ -713,7 +743,8 @@ class Worker:
                 return fail("TOOL_ERROR", f"the output does not match its output_schema: {'; '.join(problems)}", False)
         # Over the inline limit the output travels as an artifact and the result carries its stub.
         try:
-            text, reference = await self._artifacts.offload_json(text, task.goal_id, task.tenant)
+            artifacts = self._task_artifacts(task.memory_token)
+            text, reference = await artifacts.offload_json(text, task.goal_id, task.tenant)
         except Exception as e:  # noqa: BLE001 - retryable: the store may be back on the next attempt
             return fail("UNAVAILABLE", f"cannot store the large output: {e}")
         result.status = task_pb2.TASK_STATUS_SUCCEEDED
@@ -729,7 +760,9 @@ class Worker:
             # call fails as outcome unknown instead of running it again.
             digest = uuid.uuid5(uuid.NAMESPACE_URL, f"{spec.task_type}\n{json.dumps(inputs, sort_keys=True)}").hex
             key = f"{ctx.goal_id}.{ctx.node_id}.0.{digest}"
-            return await self._ledger_once(key, ctx.attempt, spec.task_type, self._invoke, (spec, inputs, ctx), {})
+            ledger = self._task_ledger(ctx._memory_token)
+            return await self._ledger_once(ledger, key, ctx.attempt, spec.task_type, self._invoke, (spec, inputs, ctx),
+                                           {})
         return await self._invoke(spec, inputs, ctx)
 
     async def _invoke(self, spec: TaskSpec, inputs: dict, ctx: TaskContext) -> Any:
@@ -752,21 +785,22 @@ class Worker:
             headers["traceparent"] = traceparent
         await self._js.publish(self._subject("result", task.goal_id), result.SerializeToString(), headers=headers)
 
-    async def _ledger_once(self, key: str, attempt: int, name: str, fn: Callable[..., Any], args, kwargs) -> Any:
+    async def _ledger_once(self, ledger, key: str, attempt: int, name: str, fn: Callable[..., Any], args,
+                           kwargs) -> Any:
         """`TaskContext.once`: the ledger entries are the Rust executor's (`{"attempt", "pending",
-        "claim"}`, then `{"attempt", "ok"}` or `{"attempt", "error"}`)."""
-        from nats.js.errors import KeyWrongLastSequenceError
-
+        "claim"}`, then `{"attempt", "ok"}` or `{"attempt", "error"}`), in `ledger` (the bucket, or
+        the task's goal's entries through the memory service)."""
         claim = uuid.uuid4().hex
         pending = json.dumps({"attempt": attempt, "pending": True, "claim": claim}).encode()
         deadline = time.monotonic() + PENDING_GRACE_S + 15
         while True:
-            try:
-                await self._ledger.create(key, pending)
+            if await ledger.create(key, pending):
                 break
-            except KeyWrongLastSequenceError:
-                pass
-            entry = await self._ledger.get(key)
+            entry = await ledger.entry(key)
+            if entry is None or not entry.live:
+                if time.monotonic() >= deadline:
+                    raise errors.Unavailable(f"step `{name}`: cannot claim its ledger entry")
+                continue  # removed meanwhile: claim it again
             recorded = json.loads(entry.value or b"null") or {}
             if "ok" in recorded:
                 log.info("step %s already done; reusing its recorded outcome", name)
@@ -775,10 +809,9 @@ class Worker:
                 error = recorded["error"]
                 if recorded.get("attempt", 0) >= attempt:
                     raise errors.from_code(error.get("code", "TOOL_ERROR"), error.get("message", ""))
-                await self._ledger.update(key, pending, last=entry.revision)
+                await ledger.replace(key, pending, entry.revision)
                 break
-            created = getattr(entry, "created", None)
-            age = time.time() - created.timestamp() if created else PENDING_GRACE_S
+            age = time.time() - entry.written_unix_ms / 1000 if entry.written_unix_ms else PENDING_GRACE_S
             if age >= PENDING_GRACE_S or time.monotonic() >= deadline:
                 raise errors.ToolError(f"step `{name}` was started by an earlier delivery (attempt "
                                        f"{recorded.get('attempt')}) whose outcome is unknown; not repeating a side effect")
@@ -788,12 +821,12 @@ class Worker:
             if inspect.isawaitable(value):
                 value = await value
         except errors.HermesError as e:
-            await self._ledger.put(key, json.dumps({"attempt": attempt, "error": {"code": e.code, "message": e.message}}).encode())
+            await ledger.put(key, json.dumps({"attempt": attempt, "error": {"code": e.code, "message": e.message}}).encode())
             raise
         except Exception as e:  # noqa: BLE001 - recorded, then raised to fail the task
-            await self._ledger.put(key, json.dumps({"attempt": attempt, "error": {"code": "TOOL_ERROR", "message": f"{type(e).__name__}: {e}"}}).encode())
+            await ledger.put(key, json.dumps({"attempt": attempt, "error": {"code": "TOOL_ERROR", "message": f"{type(e).__name__}: {e}"}}).encode())
             raise
-        await self._ledger.put(key, json.dumps({"attempt": attempt, "ok": value}).encode())
+        await ledger.put(key, json.dumps({"attempt": attempt, "ok": value}).encode())
         return value
 
 
