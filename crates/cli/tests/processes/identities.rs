@@ -423,10 +423,15 @@ async fn hermes_up_runs_each_service_as_its_own_user_and_each_agent_as_its_ident
     };
     let port = lock.lines().find_map(|l| l.strip_prefix("port ")).expect("the client port").trim();
     let extra_url = format!("nats://agent_extra-1:{extra_token}@127.0.0.1:{port}");
+    // It alone serves the test tool that aborts its process.
+    let extra_log = data.path().join("extra-1.log");
     let _extra =
         hermes_test_util::process::HermesAgent::builder(env!("CARGO_BIN_EXE_hermes"), &extra_url, "extra-1")
             .args(["--workspace"])
             .arg(workspace.path())
+            .args(["--agent-tools", "test.abort", "--agent-ack-wait-secs", "5"])
+            .env("HERMES_TEST_TOOLS", "1")
+            .stderr_file(&extra_log)
             .start();
     let users: std::collections::BTreeSet<String> = connections().await.into_iter().map(|(_, u)| u).collect();
     for user in ["dispatcher", "registry", "memory", "agent_local-1", "agent_local-2", "agent_extra-1"] {
@@ -440,6 +445,25 @@ async fn hermes_up_runs_each_service_as_its_own_user_and_each_agent_as_its_ident
     let goal = run_goal(&mut client, spec, &|| String::new()).await;
     assert_eq!(goal.status, GoalStatus::Completed as i32, "{:?}", goal.error);
     assert_eq!(std::fs::read(workspace.path().join("big.txt")).unwrap(), vec![b'y'; size]);
+
+    // A task that crashes the identified agent is counted through memory, with the token its
+    // worker told the supervisor, and quarantined after its second crash.
+    let extra_logs = || std::fs::read_to_string(&extra_log).unwrap_or_default();
+    let spec = GoalSpec {
+        plan: Some(TaskPlan {
+            nodes: vec![node("s", "test.abort", serde_json::json!({}), &[])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let goal = run_goal(&mut client, spec, &extra_logs).await;
+    let error =
+        goal.nodes.iter().find(|n| n.node_id == "s").and_then(|n| n.error.clone()).expect("the node's error");
+    assert_eq!(error.code, "POISON_MESSAGE", "{error:?}\n{}", extra_logs());
+    assert!(error.message.contains("crashed its consumer"), "{}", error.message);
+    let logged = extra_logs();
+    assert!(logged.matches("a task was in flight when its process crashed").count() >= 2, "{logged}");
+    assert!(!logged.contains("cannot count") && !logged.contains("cannot read the crash marker"), "{logged}");
 
     // The operator's URL joins the stack as before.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes"))
