@@ -627,6 +627,125 @@ class SafeByDefault(unittest.TestCase):
             self.assertGreater(len(stored), len(marker), "the message is stored")
             self.assertNotIn(marker.encode(), stored, "the store is encrypted")
 
+    def test_identities_make_each_pool_pod_its_own_agent(self):
+        """identities.enabled: each pool's pod connects as agent_<pod name> with a token the
+        kubelet makes for it; the registry admits exactly the pools' service accounts, with the
+        cluster's keys fetched through the API; the bundled NATS includes identities.conf. The
+        pinned nats-server loads accounts.conf and identities.conf as the NATS values include
+        them, and still lets a service in."""
+        import base64, os, socket, subprocess, tempfile, time
+        values = load_values("identities-values.yaml")
+        docs, _ = render(values)
+        deployments = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
+        accounts = {d["metadata"]["name"] for d in by_kind(docs, "ServiceAccount")}
+        for pool in ("general", "compute"):
+            with self.subTest(pool=pool):
+                spec = deployments[f"hermes-pool-{pool}"]["spec"]["template"]["spec"]
+                self.assertEqual(spec["serviceAccountName"], f"hermes-pool-{pool}")
+                self.assertIn(f"hermes-pool-{pool}", accounts)
+                container = spec["containers"][0]
+                names = [e["name"] for e in container["env"]]
+                self.assertEqual(names.count("HERMES_NATS_URL"), 1)
+                self.assertLess(names.index("HERMES_AGENT_ID"), names.index("HERMES_NATS_URL"), "$(HERMES_AGENT_ID) expands")
+                env = env_of(container)
+                self.assertEqual(env["HERMES_NATS_URL"], "nats://agent_$(HERMES_AGENT_ID)@hermes-nats:4222")
+                self.assertEqual(env["HERMES_NATS_PASSWORD_FILE"], "/var/run/secrets/hermes/nats-identity/token")
+                volume = next(v for v in spec["volumes"] if v["name"] == "nats-identity")
+                self.assertEqual(volume["projected"]["sources"],
+                                 [{"serviceAccountToken": {"path": "token", "audience": "hermes-nats", "expirationSeconds": 3600}}])
+                mount = next(m for m in container["volumeMounts"] if m["name"] == "nats-identity")
+                self.assertEqual(mount["mountPath"], "/var/run/secrets/hermes/nats-identity")
+        registry = deployments["hermes-registry"]
+        settings = settings_of(docs, registry)
+        self.assertEqual(settings["HERMES_IDENTITIES_KUBERNETES_SERVICE_ACCOUNTS"], "agents/hermes-pool-general,agents/hermes-pool-compute")
+        self.assertEqual(settings["HERMES_IDENTITIES_KUBERNETES_ISSUER"], "https://kubernetes.default.svc.cluster.local")
+        self.assertEqual(settings["HERMES_IDENTITIES_KUBERNETES_AUDIENCE"], "hermes-nats")
+        self.assertEqual(settings["HERMES_IDENTITIES_KUBERNETES_JWKS_URL"], "https://kubernetes.default.svc/openid/v1/jwks")
+        self.assertEqual(settings["HERMES_IDENTITIES_ISSUER_SEED"], {"secretKeyRef": {"name": "hermes-identities", "key": "seed"}})
+        spec = registry["spec"]["template"]["spec"]
+        kube = next(v for v in spec["volumes"] if v["name"] == "kube")["projected"]["sources"]
+        self.assertEqual(kube[0], {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}})
+        self.assertEqual(kube[1]["configMap"]["name"], "kube-root-ca.crt")
+        mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "kube")["mountPath"]
+        self.assertEqual(settings["HERMES_IDENTITIES_KUBERNETES_CA_FILE"], f"{mount}/ca.crt")
+        self.assertEqual(settings["HERMES_IDENTITIES_KUBERNETES_TOKEN_FILE"], f"{mount}/token")
+        for name in ("hermes-dispatcher", "hermes-memory"):
+            self.assertNotIn("HERMES_IDENTITIES_KUBERNETES_ISSUER", settings_of(docs, deployments[name]), name)
+        # The services keep their own users.
+        env = env_of(deployments["hermes-dispatcher"]["spec"]["template"]["spec"]["containers"][0])
+        self.assertEqual(env["HERMES_NATS_URL"], {"secretKeyRef": {"name": "hermes-nats-hermes", "key": "dispatcher-url"}})
+        policy = next(d for d in by_kind(docs, "NetworkPolicy") if d["metadata"]["name"] == "hermes-kubernetes-api")
+        self.assertEqual(policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "registry")
+        self.assertEqual({p["port"] for p in policy["spec"]["egress"][0]["ports"]}, {443, 6443})
+        identities = (ROOT / "deploy" / "nats" / "identities.conf").read_text()
+        self.assertEqual(config_maps(docs)["hermes-nats-hermes"]["identities.conf"].strip(), identities.strip())
+        self.assertEqual(values["nats"]["config"]["merge"]["01$include"], "../hermes-nats/identities.conf")
+
+        # An external server: the pods' user goes into its URL; a pool may stay on a user.
+        external = copy.deepcopy(values)
+        del external["nats"]
+        external["externalNats"] = {"url": "nats://nats-0.nats:4222,nats://nats-1.nats:4222"}
+        python = dict(copy.deepcopy(external["executorPools"][0]), name="python", taskTypes=["py.measure"], identity=False,
+                      nats={"urlSecret": {"name": "hermes-nats-python", "key": "url"}})
+        external["executorPools"].append(python)
+        external["externalNats"]["users"] = {u: {"urlSecret": {"name": f"hermes-nats-{u}", "key": "url"}}
+                                             for u in ("dispatcher", "registry", "memory", "planner")}
+        docs, _ = render(external)
+        general = env_of(deployment(docs, "hermes-pool-general")["spec"]["template"]["spec"]["containers"][0])
+        self.assertEqual(general["HERMES_NATS_URL"], "nats://agent_$(HERMES_AGENT_ID)@nats-0.nats:4222,nats://nats-1.nats:4222")
+        python = env_of(deployment(docs, "hermes-pool-python")["spec"]["template"]["spec"]["containers"][0])
+        self.assertEqual(python["HERMES_NATS_URL"], {"secretKeyRef": {"name": "hermes-nats-python", "key": "url"}})
+        self.assertNotIn("HERMES_NATS_PASSWORD_FILE", python)
+        self.assertEqual(settings_of(docs, deployment(docs, "hermes-registry"))["HERMES_IDENTITIES_KUBERNETES_SERVICE_ACCOUNTS"],
+                         "agents/hermes-pool-general,agents/hermes-pool-compute")
+
+        # The pinned nats-server takes both files as the values include them.
+        hermes = pathlib.Path(os.environ.get("HERMES_BIN_DIR", ROOT / "target" / "debug")) / "hermes"
+        out = subprocess.run([str(hermes), "identities-issuer"], capture_output=True, text=True, check=True)
+        issuer = next(l.split("=", 1)[1] for l in out.stdout.splitlines() if l.startswith("HERMES_IDENTITIES_ISSUER="))
+        server = os.environ.get("HERMES_NATS_SERVER_BIN", str(ROOT / ".tools" / "bin" / "nats-server"))
+        accounts_conf = (ROOT / "deploy" / "nats" / "accounts.conf").read_text()
+        with tempfile.TemporaryDirectory() as dir:
+            dir = pathlib.Path(dir)
+            (dir / "accounts.conf").write_text(accounts_conf)
+            (dir / "identities.conf").write_text(identities)
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            (dir / "nats.conf").write_text(f"include ./accounts.conf\ninclude ./identities.conf\nlisten: 127.0.0.1:{port}\n")
+            variables = {v: "password-of-" + v.lower() for v in ("NATS_SYS_PASSWORD", "HERMES_DISPATCHER_NATS_PASSWORD",
+                         "HERMES_REGISTRY_NATS_PASSWORD", "HERMES_PLANNER_NATS_PASSWORD", "HERMES_MEMORY_NATS_PASSWORD",
+                         "HERMES_AGENT_NATS_PASSWORD")}
+            log = dir / "nats.log"
+            with log.open("wb") as sink:
+                proc = subprocess.Popen([server, "-c", str(dir / "nats.conf")], env={**os.environ, **variables,
+                                        "HERMES_IDENTITIES_ISSUER": issuer}, stdout=subprocess.DEVNULL, stderr=sink)
+            try:
+                deadline = time.time() + 10
+                while True:
+                    if proc.poll() is not None:
+                        self.fail(f"nats-server refused the config: {log.read_text()[-2000:]}")
+                    try:
+                        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                        break
+                    except OSError:
+                        self.assertLess(time.time(), deadline, "nats-server did not start")
+                        time.sleep(0.1)
+                with sock:
+                    sock.recv(4096)
+                    hello = '{"user": "dispatcher", "pass": "password-of-hermes_dispatcher_nats_password", "verbose": false}'
+                    sock.sendall(f"CONNECT {hello}\r\nPING\r\n".encode())
+                    reply = b""
+                    while b"PONG" not in reply and b"-ERR" not in reply:
+                        chunk = sock.recv(4096)
+                        if not chunk:
+                            break
+                        reply += chunk
+                    self.assertIn(b"PONG", reply, "a service user is let in beside the callout")
+            finally:
+                proc.terminate()
+                proc.wait(timeout=10)
+
     def test_network_policies_are_on_by_default(self):
         docs, _ = render(WITH_TOKENS)
         policies = {d["metadata"]["name"]: d for d in by_kind(docs, "NetworkPolicy")}
@@ -896,6 +1015,17 @@ class Rejections(unittest.TestCase):
         self.assert_rejected(with_tls(internl=True), "tls", "internl")
         self.assert_rejected(with_tls(grpc="yes"), "tls", "grpc")
         render(with_tls(grpc=False, http=False, internal=True))
+
+    def test_identities_need_an_issuer_and_the_pools_own_service_accounts(self):
+        values = load_values("identities-values.yaml")
+        values["identities"]["issuerSecret"] = ""
+        self.assert_rejected(values, "identities.issuerSecret", "hermes identities-issuer")
+        values = load_values("identities-values.yaml")
+        values["serviceAccount"] = {"create": False}
+        self.assert_rejected(values, "serviceAccount.create=true")
+        values = load_values("identities-values.yaml")
+        values["identities"]["tokenExpirationSeconds"] = 60
+        self.assert_rejected(values, "tokenExpirationSeconds")
 
     def test_network_policy_rules_fail_with_what_to_change(self):
         self.assert_rejected({**WITH_TOKENS, "serviceMonitor": {"enabled": True}}, "set networkPolicy.metricsFrom")

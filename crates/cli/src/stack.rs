@@ -160,7 +160,7 @@ impl Stack {
         let identities = match (&users, config.memory.is_some()) {
             (Some(users), true) => {
                 let file = dispatcher.access.clone();
-                Some(issue_identities(cx, &registry_bus, users, &config.agents, file).await?)
+                Some(issue_identities(cx, &registry_bus, &registry, users, &config.agents, file).await?)
             }
             _ => None,
         };
@@ -294,6 +294,7 @@ async fn connect_as(url: hermes_core::secret::SecretUrl, service: &str) -> anyho
 async fn issue_identities(
     cx: &mut hermes_runtime::Context,
     registry_bus: &Bus,
+    registry: &Registry,
     users: &crate::nats::LocalUsers,
     agents: &[AgentConfig],
     file: std::sync::Arc<hermes_core::access::Tokens>,
@@ -307,7 +308,8 @@ async fn issue_identities(
     let identities =
         hermes_registry::identities::Identities::new(&settings, file, registry_bus.topology().clone())?
             .context("the local server's identities issuer")?
-            .with_local_agents(&tokens);
+            .with_local_agents(&tokens)
+            .with_registry(registry.clone());
     let requests = hermes_registry::identities::listen(registry_bus).await?;
     let bus = registry_bus.clone();
     cx.spawn("identities", move |stop| {

@@ -58,6 +58,10 @@ pub struct BusConfig {
     /// TLS to the server ([`NatsTls`]); without any of its files the connection is plaintext
     /// unless the URL says `tls://`.
     pub tls: NatsTls,
+    /// A file holding the password of the URL's user (`nats://agent_<id>@host`), read again at
+    /// every connect: a Kubernetes projected service-account token, which the kubelet renews in
+    /// place, is an agent's identity there (`hermes_registry::identities`).
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 /// TLS of a NATS connection (`nats.tls.*`): the CAs to trust for the server's certificate, and
@@ -190,6 +194,7 @@ impl BusConfig {
             artifacts_max_age: Duration::from_secs(7 * 24 * 3600),
             credentials_file: None,
             inbox_prefix: None,
+            password_file: None,
             tls: NatsTls::default(),
         }
     }
@@ -258,6 +263,41 @@ pub fn server_urls(url: &str) -> Vec<String> {
     url.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_owned).collect()
 }
 
+impl BusConfig {
+    /// The user this connection authenticates as: the URL's, with its password there or in
+    /// `password_file` (a lone token names no user).
+    pub fn user(&self) -> Option<String> {
+        match &self.password_file {
+            Some(_) => url_credentials(self.url.expose()).map(|(user, _)| user),
+            None => url_user(self.url.expose()),
+        }
+    }
+}
+
+/// Options that authenticate as `user` with the password in `path`, read at every connect.
+fn password_file_options(user: String, path: &std::path::Path) -> Result<async_nats::ConnectOptions> {
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).map(|p| p.trim().to_owned()).map_err(|e| {
+            format!("cannot read the password file {} (nats.password_file): {e}", path.display())
+        })
+    };
+    // Read once now, so a missing file stops the start with its name.
+    read(path).map_err(|reason| Error::InvalidArgument {
+        field: "nats.password_file (HERMES_NATS_PASSWORD_FILE)".into(),
+        reason,
+    })?;
+    let path = path.to_path_buf();
+    Ok(async_nats::ConnectOptions::with_auth_callback(move |_nonce| {
+        let (user, password) = (user.clone(), read(&path));
+        async move {
+            let mut auth = async_nats::Auth::new();
+            auth.username = Some(user);
+            auth.password = Some(password.map_err(async_nats::AuthError::new)?);
+            Ok(auth)
+        }
+    }))
+}
+
 impl Bus {
     /// Connects, checks the server version and makes sure every stream and bucket exists.
     pub async fn connect(config: BusConfig) -> Result<Bus> {
@@ -272,16 +312,24 @@ impl Bus {
         // A cluster is given as its servers' URLs, comma-separated; the client connects to one and
         // fails over to the others (and to those the servers announce) by itself.
         let urls = server_urls(config.url.expose());
-        if let Some((user, password)) = url_credentials(config.url.expose()) {
-            options = match password {
-                Some(password) => {
-                    if config.inbox_prefix.is_none() {
-                        inbox_prefix = format!("_INBOX_{user}");
-                    }
-                    options.user_and_password(user, password)
-                }
-                None => options.token(user),
-            };
+        let credentials = url_credentials(config.url.expose());
+        if let Some(user) = config.user()
+            && config.inbox_prefix.is_none()
+        {
+            inbox_prefix = format!("_INBOX_{user}");
+        }
+        match (credentials, &config.password_file) {
+            (Some((user, None)), Some(path)) => options = password_file_options(user, path)?,
+            (_, Some(_)) => {
+                return Err(Error::InvalidArgument {
+                    field: "nats.password_file (HERMES_NATS_PASSWORD_FILE)".into(),
+                    reason: "goes with a URL that names a user and no password (nats://user@host:4222)"
+                        .into(),
+                });
+            }
+            (Some((user, Some(password))), None) => options = options.user_and_password(user, password),
+            (Some((token, None)), None) => options = options.token(token),
+            (None, None) => {}
         }
         if !is_subject_token(inbox_prefix.trim_start_matches('_')) {
             return Err(Error::InvalidArgument {
@@ -336,7 +384,7 @@ impl Bus {
         }
         // An agent's own identity may not read the ledger or the artifacts: it asks the memory
         // service with a task's token (crate::broker), so it does not open them.
-        let brokered = url_user(config.url.expose()).is_some_and(|u| crate::broker::is_agent_identity(&u));
+        let brokered = config.user().is_some_and(|u| crate::broker::is_agent_identity(&u));
         let (goals, agents, ledger, approvals, artifacts) = match brokered {
             false => {
                 let ([goals, agents, ledger, approvals], store) = provision(&js, &config).await?;

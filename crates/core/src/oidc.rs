@@ -197,6 +197,14 @@ pub struct Issuer {
     /// map's values grant roles.
     #[serde(default)]
     pub role_map: BTreeMap<String, Vec<Role>>,
+    /// CA certificates (a PEM file) trusted for fetching the keys, besides the system's: a
+    /// provider with a private CA, as a Kubernetes API server.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// A file whose content is sent as a bearer token with each fetch of the keys (read again at
+    /// each fetch: a Kubernetes service-account token is renewed in place).
+    #[serde(default)]
+    pub bearer_token_file: Option<String>,
 }
 
 fn default_skew() -> u64 {
@@ -216,6 +224,46 @@ fn default_roles_claim() -> String {
 }
 
 impl Issuer {
+    /// An issuer whose tokens are checked for their signature, times and audience only, read
+    /// with [`Keys::verify_claims`] (no caller, tenant or roles come of them): `jwks_url` empty
+    /// for discovery, `ca_file` and `bearer_token_file` empty for none. `what` names it in errors.
+    pub fn for_claims(
+        what: &str,
+        issuer: &str,
+        audience: &str,
+        jwks_url: &str,
+        ca_file: &str,
+        bearer_token_file: &str,
+    ) -> anyhow::Result<Issuer> {
+        let some = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_owned());
+        anyhow::ensure!(!issuer.trim().is_empty(), "{what}: the issuer is empty");
+        anyhow::ensure!(!audience.trim().is_empty(), "{what}: the audience is empty");
+        let jwks_url = some(jwks_url);
+        let fetched = jwks_url.clone().unwrap_or_else(|| discovery_url(issuer.trim()));
+        check_fetch_url(&fetched).map_err(|e| anyhow::anyhow!("{what}: the keys' URL {e}"))?;
+        let ca_file = some(ca_file);
+        if let Some(file) = &ca_file {
+            client_trusting(file).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+        }
+        Ok(Issuer {
+            issuer: issuer.trim().to_owned(),
+            audience: audience.trim().to_owned(),
+            jwks_url,
+            algorithms: None,
+            clock_skew_s: default_skew(),
+            min_refetch_s: default_min_refetch(),
+            name_claim: default_name_claim(),
+            tenant: None,
+            tenant_claim: None,
+            tenants: Vec::new(),
+            roles_claim: default_roles_claim(),
+            roles: Vec::new(),
+            role_map: BTreeMap::new(),
+            ca_file,
+            bearer_token_file: some(bearer_token_file),
+        })
+    }
+
     /// Checks the entry, naming it in errors.
     pub fn check(&self) -> anyhow::Result<()> {
         let name = &self.issuer;
@@ -233,6 +281,9 @@ impl Issuer {
             "[[oidc]] `{name}`: algorithms is empty"
         );
         anyhow::ensure!(self.clock_skew_s <= 600, "[[oidc]] `{name}`: clock_skew_s is over 600");
+        if let Some(file) = &self.ca_file {
+            client_trusting(file).map_err(|e| anyhow::anyhow!("[[oidc]] `{name}`: {e}"))?;
+        }
         anyhow::ensure!(
             (1..=3600).contains(&self.min_refetch_s),
             "[[oidc]] `{name}`: min_refetch_s must be 1 to 3600"
@@ -550,6 +601,27 @@ impl Keys {
     }
 
     async fn verify_at(&self, issuers: &[Arc<Issuer>], token: &str, now: u64) -> Result<Principal, Error> {
+        let (issuer, claims) = self.verify_claims_at(issuers, token, now).await?;
+        issuer.principal(&claims)
+    }
+
+    /// The issuer and the claims of a JWT signed by one of `issuers`, its signature, times and
+    /// audience checked; `UNAUTHENTICATED` saying why not. For callers that read other claims
+    /// than a caller's (an agent's identity: `hermes_registry::identities`).
+    pub async fn verify_claims(
+        &self,
+        issuers: &[Arc<Issuer>],
+        token: &str,
+    ) -> Result<(Arc<Issuer>, serde_json::Value), Error> {
+        self.verify_claims_at(issuers, token, crate::now_unix_ms() / 1000).await
+    }
+
+    async fn verify_claims_at(
+        &self,
+        issuers: &[Arc<Issuer>],
+        token: &str,
+        now: u64,
+    ) -> Result<(Arc<Issuer>, serde_json::Value), Error> {
         let refused = |reason: String| Error::Unauthenticated(reason);
         let parts = split(token)?;
         let iss = parts.claims.get("iss").and_then(|v| v.as_str()).unwrap_or_default();
@@ -575,7 +647,7 @@ impl Keys {
             return Err(refused("the token's signature does not verify".into()));
         }
         check_claims(issuer, &parts.claims, now)?;
-        issuer.principal(&parts.claims)
+        Ok((issuer.clone(), parts.claims))
     }
 
     fn entry(&self, issuer: &Issuer) -> Arc<IssuerKeys> {
@@ -661,6 +733,27 @@ impl Keys {
 /// `entry`; a failure keeps the keys before.
 async fn fetch(client: &reqwest::Client, issuer: &Issuer, entry: &IssuerKeys) -> anyhow::Result<()> {
     *entry.tried.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    let own;
+    let client = match &issuer.ca_file {
+        Some(file) => {
+            own = client_trusting(file)?;
+            &own
+        }
+        None => client,
+    };
+    let bearer = match &issuer.bearer_token_file {
+        Some(file) => Some(
+            std::fs::read_to_string(file)
+                .map_err(|e| anyhow::anyhow!("cannot read bearer_token_file {file}: {e}"))?
+                .trim()
+                .to_owned(),
+        ),
+        None => None,
+    };
+    let get = |url: String| {
+        let bearer = bearer.clone();
+        async move { get(client, &url, bearer.as_deref()).await }
+    };
     let url = match &issuer.jwks_url {
         Some(url) => url.clone(),
         None => {
@@ -668,21 +761,38 @@ async fn fetch(client: &reqwest::Client, issuer: &Issuer, entry: &IssuerKeys) ->
             struct Discovery {
                 jwks_uri: String,
             }
-            let body = get(client, &discovery_url(&issuer.issuer)).await?;
+            let body = get(discovery_url(&issuer.issuer)).await?;
             let discovery: Discovery = serde_json::from_slice(&body)
                 .map_err(|e| anyhow::anyhow!("the discovery document has no jwks_uri: {e}"))?;
             check_fetch_url(&discovery.jwks_uri).map_err(|e| anyhow::anyhow!("its jwks_uri {e}"))?;
             discovery.jwks_uri
         }
     };
-    let keys = parse_key_set(&get(client, &url).await?)?;
+    let keys = parse_key_set(&get(url).await?)?;
     tracing::info!(issuer = %issuer.issuer, keys = keys.len(), event = "oidc_keys_fetched", "OIDC issuer's keys fetched");
     *entry.keys.write().unwrap_or_else(|p| p.into_inner()) = Some((Arc::new(keys), Instant::now()));
     Ok(())
 }
 
-async fn get(client: &reqwest::Client, url: &str) -> anyhow::Result<Vec<u8>> {
-    let mut response = client.get(url).send().await.map_err(|e| anyhow::anyhow!("GET {url}: {e}"))?;
+/// A client for fetching keys that trusts the CA certificates of `file` besides the system's.
+fn client_trusting(file: &str) -> anyhow::Result<reqwest::Client> {
+    let pem = std::fs::read(file).map_err(|e| anyhow::anyhow!("cannot read ca_file {file}: {e}"))?;
+    let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| anyhow::anyhow!("ca_file {file} is not PEM certificates: {e}"))?;
+    anyhow::ensure!(!certificates.is_empty(), "ca_file {file} holds no certificate");
+    let builder = certificates.into_iter().fold(
+        reqwest::Client::builder().timeout(FETCH_TIMEOUT).redirect(reqwest::redirect::Policy::none()),
+        |builder, certificate| builder.add_root_certificate(certificate),
+    );
+    builder.build().map_err(|e| anyhow::anyhow!("a client trusting {file}: {e}"))
+}
+
+async fn get(client: &reqwest::Client, url: &str, bearer: Option<&str>) -> anyhow::Result<Vec<u8>> {
+    let mut request = client.get(url);
+    if let Some(token) = bearer {
+        request = request.bearer_auth(token);
+    }
+    let mut response = request.send().await.map_err(|e| anyhow::anyhow!("GET {url}: {e}"))?;
     anyhow::ensure!(response.status().is_success(), "GET {url}: {}", response.status());
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| anyhow::anyhow!("GET {url}: {e}"))? {

@@ -259,7 +259,7 @@ impl hermes_runtime::Service for ExecutorService {
 
     async fn start(settings: ExecutorSettings, cx: &mut Context) -> anyhow::Result<()> {
         let configs = settings.agent_configs()?;
-        let user = hermes_core::bus::url_user(settings.nats.url.expose());
+        let user = settings.nats.bus_config("").user();
         check_identity(user.as_deref(), &configs)?;
         // An agent's own identity is issued by the registry (the server's auth callout): until the
         // registry answers, the server refuses the connection, so a while of that is waited out.

@@ -20,6 +20,13 @@
 //! sign is refused. The user JWT expires after `identities.ttl_secs`: the server then closes the
 //! connection, the agent reconnects and is checked again, so a token removed from the file stops
 //! working within that time.
+//!
+//! On Kubernetes, with `identities.kubernetes.issuer` set, a pod is admitted as the agent its pod
+//! name is: it connects as `agent_<pod name>` with its projected service-account token (made for
+//! `identities.kubernetes.audience`) as the password, and the registry checks the token's
+//! signature against the cluster's keys, that it is bound to that pod, and that its service
+//! account is one of `identities.kubernetes.service_accounts`. So autoscaled replicas need no
+//! token issued to them: the kubelet gives each its own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,11 +58,114 @@ pub struct IdentitySettings {
     pub account: String,
     /// How long an issued identity lasts before the agent is checked again.
     pub ttl_secs: u64,
+    /// Pods admitted by their service-account tokens.
+    pub kubernetes: KubernetesIdentities,
 }
 
 impl Default for IdentitySettings {
     fn default() -> Self {
-        IdentitySettings { issuer_seed: String::new(), account: "HERMES".into(), ttl_secs: 3600 }
+        IdentitySettings {
+            issuer_seed: String::new(),
+            account: "HERMES".into(),
+            ttl_secs: 3600,
+            kubernetes: KubernetesIdentities::default(),
+        }
+    }
+}
+
+/// Pods admitted as agents by their projected service-account tokens
+/// (`[identities.kubernetes]`; `HERMES_IDENTITIES_KUBERNETES_*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubernetesIdentities {
+    /// The cluster's service-account token issuer (its API server's `--service-account-issuer`,
+    /// the tokens' `iss`); empty: no pod is admitted by its token.
+    pub issuer: String,
+    /// The audience the pods' projected tokens are made for.
+    pub audience: String,
+    /// Where the cluster's keys are (`https://kubernetes.default.svc/openid/v1/jwks` in a pod);
+    /// empty: the issuer's discovery document says.
+    pub jwks_url: String,
+    /// The CA certificates trusted for fetching them (in a pod, the service account's `ca.crt`).
+    pub ca_file: String,
+    /// A token sent with the fetch (in a pod, the service account's own `token`).
+    pub token_file: String,
+    /// The service accounts, `namespace/name`, whose pods are admitted as agents.
+    pub service_accounts: Vec<String>,
+}
+
+impl Default for KubernetesIdentities {
+    fn default() -> Self {
+        KubernetesIdentities {
+            issuer: String::new(),
+            audience: "hermes-nats".into(),
+            jwks_url: String::new(),
+            ca_file: String::new(),
+            token_file: String::new(),
+            service_accounts: Vec::new(),
+        }
+    }
+}
+
+/// The cluster whose pods are admitted by their service-account tokens.
+struct Cluster {
+    issuer: Arc<hermes_core::oidc::Issuer>,
+    /// The admitted service accounts as the tokens' `sub` names them.
+    subjects: std::collections::BTreeSet<String>,
+    keys: hermes_core::oidc::Keys,
+}
+
+impl Cluster {
+    fn new(settings: &KubernetesIdentities) -> anyhow::Result<Option<Cluster>> {
+        if settings.issuer.trim().is_empty() {
+            return Ok(None);
+        }
+        let issuer = hermes_core::oidc::Issuer::for_claims(
+            "identities.kubernetes",
+            &settings.issuer,
+            &settings.audience,
+            &settings.jwks_url,
+            &settings.ca_file,
+            &settings.token_file,
+        )?;
+        let mut subjects = std::collections::BTreeSet::new();
+        for account in &settings.service_accounts {
+            let (namespace, name) = account.trim().split_once('/').unwrap_or_default();
+            anyhow::ensure!(
+                !namespace.is_empty() && !name.is_empty() && !name.contains('/'),
+                "identities.kubernetes.service_accounts: `{account}` is not namespace/name"
+            );
+            subjects.insert(format!("system:serviceaccount:{namespace}:{name}"));
+        }
+        anyhow::ensure!(
+            !subjects.is_empty(),
+            "identities.kubernetes.service_accounts is empty: name the service accounts whose pods are agents"
+        );
+        Ok(Some(Cluster { issuer: Arc::new(issuer), subjects, keys: Default::default() }))
+    }
+
+    /// Whether `token` is a service-account token of an admitted account bound to pod `id`.
+    async fn admit(&self, id: &str, token: &str) -> Result<(), String> {
+        let (_, claims) = self
+            .keys
+            .verify_claims(std::slice::from_ref(&self.issuer), token)
+            .await
+            .map_err(|e| format!("the service-account token is refused: {e}"))?;
+        let subject = claims.get("sub").and_then(|s| s.as_str()).unwrap_or_default();
+        if !self.subjects.contains(subject) {
+            return Err(format!(
+                "service account `{}` is not one whose pods are agents",
+                subject.chars().take(120).collect::<String>()
+            ));
+        }
+        match claims.pointer("/kubernetes.io/pod/name").and_then(|p| p.as_str()) {
+            Some(pod) if pod == id => Ok(()),
+            Some(pod) => Err(format!(
+                "the token is pod `{}`'s, not `{id}`'s",
+                pod.chars().take(80).collect::<String>()
+            )),
+            None => Err("the token is bound to no pod (a projected service-account token is)".into()),
+        }
     }
 }
 
@@ -67,6 +177,11 @@ pub struct Identities {
     tokens: Arc<Tokens>,
     /// Agents' tokens that are in no file, by their sha256: `hermes up`'s own agents'.
     local: std::collections::HashMap<[u8; 32], String>,
+    /// Pods admitted by their service-account tokens.
+    cluster: Option<Cluster>,
+    /// The registry's live agents, whose own consumers are denied to the others beside those
+    /// of the file's and the local agents.
+    view: Option<crate::Registry>,
     topology: Topology,
 }
 
@@ -98,8 +213,17 @@ impl Identities {
             ttl: Duration::from_secs(settings.ttl_secs),
             tokens,
             local: Default::default(),
+            cluster: Cluster::new(&settings.kubernetes)?,
+            view: None,
             topology,
         }))
+    }
+
+    /// Denies also the own consumers of `registry`'s live agents to each agent (pods admitted by
+    /// their tokens are in no file).
+    pub fn with_registry(mut self, registry: crate::Registry) -> Self {
+        self.view = Some(registry);
+        self
     }
 
     /// Admits also the agents of `tokens` (agent id to its token), beside the tokens file's.
@@ -120,7 +244,7 @@ impl Identities {
 
     /// The NATS user and the permissions of a connection that presents `user` and `password`,
     /// or why it is refused.
-    pub fn decide(&self, user: &str, password: &str) -> Result<(String, Permissions), String> {
+    pub async fn decide(&self, user: &str, password: &str) -> Result<(String, Permissions), String> {
         let Some(id) = user.strip_prefix(AGENT_USER_PREFIX) else {
             return Err(format!(
                 "`{}` is not an agent's user (agent_<id>)",
@@ -128,23 +252,35 @@ impl Identities {
             ));
         };
         hermes_core::topology::validate_agent_id(id).map_err(|e| e.to_string())?;
-        let digest: [u8; 32] = sha2::Sha256::digest(password.as_bytes()).into();
         let access = self.tokens.current();
-        let holder = match self.local.get(&digest) {
-            Some(local) => local.as_str(),
-            None => {
-                access.agent(&digest).map(|grant| grant.id.as_str()).ok_or("the agent token is not known")?
+        match &self.cluster {
+            Some(cluster) if hermes_core::oidc::looks_like_jwt(password) => {
+                cluster.admit(id, password).await?
             }
-        };
-        if holder != id {
-            return Err(format!("the agent token is not agent `{id}`'s"));
+            _ => {
+                let digest: [u8; 32] = sha2::Sha256::digest(password.as_bytes()).into();
+                let holder = match self.local.get(&digest) {
+                    Some(local) => local.as_str(),
+                    None => access
+                        .agent(&digest)
+                        .map(|grant| grant.id.as_str())
+                        .ok_or("the agent token is not known")?,
+                };
+                if holder != id {
+                    return Err(format!("the agent token is not agent `{id}`'s"));
+                }
+            }
         }
-        let others = access.agent_ids().chain(self.local.values().map(String::as_str));
-        Ok((user.to_owned(), agent_permissions(&self.topology, id, others)))
+        let mut others: std::collections::BTreeSet<String> =
+            access.agent_ids().chain(self.local.values().map(String::as_str)).map(str::to_owned).collect();
+        if let Some(view) = &self.view {
+            others.extend(view.agents().into_iter().filter_map(|a| a.heartbeat.map(|h| h.agent_id)));
+        }
+        Ok((user.to_owned(), agent_permissions(&self.topology, id, others.iter().map(String::as_str))))
     }
 
     /// The signed answer to one authorization request.
-    fn answer(&self, request: &[u8]) -> Option<String> {
+    async fn answer(&self, request: &[u8]) -> Option<String> {
         let token = std::str::from_utf8(request).ok()?;
         let request = match nats_jwt::decode_request(token) {
             Ok(request) => request,
@@ -156,7 +292,7 @@ impl Identities {
         let options = &request.connect_opts;
         let password = if options.pass.is_empty() { &options.auth_token } else { &options.pass };
         let expires = hermes_core::now_unix_ms() / 1000 + self.ttl.as_secs();
-        let decided = self.decide(&options.user, password);
+        let decided = self.decide(&options.user, password).await;
         let answer = match &decided {
             Ok((name, permissions)) => {
                 info!(user = %name, host = %request.client_info.host, event = "identity_issued", "agent identity issued");
@@ -205,7 +341,7 @@ pub async fn serve_requests(
             message = requests.next() => match message { Some(m) => m, None => return Ok(()) },
         };
         let Some(reply) = message.reply.clone() else { continue };
-        if let Some(jwt) = identities.answer(&message.payload)
+        if let Some(jwt) = identities.answer(&message.payload).await
             && let Err(e) = bus.client().publish(reply, jwt.into()).await
         {
             warn!(error = %e, "cannot answer an authorization request");
@@ -379,6 +515,28 @@ mod tests {
             .filter(|p| p.contains("hermes_ledger") || p.contains("hermes_artifacts"))
             .collect();
         assert!(reached.is_empty(), "an agent's identity may publish {reached:?}");
+    }
+
+    #[test]
+    fn the_kubernetes_settings_are_checked_naming_the_setting() {
+        let mut k = KubernetesIdentities {
+            issuer: "https://kubernetes.default.svc.cluster.local".into(),
+            service_accounts: vec!["agents/hermes-pool-general".into()],
+            ..Default::default()
+        };
+        let cluster = Cluster::new(&k).unwrap().expect("configured");
+        assert!(cluster.subjects.contains("system:serviceaccount:agents:hermes-pool-general"));
+        let refused =
+            |k: &KubernetesIdentities| Cluster::new(k).err().map(|e| e.to_string()).unwrap_or_default();
+        k.service_accounts = vec!["hermes-pool-general".into()];
+        assert!(refused(&k).contains("is not namespace/name"), "{}", refused(&k));
+        k.service_accounts = Vec::new();
+        assert!(refused(&k).contains("service_accounts is empty"), "{}", refused(&k));
+        k.service_accounts = vec!["agents/a".into()];
+        k.jwks_url = "http://kubernetes.default.svc/openid/v1/jwks".into();
+        assert!(refused(&k).contains("must be https"), "{}", refused(&k));
+        k.issuer = String::new();
+        assert!(Cluster::new(&k).unwrap().is_none(), "no issuer: off");
     }
 
     #[test]

@@ -64,6 +64,22 @@ impl hermes_runtime::Settings for RegistrySettings {
             "identities.ttl_secs" => {
                 Some("Seconds an issued agent identity lasts before the agent is checked again.")
             }
+            "identities.kubernetes.issuer" => Some(
+                "The cluster's service-account token issuer: pods of the service accounts below connect as agent_<pod name> with their projected token (docs/security.md); unset: none.",
+            ),
+            "identities.kubernetes.audience" => Some("The audience the pods' projected tokens are made for."),
+            "identities.kubernetes.jwks_url" => Some(
+                "Where the cluster's keys are (https://kubernetes.default.svc/openid/v1/jwks); unset: discovery.",
+            ),
+            "identities.kubernetes.ca_file" => {
+                Some("CA certificates (PEM) trusted for fetching the cluster's keys.")
+            }
+            "identities.kubernetes.token_file" => {
+                Some("A bearer token file sent when fetching the cluster's keys.")
+            }
+            "identities.kubernetes.service_accounts" => {
+                Some("namespace/name of each service account whose pods are admitted as agents.")
+            }
             key => hermes_runtime::settings::describe(key),
         }
     }
@@ -85,13 +101,13 @@ impl hermes_runtime::Service for RegistryService {
         cx.grpc_listen(settings.grpc.listen, limit, hermes_runtime::GRPC_LIMIT_SETTING).await?;
         cx.grpc_tls(settings.grpc.tls.load("grpc.tls")?)?;
         let tokens = cx.grpc_api_tokens(&settings.api_tokens_file)?;
+        let registry = crate::start(settings.config(), cx)?;
         if let Some(identities) =
             crate::identities::Identities::new(&settings.identities, tokens, bus.topology().clone())?
         {
-            let b = bus.clone();
+            let (b, identities) = (bus.clone(), identities.with_registry(registry.clone()));
             cx.spawn("identities", move |token| crate::identities::serve(b, identities, token));
         }
-        let registry = crate::start(settings.config(), cx)?;
         cx.spawn("registry", move |token| crate::run(bus, registry, token));
         Ok(())
     }

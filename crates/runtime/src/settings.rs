@@ -20,6 +20,9 @@ pub struct NatsSettings {
     pub inbox_prefix: Option<String>,
     /// TLS to the server (`[nats.tls]`: `ca_file`, `cert_file`, `key_file`); plaintext without.
     pub tls: hermes_core::bus::NatsTls,
+    /// A file holding the password of the URL's user, read at every connect (an agent's
+    /// Kubernetes service-account token).
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 impl Default for NatsSettings {
@@ -30,6 +33,7 @@ impl Default for NatsSettings {
             creds: None,
             inbox_prefix: None,
             tls: Default::default(),
+            password_file: None,
         }
     }
 }
@@ -42,6 +46,7 @@ impl NatsSettings {
         config.credentials_file = self.creds.clone();
         config.inbox_prefix = self.inbox_prefix.clone();
         config.tls = self.tls.clone();
+        config.password_file = self.password_file.clone();
         config
     }
 }
@@ -99,6 +104,9 @@ pub fn describe(key: &str) -> Option<&'static str> {
         }
         "nats.replicas" => "Replicas of the streams and buckets Hermes creates (1, or 3 on a cluster).",
         "nats.creds" => "A NATS credentials file.",
+        "nats.password_file" => {
+            "A file holding the password of the URL's user (nats://agent_<id>@host), read at every connect: an agent's Kubernetes service-account token (docs/security.md)."
+        }
         "nats.inbox_prefix" => {
             "Prefix of the connection's reply subjects; unset: _INBOX_<user> with a user in the URL."
         }

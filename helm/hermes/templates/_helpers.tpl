@@ -80,7 +80,10 @@ Environment every Hermes container shares: NATS, logs, traces. Include with
 {{- define "hermes.commonEnv" -}}
 {{- $root := .root -}}
 {{- $nats := .nats -}}
-{{- if $nats.urlSecret.name }}
+{{- if $nats.url }}
+- name: HERMES_NATS_URL
+  value: {{ $nats.url | quote }}
+{{- else if $nats.urlSecret.name }}
 - name: HERMES_NATS_URL
   valueFrom:
     secretKeyRef:

@@ -62,7 +62,11 @@ roles = ["submitter", "viewer"]
         cls.url = f"nats://agent_{AGENT}:{agent_token}@127.0.0.1:{port}"
         cls.log = root / "ship.log"
         cls.stderr = (root / "worker.log").open("w")
-        env = dict(os.environ, WORKER_ID=AGENT, NATS_URL=cls.url, SHIP_LOG=str(cls.log),
+        # The password from a file read at every connect, as a pod's token is (the chart's way).
+        password = root / "password"
+        password.write_text(agent_token + "\n")
+        env = dict(os.environ, WORKER_ID=AGENT, NATS_URL=f"nats://agent_{AGENT}@127.0.0.1:{port}",
+                   HERMES_NATS_PASSWORD_FILE=str(password), SHIP_LOG=str(cls.log),
                    TASKS="py.measure,py.ship,test.abort", MAX_CONCURRENCY="1", ACK_WAIT_S="5")
         cls.worker = subprocess.Popen([sys.executable, str(HERE / "worker_app.py")], env=env,
                                       stdout=subprocess.DEVNULL, stderr=cls.stderr)

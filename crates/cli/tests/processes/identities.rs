@@ -514,3 +514,196 @@ fn node(id: &str, task_type: &str, inputs: serde_json::Value, deps: &[&str]) -> 
         ..Default::default()
     }
 }
+
+/// On Kubernetes each pod is its own agent without a token issued to it: it connects as
+/// `agent_<pod name>` with its projected service-account token as the password (read from its
+/// file at every connect), and the registry checks the token against the cluster's keys (here a
+/// local provider standing for the API server's), its audience, the pod it is bound to and its
+/// service account. Tokens of another pod, of another service account, for another audience or
+/// of another cluster are refused; a token file that goes bad is refused at the next reconnect,
+/// and a good one lets the agent back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_joins_as_its_own_agent_with_its_service_account_token() {
+    use hermes_test_util::oidc::{KeyKind, TestIdp};
+    let accounts = Accounts::load();
+    let cluster = TestIdp::start(KeyKind::Ed25519).await;
+    let stranger = TestIdp::start(KeyKind::Ed25519).await;
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_hermes")).arg("identities-issuer").output().unwrap();
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let value = |name: &str| {
+        printed.lines().find_map(|l| l.strip_prefix(&format!("{name}="))).map(str::to_owned).unwrap()
+    };
+    let (seed, issuer) = (value("HERMES_IDENTITIES_ISSUER_SEED"), value("HERMES_IDENTITIES_ISSUER"));
+    let identities = std::fs::read_to_string(crate::repo_root().join("deploy/nats/identities.conf")).unwrap();
+    let config = format!("{}\n{}", accounts.config, identities.replace("$HERMES_IDENTITIES_ISSUER", &issuer));
+    let mut nats = NatsServer::start_with_config(&config);
+    let dir = tempfile::tempdir().unwrap();
+    let tokens_file = dir.path().join("tokens.toml");
+    std::fs::write(
+        &tokens_file,
+        hermes_test_util::api_token("ops", TOKEN, "team-a", &["submitter", "viewer"]),
+    )
+    .unwrap();
+    let tokens_file = tokens_file.to_str().unwrap();
+    let grpc = free_addr();
+    let (_dispatcher, _) = service(
+        dir.path(),
+        "hermes-dispatcher",
+        &[
+            "--nats-url",
+            &accounts.url(&nats, "dispatcher"),
+            "--grpc-listen",
+            &grpc,
+            "--dispatcher-http-listen",
+            "off",
+            "--dispatcher-api-tokens-file",
+            tokens_file,
+            "--llm-provider",
+            "none",
+        ],
+    );
+    let registry_grpc = free_addr();
+    let (_registry, registry_log) = service(
+        dir.path(),
+        "hermes-registry",
+        &[
+            "--nats-url",
+            &accounts.url(&nats, "registry"),
+            "--grpc-listen",
+            &registry_grpc,
+            "--api-tokens-file",
+            tokens_file,
+            "--identities-issuer-seed",
+            &seed,
+            "--identities-kubernetes-issuer",
+            &cluster.issuer,
+            "--identities-kubernetes-jwks-url",
+            &format!("{}/jwks", cluster.issuer),
+            "--identities-kubernetes-service-accounts",
+            "agents/hermes-executor",
+        ],
+    );
+    // A projected token as the kubelet makes it: bound to its pod, for the audience asked.
+    let pod_token = |idp: &TestIdp, pod: &str, account: &str, audience: &str| {
+        idp.token(
+            "k1",
+            audience,
+            serde_json::json!({
+                "sub": format!("system:serviceaccount:agents:{account}"),
+                "kubernetes.io": {
+                    "namespace": "agents",
+                    "pod": {"name": pod, "uid": "6f0b3a52"},
+                    "serviceaccount": {"name": account, "uid": "0c1d2e3f"},
+                },
+            }),
+        )
+    };
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, pod_token(&cluster, "pod-a", "hermes-executor", "hermes-nats")).unwrap();
+    let port = nats.port();
+    let workspace = tempfile::tempdir().unwrap();
+    let (_agent, agent_log) = service(
+        dir.path(),
+        "hermes-executor",
+        &[
+            "--nats-url",
+            &format!("nats://agent_pod-a@127.0.0.1:{port}"),
+            "--nats-password-file",
+            token_file.to_str().unwrap(),
+            "--agent-id",
+            "pod-a",
+            "--agent-workspace",
+            workspace.path().to_str().unwrap(),
+            "--agent-heartbeat-ms",
+            "500",
+            "--llm-provider",
+            "none",
+        ],
+    );
+    let logs = || {
+        format!(
+            "registry log:\n{}\nagent log:\n{}",
+            std::fs::read_to_string(&registry_log).unwrap_or_default(),
+            std::fs::read_to_string(&agent_log).unwrap_or_default(),
+        )
+    };
+    wait_online(&registry_grpc, &["pod-a"], &logs).await;
+    let mut client = connect(&grpc).await;
+    let spec = GoalSpec {
+        plan: Some(TaskPlan {
+            nodes: vec![node("n", "math.evaluate", serde_json::json!({"expression": "6 * 7"}), &[])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let goal = run_goal(&mut client, spec.clone(), &logs).await;
+    assert_eq!(goal.status, GoalStatus::Completed as i32, "{:?}\n{}", goal.error, logs());
+    assert_eq!(goal.nodes[0].agent_id, "pod-a");
+    let users = |nats: &NatsServer| -> Vec<String> {
+        let connz = nats.monitor("/connz?auth=true&limit=1024").unwrap_or_default();
+        connz["connections"]
+            .as_array()
+            .map(|c| c.iter().filter_map(|c| c["authorized_user"].as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    };
+    assert!(users(&nats).contains(&"agent_pod-a".to_owned()), "{:?}", users(&nats));
+
+    for (what, user, token, reason) in [
+        (
+            "pod-a's token used as pod-b",
+            "agent_pod-b",
+            pod_token(&cluster, "pod-a", "hermes-executor", "hermes-nats"),
+            "is pod `pod-a`'s, not `pod-b`'s",
+        ),
+        (
+            "a pod of another service account",
+            "agent_pod-c",
+            pod_token(&cluster, "pod-c", "default", "hermes-nats"),
+            "is not one whose pods are agents",
+        ),
+        (
+            "a token made for another audience",
+            "agent_pod-c",
+            pod_token(&cluster, "pod-c", "hermes-executor", "vault"),
+            "not for this audience",
+        ),
+        (
+            "another cluster's token",
+            "agent_pod-c",
+            pod_token(&stranger, "pod-c", "hermes-executor", "hermes-nats"),
+            "is not trusted",
+        ),
+    ] {
+        let refused = async_nats::ConnectOptions::with_user_and_password(user.into(), token)
+            .connect(format!("nats://127.0.0.1:{port}"))
+            .await;
+        assert!(refused.is_err(), "{what} was let in");
+        let registry = std::fs::read_to_string(&registry_log).unwrap_or_default();
+        assert!(registry.contains(reason), "{what}: no `{reason}` in\n{registry}");
+    }
+
+    // The file is read again at each connect: gone bad, the reconnect after a server restart is
+    // refused; good again, the agent is back and serves.
+    std::fs::write(&token_file, "not-a-token").unwrap();
+    let refusals =
+        || std::fs::read_to_string(&registry_log).unwrap_or_default().matches("agent_pod-a").count();
+    let before = refusals();
+    nats.restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&registry_log).unwrap_or_default().contains("the agent token is not known")
+    {
+        assert!(Instant::now() < deadline, "the bad token was not refused at a reconnect\n{}", logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!users(&nats).contains(&"agent_pod-a".to_owned()), "{:?}", users(&nats));
+    std::fs::write(&token_file, pod_token(&cluster, "pod-a", "hermes-executor", "hermes-nats")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !users(&nats).contains(&"agent_pod-a".to_owned()) {
+        assert!(Instant::now() < deadline, "the agent did not come back with a good token\n{}", logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(refusals() > before);
+    let goal = run_goal(&mut client, spec, &logs).await;
+    assert_eq!(goal.status, GoalStatus::Completed as i32, "{:?}\n{}", goal.error, logs());
+}

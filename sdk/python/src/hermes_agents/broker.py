@@ -51,6 +51,30 @@ def url_user(url: str) -> str | None:
     return None
 
 
+def url_name(url: str) -> str | None:
+    """The user a NATS URL names (with or without a password), from the first of a cluster's
+    URLs that names one."""
+    for one in url.split(","):
+        parsed = urllib.parse.urlsplit(one.strip())
+        if parsed.username:
+            return urllib.parse.unquote(parsed.username)
+    return None
+
+
+def password_reader(path: str):
+    """A callable nats-py calls for the password at every connect: the file's content, so a
+    token renewed in place (a Kubernetes projected service-account token) is the one sent."""
+    def read() -> str:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+
+    try:
+        read()  # a missing file stops the start, naming it
+    except OSError as e:
+        raise errors.InvalidArgument(f"cannot read the NATS password file {path}: {e}") from None
+    return read
+
+
 def piece_bytes(max_payload: int) -> int:
     """The content bytes one brokered message carries under a server's `max_payload`, as
     `hermes_core::broker::piece_bytes`."""

@@ -154,8 +154,9 @@ class Worker:
     `HERMES_AGENT_ID`, `HERMES_AGENT_POOL`, `HERMES_NATS_URL`, `HERMES_AGENT_MAX_CONCURRENCY`,
     `HERMES_AGENT_TAGS`, `HERMES_NATS_CREDS`, `HERMES_NATS_INBOX_PREFIX`,
     `HERMES_NATS_TLS_CA_FILE`, `HERMES_NATS_TLS_CERT_FILE` and `HERMES_NATS_TLS_KEY_FILE` (TLS
-    to NATS, as the Rust services' `nats.tls.*`), and `HERMES_METRICS_LISTEN`, where `/healthz`
-    is served.
+    to NATS, as the Rust services' `nats.tls.*`), `HERMES_NATS_PASSWORD_FILE` (the password of
+    the URL's user, read at every connect: a pod's own identity, as `nats.password_file`), and
+    `HERMES_METRICS_LISTEN`, where `/healthz` is served.
 
     ```python
     worker = Worker(agent_id="py-1", pool="python", nats_url="nats://127.0.0.1:4222")
@@ -189,6 +190,15 @@ class Worker:
         tls = nats_tls(env("HERMES_NATS_TLS_CA_FILE"), env("HERMES_NATS_TLS_CERT_FILE"), env("HERMES_NATS_TLS_KEY_FILE"))
         if tls is not None:
             nats_options.setdefault("tls", tls)
+        if env("HERMES_NATS_PASSWORD_FILE"):
+            # The URL names the user (`nats://agent_<id>@host`); the password is the file's,
+            # read at every connect (a pod's service-account token, renewed in place).
+            user = broker.url_name(nats_url)
+            if not user:
+                raise errors.InvalidArgument("HERMES_NATS_PASSWORD_FILE goes with a NATS URL that names a user "
+                                             "and no password (nats://agent_<id>@host:4222)")
+            nats_options.setdefault("user", user)
+            nats_options.setdefault("password", broker.password_reader(env("HERMES_NATS_PASSWORD_FILE")))
         self.health_listen = health_listen or env("HERMES_METRICS_LISTEN")
         if not _is_word(agent_id):
             raise errors.InvalidArgument(f"agent_id `{agent_id}` must be 1-64 characters of [A-Za-z0-9_-]")
@@ -310,7 +320,8 @@ class Worker:
                 loop.add_signal_handler(sig, self._stopping.set)
         # On its own identity (`agent_<id>`), the worker reads replies only under its own inbox
         # prefix, and reaches the ledger and the artifacts through the memory service.
-        user = broker.url_user(self.nats_url)
+        user = broker.url_user(self.nats_url) or (self.nats_options.get("user") if callable(
+            self.nats_options.get("password")) else None)
         self.identity = broker.is_agent_identity(user)
         if self.identity and user != f"{broker.AGENT_IDENTITY_PREFIX}{self.agent_id}":
             # The server would refuse every consumer and heartbeat of another id, one at a time.
