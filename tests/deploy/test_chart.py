@@ -1026,6 +1026,10 @@ class Rejections(unittest.TestCase):
         values = load_values("identities-values.yaml")
         values["identities"]["tokenExpirationSeconds"] = 60
         self.assert_rejected(values, "tokenExpirationSeconds")
+        values = load_values("identities-values.yaml")
+        for pool in values["executorPools"]:
+            pool["identity"] = False
+        self.assert_rejected(values, "every pool has identity: false")
 
     def test_network_policy_rules_fail_with_what_to_change(self):
         self.assert_rejected({**WITH_TOKENS, "serviceMonitor": {"enabled": True}}, "set networkPolicy.metricsFrom")
