@@ -44,14 +44,18 @@ class NatsTls(unittest.TestCase):
                 "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=hermes test ca", cwd=d)
         leaf(d, "server", "serverAuth", "IP:127.0.0.1,DNS:localhost")
         leaf(d, "client", "clientAuth")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            cls.port = s.getsockname()[1]
+        leaf(d, "renewed", "clientAuth")
+        ports = []
+        for _ in range(2):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                ports.append(s.getsockname()[1])
+        cls.port, cls.monitor = ports
         (d / "server.conf").write_text(
             f'tls {{\n cert_file: "{d / "server.pem"}"\n key_file: "{d / "server.key"}"\n'
             f' ca_file: "{d / "ca.pem"}"\n verify: true\n}}\n')
         cls.server = subprocess.Popen([NATS_SERVER, "-c", str(d / "server.conf"), "-a", "127.0.0.1", "-p",
-                                       str(cls.port), "-js", "-sd", str(d / "store")],
+                                       str(cls.port), "-m", str(cls.monitor), "-js", "-sd", str(d / "store")],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -136,6 +140,64 @@ class NatsTls(unittest.TestCase):
         finally:
             plain.kill()
             plain.wait()
+
+    def test_a_worker_reconnects_with_renewed_files_and_keeps_its_connection_on_a_broken_pair(self):
+        import hashlib
+        import json
+        import ssl
+        import urllib.request
+
+        import nats
+
+        from hermes_agents.worker import TlsFollower
+
+        d = self.d
+        mounted = d / "mounted"
+        mounted.mkdir(exist_ok=True)
+        for name in ("client.pem", "client.key"):
+            shutil.copy(d / name, mounted / name)
+        ca, cert, key = str(d / "ca.pem"), str(mounted / "client.pem"), str(mounted / "client.key")
+
+        def presented():
+            url = f"http://127.0.0.1:{self.monitor}/connz?auth=true"
+            connz = json.loads(urllib.request.urlopen(url, timeout=5).read())
+            for conn in connz.get("connections") or []:
+                if conn.get("name") == "reloading":
+                    return (conn.get("tls_peer_certs") or [{}])[0].get("cert_sha256")
+            return None
+
+        def sha(name):
+            return hashlib.sha256(ssl.PEM_cert_to_DER_cert((d / name).read_text())).hexdigest()
+
+        async def run():
+            nc = await nats.connect(self.url, name="reloading", tls=nats_tls(ca, cert, key), connect_timeout=2)
+            try:
+                follower = TlsFollower(nc, ca, cert, key)
+                self.assertFalse(await follower.look(), "nothing changed")
+                self.assertEqual(presented(), sha("client.pem"))
+                # Renewed: taken by reconnecting, and the server sees the new certificate.
+                shutil.copy(d / "renewed.pem", mounted / "client.pem")
+                shutil.copy(d / "renewed.key", mounted / "client.key")
+                self.assertTrue(await follower.look())
+                deadline = time.monotonic() + 10
+                while presented() != sha("renewed.pem"):
+                    self.assertLess(time.monotonic(), deadline, "the renewed certificate was not presented")
+                    await asyncio.sleep(0.1)
+                await nc.jetstream().account_info()
+                # A certificate beside a key that is not its own: refused, the connection kept.
+                reconnects = nc.stats["reconnects"]
+                shutil.copy(d / "client.pem", mounted / "client.pem")
+                with self.assertLogs("hermes_agents.worker", "ERROR") as logged:
+                    self.assertFalse(await follower.look())
+                self.assertIn("nats_tls_reload_failed", logged.output[0])
+                await asyncio.sleep(0.5)
+                self.assertEqual(nc.stats["reconnects"], reconnects)
+                self.assertEqual(presented(), sha("renewed.pem"))
+                await nc.jetstream().account_info()
+            finally:
+                await nc.close()
+
+        asyncio.run(run())
 
     def test_settings_are_checked(self):
         self.assertIsNone(nats_tls(None, None, None))

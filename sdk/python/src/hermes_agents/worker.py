@@ -136,6 +136,58 @@ def nats_tls(ca_file: str | None, cert_file: str | None, key_file: str | None):
     return context
 
 
+#: How often a worker looks at its NATS TLS files for a change (as `hermes_core::reload`).
+TLS_FOLLOW_S = 10.0
+
+
+class TlsFollower:
+    """Follows a connection's NATS TLS files, as the Rust services' `NatsTls::follow`: files that
+    changed, parse and hold a certificate that matches its key are taken by reconnecting with a
+    new context (nats-py reads `options["tls"]` at every connect); anything else is refused and
+    logged (`nats_tls_reload_failed`), and the connection goes on as it was."""
+
+    def __init__(self, nc, ca_file: str | None, cert_file: str | None, key_file: str | None):
+        self._nc = nc
+        self._files = (ca_file, cert_file, key_file)
+        self._taken = self._contents()
+
+    def _contents(self):
+        out = []
+        for path in self._files:
+            try:
+                out.append(open(path, "rb").read() if path else None)
+            except OSError:
+                out.append(b"")
+        return tuple(out)
+
+    async def look(self) -> bool:
+        """Takes the files when they changed and are good; whether a reconnect was started."""
+        contents = self._contents()
+        if contents == self._taken:
+            return False
+        try:
+            context = nats_tls(*self._files)
+        except Exception as e:  # noqa: BLE001 - any bad file: keep the connection as it is
+            log.error("the NATS TLS files changed but cannot be taken; the connection keeps the ones before "
+                      "(event nats_tls_reload_failed): %s", e)
+            return False
+        self._taken = contents
+        self._nc.options["tls"] = context
+        log.info("NATS TLS files changed; reconnecting with them (event nats_tls_reloaded)")
+        await self._nc.force_reconnect()
+        return True
+
+    async def follow(self, hangup: asyncio.Event) -> None:
+        """Looks every `TLS_FOLLOW_S`, or at once when `hangup` is set (SIGHUP)."""
+        while True:
+            try:
+                await asyncio.wait_for(hangup.wait(), TLS_FOLLOW_S)
+            except asyncio.TimeoutError:
+                pass
+            hangup.clear()
+            await self.look()
+
+
 def _is_word(text: str) -> bool:
     """1-64 characters of [A-Za-z0-9_-]: an agent id, a tenant (`hermes_core::ids`, `Word`)."""
     return 0 < len(text) <= 64 and all(c.isascii() and (c.isalnum() or c in "-_") for c in text)
@@ -188,8 +240,12 @@ class Worker:
         if env("HERMES_NATS_INBOX_PREFIX"):
             nats_options.setdefault("inbox_prefix", env("HERMES_NATS_INBOX_PREFIX"))
         tls = nats_tls(env("HERMES_NATS_TLS_CA_FILE"), env("HERMES_NATS_TLS_CERT_FILE"), env("HERMES_NATS_TLS_KEY_FILE"))
-        if tls is not None:
-            nats_options.setdefault("tls", tls)
+        #: The TLS files the worker follows (from the environment; a context passed in is not).
+        self._tls_files = None
+        if tls is not None and "tls" not in nats_options:
+            nats_options["tls"] = tls
+            self._tls_files = (env("HERMES_NATS_TLS_CA_FILE"), env("HERMES_NATS_TLS_CERT_FILE"),
+                               env("HERMES_NATS_TLS_KEY_FILE"))
         if env("HERMES_NATS_PASSWORD_FILE"):
             # The URL names the user (`nats://agent_<id>@host`); the password is the file's,
             # read at every connect (a pod's service-account token, renewed in place).
@@ -363,6 +419,14 @@ class Worker:
         heartbeat = asyncio.create_task(self._heartbeats())
         pullers = [asyncio.create_task(self._pull(sub)) for sub in subs]
         lanes = asyncio.create_task(self._follow_lanes(subs, pullers))
+        tls = None
+        if self._tls_files is not None:
+            hangup = asyncio.Event()
+            try:
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup.set)
+            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread: poll only
+                pass
+            tls = asyncio.create_task(TlsFollower(self._nc, *self._tls_files).follow(hangup))
         log.info("worker %s serving %s", self.agent_id, sorted(self.tasks))
         await self._stopping.wait()
         # Drain: no new work (the registry routes nothing to a draining agent), finish in flight.
@@ -375,6 +439,8 @@ class Worker:
         if running:
             await asyncio.gather(*running, return_exceptions=True)
         heartbeat.cancel()
+        if tls is not None:
+            tls.cancel()
         await self._beat(deregister=True)
         try:
             await self._agents_kv.delete(self.agent_id)
