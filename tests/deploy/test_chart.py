@@ -129,6 +129,35 @@ def nats_user_of(dep_name):
 WITH_TOKENS = {"auth": {"apiTokensSecret": {"name": "hermes-api-tokens", "key": "tokens.toml"}}}
 
 
+def nats_talk(port, user, password, *lines, until=b"PONG", server=None, log=None):
+    """Connects to the nats-server on `port` (waiting up to 10 s for it to listen; failing with
+    its `log` if the `server` process exited first) as `user`, sends `lines` and a PING, and
+    returns what it answered up to `until` or an -ERR."""
+    import json, socket, time
+    deadline = time.time() + 10
+    while True:
+        if server is not None and server.poll() is not None:
+            raise AssertionError(f"nats-server refused the config: {log.read_text()[-2000:] if log else ''}")
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            break
+        except OSError:
+            if time.time() >= deadline:
+                raise AssertionError("nats-server did not start") from None
+            time.sleep(0.1)
+    with sock:
+        sock.recv(4096)
+        hello = {"user": user, "pass": password, "verbose": False, "headers": True} if user else {"verbose": False}
+        sock.sendall(("CONNECT " + json.dumps(hello) + "\r\n" + "".join(l + "\r\n" for l in lines) + "PING\r\n").encode())
+        reply = b""
+        while until not in reply and b"-ERR" not in reply:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+        return reply.decode()
+
+
 class RenderLintValidate(unittest.TestCase):
     def test_every_values_file_lints_renders_and_validates_strictly(self):
         for name in VALUES_FILES:
@@ -586,25 +615,7 @@ class SafeByDefault(unittest.TestCase):
             proc = subprocess.Popen([server, "-c", str(dir / "nats.conf")], env={**os.environ, **by_var}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 def talk(user, password, *lines, until=b"PONG"):
-                    deadline = time.time() + 10
-                    while True:
-                        try:
-                            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-                            break
-                        except OSError:
-                            self.assertLess(time.time(), deadline, "nats-server did not start")
-                            time.sleep(0.1)
-                    with sock:
-                        sock.recv(4096)
-                        hello = {"user": user, "pass": password, "verbose": False, "headers": True} if user else {"verbose": False}
-                        sock.sendall(("CONNECT " + json.dumps(hello) + "\r\n" + "".join(l + "\r\n" for l in lines) + "PING\r\n").encode())
-                        reply = b""
-                        while until not in reply and b"-ERR" not in reply:
-                            chunk = sock.recv(4096)
-                            if not chunk:
-                                break
-                            reply += chunk
-                        return reply.decode()
+                    return nats_talk(port, user, password, *lines, until=until)
                 for user in ["dispatcher", "registry", "planner", "memory", "agent"]:
                     url = data[f"{user}-url"]
                     password = url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
@@ -633,7 +644,7 @@ class SafeByDefault(unittest.TestCase):
         cluster's keys fetched through the API; the bundled NATS includes identities.conf. The
         pinned nats-server loads accounts.conf and identities.conf as the NATS values include
         them, and still lets a service in."""
-        import base64, os, socket, subprocess, tempfile, time
+        import os, socket, subprocess, tempfile
         values = load_values("identities-values.yaml")
         docs, _ = render(values)
         deployments = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
@@ -721,27 +732,8 @@ class SafeByDefault(unittest.TestCase):
                 proc = subprocess.Popen([server, "-c", str(dir / "nats.conf")], env={**os.environ, **variables,
                                         "HERMES_IDENTITIES_ISSUER": issuer}, stdout=subprocess.DEVNULL, stderr=sink)
             try:
-                deadline = time.time() + 10
-                while True:
-                    if proc.poll() is not None:
-                        self.fail(f"nats-server refused the config: {log.read_text()[-2000:]}")
-                    try:
-                        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-                        break
-                    except OSError:
-                        self.assertLess(time.time(), deadline, "nats-server did not start")
-                        time.sleep(0.1)
-                with sock:
-                    sock.recv(4096)
-                    hello = '{"user": "dispatcher", "pass": "password-of-hermes_dispatcher_nats_password", "verbose": false}'
-                    sock.sendall(f"CONNECT {hello}\r\nPING\r\n".encode())
-                    reply = b""
-                    while b"PONG" not in reply and b"-ERR" not in reply:
-                        chunk = sock.recv(4096)
-                        if not chunk:
-                            break
-                        reply += chunk
-                    self.assertIn(b"PONG", reply, "a service user is let in beside the callout")
+                reply = nats_talk(port, "dispatcher", variables["HERMES_DISPATCHER_NATS_PASSWORD"], server=proc, log=log)
+                self.assertIn("PONG", reply, "a service user is let in beside the callout")
             finally:
                 proc.terminate()
                 proc.wait(timeout=10)

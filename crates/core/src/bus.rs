@@ -125,26 +125,17 @@ impl NatsTls {
     /// Whether `contents` (of [`NatsTls::files`], `None` for one that cannot be read) make what
     /// a connection presents and trusts: PEM CAs, and a certificate chain with its own key.
     fn check(&self, contents: &[Option<Vec<u8>>]) -> anyhow::Result<()> {
-        use rustls::pki_types::pem::PemObject as _;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        use crate::tls::{pem_certificates, pem_private_key};
         let mut contents = contents.iter();
         let mut next = |setting: &str| -> anyhow::Result<Vec<u8>> {
             contents.next().cloned().flatten().ok_or_else(|| anyhow::anyhow!("cannot read {setting}"))
         };
-        let certificates = |setting: &str, pem: &[u8]| -> anyhow::Result<Vec<CertificateDer<'static>>> {
-            let certs = CertificateDer::pem_slice_iter(pem)
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|e| anyhow::anyhow!("{setting} is not PEM certificates: {e}"))?;
-            anyhow::ensure!(!certs.is_empty(), "{setting} holds no certificate");
-            Ok(certs)
-        };
         if self.ca_file.is_some() {
-            certificates("nats.tls.ca_file", &next("nats.tls.ca_file")?)?;
+            pem_certificates("nats.tls.ca_file", &next("nats.tls.ca_file")?)?;
         }
         if self.cert_file.is_some() && self.key_file.is_some() {
-            let chain = certificates("nats.tls.cert_file", &next("nats.tls.cert_file")?)?;
-            let key = PrivateKeyDer::from_pem_slice(&next("nats.tls.key_file")?)
-                .map_err(|e| anyhow::anyhow!("nats.tls.key_file holds no private key: {e}"))?;
+            let chain = pem_certificates("nats.tls.cert_file", &next("nats.tls.cert_file")?)?;
+            let key = pem_private_key("nats.tls.key_file", &next("nats.tls.key_file")?)?;
             rustls::sign::CertifiedKey::from_der(chain, key, &rustls::crypto::ring::default_provider())
                 .map_err(|e| anyhow::anyhow!("the certificate and its key do not match: {e}"))?;
         }
@@ -202,6 +193,15 @@ impl BusConfig {
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
+    }
+
+    /// The user this connection authenticates as: the URL's, with its password there or in
+    /// `password_file` (a lone token names no user).
+    pub fn user(&self) -> Option<String> {
+        match &self.password_file {
+            Some(_) => url_credentials(self.url.expose()).map(|(user, _)| user),
+            None => url_user(self.url.expose()),
+        }
     }
 }
 
@@ -261,17 +261,6 @@ pub fn url_user(url: &str) -> Option<String> {
 /// The URLs of `url`, a comma-separated list of a cluster's servers (or one server).
 pub fn server_urls(url: &str) -> Vec<String> {
     url.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_owned).collect()
-}
-
-impl BusConfig {
-    /// The user this connection authenticates as: the URL's, with its password there or in
-    /// `password_file` (a lone token names no user).
-    pub fn user(&self) -> Option<String> {
-        match &self.password_file {
-            Some(_) => url_credentials(self.url.expose()).map(|(user, _)| user),
-            None => url_user(self.url.expose()),
-        }
-    }
 }
 
 /// Options that authenticate as `user` with the password in `path`, read at every connect.

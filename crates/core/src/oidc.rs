@@ -534,13 +534,14 @@ pub struct Keys {
     by_issuer: std::sync::Mutex<HashMap<IssuerKey, Arc<IssuerKeys>>>,
 }
 
+/// How keys are fetched: bounded in time, and never redirected elsewhere.
+fn fetching_client() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().timeout(FETCH_TIMEOUT).redirect(reqwest::redirect::Policy::none())
+}
+
 impl Default for Keys {
     fn default() -> Self {
-        let client = reqwest::Client::builder()
-            .timeout(FETCH_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
+        let client = fetching_client().build().unwrap_or_default();
         Keys { client, by_issuer: Default::default() }
     }
 }
@@ -780,10 +781,9 @@ fn client_trusting(file: &str) -> anyhow::Result<reqwest::Client> {
     let certificates = reqwest::Certificate::from_pem_bundle(&pem)
         .map_err(|e| anyhow::anyhow!("ca_file {file} is not PEM certificates: {e}"))?;
     anyhow::ensure!(!certificates.is_empty(), "ca_file {file} holds no certificate");
-    let builder = certificates.into_iter().fold(
-        reqwest::Client::builder().timeout(FETCH_TIMEOUT).redirect(reqwest::redirect::Policy::none()),
-        |builder, certificate| builder.add_root_certificate(certificate),
-    );
+    let builder = certificates
+        .into_iter()
+        .fold(fetching_client(), |builder, certificate| builder.add_root_certificate(certificate));
     builder.build().map_err(|e| anyhow::anyhow!("a client trusting {file}: {e}"))
 }
 

@@ -54,6 +54,22 @@ fn invalid(setting: &str, reason: String) -> Error {
     Error::InvalidArgument { field: setting.to_owned(), reason }
 }
 
+/// The certificates of a PEM file's contents, at least one; errors name `setting`.
+pub(crate) fn pem_certificates(setting: &str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| invalid(setting, format!("not PEM certificates: {e}")))?;
+    if certs.is_empty() {
+        return Err(invalid(setting, "holds no certificate".into()));
+    }
+    Ok(certs)
+}
+
+/// The private key of a PEM file's contents; errors name `setting`.
+pub(crate) fn pem_private_key(setting: &str, pem: &[u8]) -> Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| invalid(setting, format!("no private key: {e}")))
+}
+
 fn read(setting: &str, path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| invalid(setting, format!("cannot read {}: {e}", path.display())))
 }
@@ -148,14 +164,8 @@ impl TlsFiles {
     /// A rustls server config, offering `alpn` protocols; errors name the files' settings.
     pub fn server_config(&self, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>> {
         let prefix = self.prefix.as_str();
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&self.cert_pem)
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| invalid(&format!("{prefix}.cert_file"), format!("not PEM certificates: {e}")))?;
-        if certs.is_empty() {
-            return Err(invalid(&format!("{prefix}.cert_file"), "holds no certificate".into()));
-        }
-        let key = PrivateKeyDer::from_pem_slice(&self.key_pem)
-            .map_err(|e| invalid(&format!("{prefix}.key_file"), format!("no private key: {e}")))?;
+        let certs = pem_certificates(&format!("{prefix}.cert_file"), &self.cert_pem)?;
+        let key = pem_private_key(&format!("{prefix}.key_file"), &self.key_pem)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()

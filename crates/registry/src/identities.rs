@@ -274,7 +274,7 @@ impl Identities {
         let mut others: std::collections::BTreeSet<String> =
             access.agent_ids().chain(self.local.values().map(String::as_str)).map(str::to_owned).collect();
         if let Some(view) = &self.view {
-            others.extend(view.agents().into_iter().filter_map(|a| a.heartbeat.map(|h| h.agent_id)));
+            others.extend(view.agent_ids());
         }
         Ok((user.to_owned(), agent_permissions(&self.topology, id, others.iter().map(String::as_str))))
     }

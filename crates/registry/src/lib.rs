@@ -598,6 +598,11 @@ impl Registry {
         CatalogReply { entries }
     }
 
+    /// The ids of the live agents, in no order.
+    pub fn agent_ids(&self) -> Vec<String> {
+        self.inner.agents.iter().map(|a| a.key().clone()).collect()
+    }
+
     /// Every live agent, by id.
     pub fn agents(&self) -> Vec<AgentInfo> {
         let now = self.inner.config.clock.now_ms();

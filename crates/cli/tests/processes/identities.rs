@@ -19,15 +19,16 @@ fn sha(secret: &str) -> String {
     sha2::Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
-    let accounts = Accounts::load();
-    // The keys and tokens as an operator makes them.
-    let hermes = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes")).args(args).output().unwrap();
-        assert!(out.status.success(), "hermes {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
-    };
+/// `hermes <args>` as an operator runs it: its stdout and stderr.
+fn hermes(args: &[&str]) -> (String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes")).args(args).output().unwrap();
+    assert!(out.status.success(), "hermes {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// A nats-server running `accounts` and deploy/nats/identities.conf with a new issuer key pair
+/// (`hermes identities-issuer`), and the pair's seed for the registry.
+fn identities_server(accounts: &Accounts) -> (NatsServer, String) {
     let (printed, _) = hermes(&["identities-issuer"]);
     let value = |name: &str| {
         printed.lines().find_map(|l| l.strip_prefix(&format!("{name}="))).map(str::to_owned).unwrap()
@@ -36,7 +37,40 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     assert_eq!(nkeys::KeyPair::from_seed(&seed).unwrap().public_key(), issuer);
     let identities = std::fs::read_to_string(crate::repo_root().join("deploy/nats/identities.conf")).unwrap();
     let config = format!("{}\n{}", accounts.config, identities.replace("$HERMES_IDENTITIES_ISSUER", &issuer));
-    let nats = NatsServer::start_with_config(&config);
+    (NatsServer::start_with_config(&config), seed)
+}
+
+/// `hermes-dispatcher` as its own user, serving gRPC on `grpc` with the tokens of `tokens_file`.
+fn dispatcher(
+    dir: &std::path::Path,
+    accounts: &Accounts,
+    nats: &NatsServer,
+    grpc: &str,
+    tokens_file: &str,
+) -> (hermes_test_util::process::HermesProcess, std::path::PathBuf) {
+    service(
+        dir,
+        "hermes-dispatcher",
+        &[
+            "--nats-url",
+            &accounts.url(nats, "dispatcher"),
+            "--grpc-listen",
+            grpc,
+            "--dispatcher-http-listen",
+            "off",
+            "--dispatcher-api-tokens-file",
+            tokens_file,
+            "--llm-provider",
+            "none",
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
+    let accounts = Accounts::load();
+    // The keys and tokens as an operator makes them.
+    let (nats, seed) = identities_server(&accounts);
     let dir = tempfile::tempdir().unwrap();
     let mut tokens =
         hermes_test_util::api_token("ops", TOKEN, "team-a", &["submitter", "viewer", "operator"]);
@@ -55,22 +89,7 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     let agent_url = |id: &str, token: &str| format!("nats://agent_{id}:{token}@127.0.0.1:{}", nats.port());
 
     let grpc = free_addr();
-    let (_dispatcher, dispatcher_log) = service(
-        dir.path(),
-        "hermes-dispatcher",
-        &[
-            "--nats-url",
-            &accounts.url(&nats, "dispatcher"),
-            "--grpc-listen",
-            &grpc,
-            "--dispatcher-http-listen",
-            "off",
-            "--dispatcher-api-tokens-file",
-            tokens_file,
-            "--llm-provider",
-            "none",
-        ],
-    );
+    let (_dispatcher, dispatcher_log) = dispatcher(dir.path(), &accounts, &nats, &grpc, tokens_file);
     // Agents with identities reach the ledger and artifacts only through the memory service.
     let memory_grpc = free_addr();
     let (mut memory, memory_log) = service(
@@ -390,12 +409,9 @@ async fn hermes_up_runs_each_service_as_its_own_user_and_each_agent_as_its_ident
     let data = tempfile::tempdir().unwrap();
     let workspace = tempfile::tempdir().unwrap();
     // An agent started apart joins as itself with the token of its `[[agent]]` entry.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args(["agent-token", "extra-1"])
-        .output()
-        .unwrap();
-    let extra_token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    let entry = String::from_utf8(out.stderr).unwrap().split("\n\n").nth(1).unwrap().to_owned();
+    let (extra_token, told) = hermes(&["agent-token", "extra-1"]);
+    let extra_token = extra_token.trim().to_owned();
+    let entry = told.split("\n\n").nth(1).unwrap().to_owned();
     let tokens = data.path().join("tokens.toml");
     let api = hermes_test_util::api_token("ops", TOKEN, "team-a", &["submitter", "viewer"]);
     std::fs::write(&tokens, format!("{api}{entry}\n")).unwrap();
@@ -466,12 +482,7 @@ async fn hermes_up_runs_each_service_as_its_own_user_and_each_agent_as_its_ident
     assert!(!logged.contains("cannot count") && !logged.contains("cannot read the crash marker"), "{logged}");
 
     // The operator's URL joins the stack as before.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes"))
-        .args(["nats-url", "--data-dir"])
-        .arg(data.path())
-        .output()
-        .unwrap();
-    let url = String::from_utf8(out.stdout).unwrap();
+    let (url, _) = hermes(&["nats-url", "--data-dir", data.path().to_str().unwrap()]);
     assert!(url.trim().starts_with("nats://hermes:"), "{url}");
     let addr: async_nats::ServerAddr = url.trim().parse().unwrap();
     let operator = async_nats::ConnectOptions::with_user_and_password(
@@ -528,16 +539,7 @@ async fn a_pod_joins_as_its_own_agent_with_its_service_account_token() {
     let accounts = Accounts::load();
     let cluster = TestIdp::start(KeyKind::Ed25519).await;
     let stranger = TestIdp::start(KeyKind::Ed25519).await;
-    let out =
-        std::process::Command::new(env!("CARGO_BIN_EXE_hermes")).arg("identities-issuer").output().unwrap();
-    let printed = String::from_utf8(out.stdout).unwrap();
-    let value = |name: &str| {
-        printed.lines().find_map(|l| l.strip_prefix(&format!("{name}="))).map(str::to_owned).unwrap()
-    };
-    let (seed, issuer) = (value("HERMES_IDENTITIES_ISSUER_SEED"), value("HERMES_IDENTITIES_ISSUER"));
-    let identities = std::fs::read_to_string(crate::repo_root().join("deploy/nats/identities.conf")).unwrap();
-    let config = format!("{}\n{}", accounts.config, identities.replace("$HERMES_IDENTITIES_ISSUER", &issuer));
-    let mut nats = NatsServer::start_with_config(&config);
+    let (mut nats, seed) = identities_server(&accounts);
     let dir = tempfile::tempdir().unwrap();
     let tokens_file = dir.path().join("tokens.toml");
     std::fs::write(
@@ -547,22 +549,7 @@ async fn a_pod_joins_as_its_own_agent_with_its_service_account_token() {
     .unwrap();
     let tokens_file = tokens_file.to_str().unwrap();
     let grpc = free_addr();
-    let (_dispatcher, _) = service(
-        dir.path(),
-        "hermes-dispatcher",
-        &[
-            "--nats-url",
-            &accounts.url(&nats, "dispatcher"),
-            "--grpc-listen",
-            &grpc,
-            "--dispatcher-http-listen",
-            "off",
-            "--dispatcher-api-tokens-file",
-            tokens_file,
-            "--llm-provider",
-            "none",
-        ],
-    );
+    let (_dispatcher, _) = dispatcher(dir.path(), &accounts, &nats, &grpc, tokens_file);
     let registry_grpc = free_addr();
     let (_registry, registry_log) = service(
         dir.path(),

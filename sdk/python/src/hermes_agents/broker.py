@@ -41,24 +41,21 @@ def is_agent_identity(user: str | None) -> bool:
     return bool(user) and user.startswith(AGENT_IDENTITY_PREFIX) and len(user) > len(AGENT_IDENTITY_PREFIX)
 
 
-def url_user(url: str) -> str | None:
-    """The user a NATS URL (or the first of a cluster's, comma-separated, that has one) connects
-    as with a password; a lone token names no user."""
-    for one in url.split(","):
-        parsed = urllib.parse.urlsplit(one.strip())
-        if parsed.username and parsed.password is not None:
-            return urllib.parse.unquote(parsed.username)
-    return None
-
-
-def url_name(url: str) -> str | None:
-    """The user a NATS URL names (with or without a password), from the first of a cluster's
-    URLs that names one."""
+def url_credentials(url: str) -> tuple[str, str | None] | None:
+    """The user a NATS URL names and its password (None without one), from the first of a
+    cluster's comma-separated URLs that names a user, as `hermes_core::bus::url_credentials`."""
     for one in url.split(","):
         parsed = urllib.parse.urlsplit(one.strip())
         if parsed.username:
-            return urllib.parse.unquote(parsed.username)
+            password = None if parsed.password is None else urllib.parse.unquote(parsed.password)
+            return urllib.parse.unquote(parsed.username), password
     return None
+
+
+def url_user(url: str) -> str | None:
+    """The user a NATS URL connects as with a password; a lone token names no user."""
+    credentials = url_credentials(url)
+    return credentials[0] if credentials and credentials[1] is not None else None
 
 
 def password_reader(path: str):

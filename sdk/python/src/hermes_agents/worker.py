@@ -249,7 +249,7 @@ class Worker:
         if env("HERMES_NATS_PASSWORD_FILE"):
             # The URL names the user (`nats://agent_<id>@host`); the password is the file's,
             # read at every connect (a pod's service-account token, renewed in place).
-            user = broker.url_name(nats_url)
+            user = (broker.url_credentials(nats_url) or (None, None))[0]
             if not user:
                 raise errors.InvalidArgument("HERMES_NATS_PASSWORD_FILE goes with a NATS URL that names a user "
                                              "and no password (nats://agent_<id>@host:4222)")
