@@ -160,7 +160,9 @@ async fn main() -> anyhow::Result<()> {
     let client = async_nats::connect(nats.url()).await?;
     let floor_lat = floor_latency(&client).await?;
     let floor_in = messages_in(&nats);
+    let floor_meter = CpuMeter::start(&nats);
     let floor_tput = floor_throughput(&client).await?;
+    let floor_cpu = floor_meter.per(scale().throughput_tasks);
     let floor_ops = (messages_in(&nats) - floor_in) / scale().throughput_tasks as f64;
     if peers_only() {
         return peer_rows(&nats, floor_lat, floor_tput).await;
@@ -211,10 +213,18 @@ async fn main() -> anyhow::Result<()> {
                     println!("fan-out {wall:.1} ms, {:.2}x the floor's {floor_ms:.1} ms", wall / floor_ms);
                 }
                 "throughput" => {
+                    let meter = CpuMeter::start(&nats);
                     let rate = goal_throughput(&grpc, &completions).await?;
+                    let cpu = meter.per(scale().throughput_tasks);
                     println!(
-                        "throughput {rate:.0} goals/s, {:.2}x the floor's {floor_tput:.0}",
-                        rate / floor_tput
+                        "throughput {rate:.0} goals/s, {:.2}x the floor's {floor_tput:.0}; CPU a goal {:.0} µs \
+                         (server {:.0}), {:.1}x the floor's {:.0} µs a task (server {:.0})",
+                        rate / floor_tput,
+                        cpu.total(),
+                        cpu.server,
+                        cpu.total() / floor_cpu.total(),
+                        floor_cpu.total(),
+                        floor_cpu.server,
                     );
                 }
                 "latency" => {
@@ -239,14 +249,27 @@ async fn main() -> anyhow::Result<()> {
         Err(_) => None,
     };
     let goal_in = messages_in(&nats);
+    let goal_meter = CpuMeter::start(&nats);
     let goal_tput = goal_throughput(&grpc, &completions).await?;
+    let goal_cpu = goal_meter.per(scale().throughput_tasks);
     let goal_ops = (messages_in(&nats) - goal_in) / scale().throughput_tasks as f64;
     if let Some(tap) = tap {
         tap.print(scale().throughput_tasks).await;
     }
     let fan_out = fan_out_wall(&grpc, &completions).await?;
     let chain = chain_wall(&grpc, &completions).await?;
-    let core = Core { floor_lat, floor_tput, floor_ops, goal_lat, goal_tput, goal_ops, fan_out, chain };
+    let core = Core {
+        floor_lat,
+        floor_tput,
+        floor_ops,
+        floor_cpu,
+        goal_lat,
+        goal_tput,
+        goal_ops,
+        goal_cpu,
+        fan_out,
+        chain,
+    };
     if core_only() {
         stack.stop().await;
         core.rows();
@@ -578,9 +601,11 @@ struct Core {
     floor_lat: (f64, f64),
     floor_tput: f64,
     floor_ops: f64,
+    floor_cpu: Cpu,
     goal_lat: (f64, f64, f64),
     goal_tput: f64,
     goal_ops: f64,
+    goal_cpu: Cpu,
     fan_out: f64,
     chain: f64,
 }
@@ -602,6 +627,14 @@ impl Core {
             self.floor_tput,
         );
         row("NATS messages into the server per goal (per task for the floor)", self.goal_ops, self.floor_ops);
+        // Both rows are CPU-bound on a small machine: what a goal costs in CPU against what a
+        // floor task costs bounds the goals/s ratio from above (docs/performance.md).
+        row(
+            "CPU per goal in the throughput row, all processes (µs)",
+            self.goal_cpu.total(),
+            self.floor_cpu.total(),
+        );
+        row("  of which nats-server (µs)", self.goal_cpu.server, self.floor_cpu.server);
         let width = scale().fan_out;
         let floor_fan_out_ms = width as f64 / self.floor_tput * 1000.0;
         row(&format!("hermes {width}-node fan-out goal wall time (ms)"), self.fan_out, floor_fan_out_ms);
@@ -619,6 +652,47 @@ impl Core {
             "targets (docs/performance.md): single-node goal p50 <= 2.5x the floor's round trip; >= 10000\n\
              goals/s and >= 0.25 of the floor's rate; a 1000-node fan-out <= 2x the floor's time for 1000 tasks."
         );
+    }
+}
+
+/// CPU time a row costs per unit of work, in µs: the nats-server's, and this process's (the
+/// bench's client, the floor's worker or the whole Hermes stack with its agents).
+#[derive(Debug, Clone, Copy)]
+struct Cpu {
+    server: f64,
+    clients: f64,
+}
+
+impl Cpu {
+    fn total(&self) -> f64 {
+        self.server + self.clients
+    }
+}
+
+/// CPU used by the server and by this process from [`CpuMeter::start`] on.
+struct CpuMeter {
+    server_pid: u32,
+    server: f64,
+    clients: f64,
+}
+
+impl CpuMeter {
+    fn start(nats: &hermes_test_util::NatsServer) -> CpuMeter {
+        let server_pid = nats.pid();
+        CpuMeter {
+            server_pid,
+            server: hermes_test_util::process::cpu_seconds_of(server_pid),
+            clients: hermes_test_util::process::cpu_seconds_of(std::process::id()),
+        }
+    }
+
+    /// µs of CPU since the start, for each of `units` tasks or goals.
+    fn per(&self, units: usize) -> Cpu {
+        let used = |now: f64, then: f64| (now - then) * 1e6 / units as f64;
+        Cpu {
+            server: used(hermes_test_util::process::cpu_seconds_of(self.server_pid), self.server),
+            clients: used(hermes_test_util::process::cpu_seconds_of(std::process::id()), self.clients),
+        }
     }
 }
 

@@ -75,6 +75,11 @@ impl NatsServer {
         self.port
     }
 
+    /// The server's process id, for its CPU time and memory (`process::cpu_seconds_of`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// A monitoring endpoint (`/varz`: `in_msgs`, `out_msgs`, ...) as JSON; `None` when it does
     /// not answer.
     pub fn monitor(&self, path: &str) -> Option<serde_json::Value> {
@@ -272,6 +277,24 @@ impl XorShift {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_time_counts_what_a_process_spends() {
+        // Busy until this process's CPU time has grown by a tenth of a second: a reading that
+        // never moves (a misread field) fails at the wall-clock limit instead.
+        let me = std::process::id();
+        let before = process::cpu_seconds_of(me);
+        let limit = Instant::now() + Duration::from_secs(20);
+        let mut spin = 0u64;
+        while process::cpu_seconds_of(me) - before < 0.1 {
+            assert!(Instant::now() < limit, "20 s of spinning did not show 0.1 s of CPU");
+            for i in 0..100_000u64 {
+                spin = std::hint::black_box(spin.wrapping_add(i));
+            }
+        }
+        // A process that is gone reads as none.
+        assert_eq!(process::cpu_seconds_of(u32::MAX), 0.0);
+    }
 
     #[test]
     fn free_ports_are_bindable_and_outside_the_ephemeral_range() {

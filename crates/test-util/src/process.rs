@@ -403,6 +403,18 @@ pub fn status_bytes(pid: u32, field: &str) -> u64 {
     kb_field(&status, field) * 1024
 }
 
+/// CPU seconds `pid` has used so far, all its threads, user and system (`utime` and `stime` of
+/// `/proc/<pid>/stat`, counted in the kernel's fixed 100 ticks a second); 0 when it is gone.
+pub fn cpu_seconds_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name, in parentheses, may hold spaces: the fields count from after it.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    // After the name: state is field 3, so utime (14) and stime (15) are the 12th and 13th.
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
 /// The anonymous memory of `pid` that transparent huge pages back (`AnonHugePages` of
 /// `/proc/<pid>/smaps_rollup`), in bytes.
 pub fn anon_huge_pages_of(pid: u32) -> u64 {
