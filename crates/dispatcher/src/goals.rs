@@ -878,7 +878,7 @@ impl GoalService {
             info!(goal_id, status = state.status, event = "deadline_passed", "deadline applied");
             return Ok(None);
         }
-        Ok(self.store.load(goal_id).await?.and_then(|(state, _)| self.next_deadline(&state)))
+        Ok(self.store.load_current(goal_id).await?.and_then(|(state, _)| self.next_deadline(&state)))
     }
 
     /// Moves a node off an agent that went offline (see [`engine::reassign`]). Returns whether

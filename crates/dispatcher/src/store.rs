@@ -72,6 +72,10 @@ impl GoalStore {
         }
     }
 
+    /// The goal as a replica of the bucket has it, for views (`GetGoal`, pages of goals): a
+    /// direct get, answered by whichever replica is fastest. In a cluster that may be one still
+    /// catching up after a pause or a partition, so the state can be older than the last write.
+    /// A decision (is this result stale, which tasks are in flight) reads [`Self::load_current`].
     pub async fn load(&self, goal_id: &str) -> Result<Option<(GoalState, u64)>> {
         let entry = self
             .kv
@@ -86,6 +90,27 @@ impl GoalStore {
             }
             _ => Ok(None),
         }
+    }
+
+    /// The goal as the bucket's stream leader has it: what every write so far acknowledged left.
+    /// Decisions read this, not [`Self::load`]: a result judged stale on an older state would be
+    /// dropped, and a goal's in-flight tasks taken from one would miss the task in flight now.
+    /// (The compare-and-set guards only what is written, not a decision to write nothing.)
+    pub async fn load_current(&self, goal_id: &str) -> Result<Option<(GoalState, u64)>> {
+        use async_nats::jetstream::stream::LastRawMessageErrorKind;
+        let subject = format!("{}{}", self.kv.prefix, goal_id);
+        let message = match self.kv.stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(message) => message,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+            Err(e) => return Err(Error::JetStream { operation: "load goal", reason: e.to_string() }),
+        };
+        let operation = message.headers.get("KV-Operation").map(|v| v.as_str());
+        if matches!(operation, Some("DEL") | Some("PURGE")) {
+            return Ok(None);
+        }
+        let state = GoalState::decode(message.payload)
+            .map_err(|e| Error::Decode { kind: "GoalState", reason: e.to_string() })?;
+        Ok(Some((state, message.sequence)))
     }
 
     /// Stores a new goal. Returns `false` when a goal with this id already exists.
@@ -115,7 +140,7 @@ impl GoalStore {
             let from_cache = cached.is_some();
             let (mut state, revision) = match cached {
                 Some(entry) => entry,
-                None => match self.load(goal_id).await? {
+                None => match self.load_current(goal_id).await? {
                     Some(entry) => entry,
                     None => {
                         return Err(Error::NotFound { what: "goal", id: goal_id.to_owned() });

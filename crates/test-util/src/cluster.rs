@@ -74,6 +74,11 @@ impl NatsCluster {
         self.nodes.iter().map(|n| format!("nats://127.0.0.1:{}", n.port)).collect::<Vec<_>>().join(",")
     }
 
+    /// Server `i`'s client URL alone: a client that talks only to it.
+    pub fn url(&self, i: usize) -> String {
+        format!("nats://127.0.0.1:{}", self.nodes[i].port)
+    }
+
     pub fn size(&self) -> usize {
         self.nodes.len()
     }

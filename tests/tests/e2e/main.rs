@@ -31,6 +31,7 @@ mod quotas;
 mod reconnect;
 mod redaction;
 mod replay;
+mod replicas;
 mod routing;
 #[cfg(feature = "local")]
 mod tenancy;

@@ -111,7 +111,8 @@ pub(crate) async fn run(
 /// still completes, with the nodes' outputs and the reason the summary is missing.
 async fn summarize(service: &GoalService, goal_id: &str) -> hermes_core::Result<()> {
     let Some(summarizer) = service.config().summarizer.clone() else { return Ok(()) };
-    let state = service.get(goal_id).await?;
+    // The outputs the answer is written from: as last written, not as a lagging replica has them.
+    let Some((state, _)) = service.store().load_current(goal_id).await? else { return Ok(()) };
     let span = tracing::info_span!("summarize", goal_id);
     hermes_core::trace::follow(&span, hermes_core::trace::TraceContext::parse(&state.traceparent).as_ref());
     let (output, usage, exchange) = write_summary(&summarizer, &state).instrument(span).await;

@@ -141,7 +141,7 @@ pub(crate) async fn run(
 
 /// Publishes again the in-flight tasks of one goal, as stored now.
 async fn republish(service: &GoalService, goal_id: &str) -> hermes_core::Result<()> {
-    match service.store().load(goal_id).await? {
+    match service.store().load_current(goal_id).await? {
         Some((state, _)) => service.republish_unsent(&state).await,
         None => Ok(()),
     }
@@ -174,7 +174,7 @@ async fn rescan(service: &GoalService, schedule: &mut Schedule, why: Rescan) -> 
         Rescan::Starting | Rescan::Reconnected => service.store().keys().await?,
     };
     for key in keys {
-        let Some((state, _)) = service.store().load(&key).await? else { continue };
+        let Some((state, _)) = service.store().load_current(&key).await? else { continue };
         if !crate::engine::is_terminal(state.status)
             && let Some(tenant) = hermes_core::access::tenant_of(&state)
         {
