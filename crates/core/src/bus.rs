@@ -923,7 +923,7 @@ fn consumer_config(spec: &ConsumerSpec) -> consumer::pull::Config {
     }
 }
 
-pub use crate::kv::{kv_keys, kv_keys_matching};
+pub use crate::kv::{kv_current, kv_keys, kv_keys_matching};
 
 /// The settings of an existing consumer that differ from `spec`'s, each as `name: in effect
 /// (wanted)`. [`Bus::durable_consumer`] binds to a consumer as it is: one that serves a whole pool

@@ -1,5 +1,6 @@
-//! Listing a KV bucket's keys. Its own module below the bus, so that the bucket owners the bus
-//! opens (`approvals.rs` and the like) can list their keys without importing the bus back.
+//! Listing a KV bucket's keys, and reading an entry as the bucket's leader has it. Its own module
+//! below the bus, so that the bucket owners the bus opens (`approvals.rs` and the like) can use
+//! them without importing the bus back.
 
 use async_nats::jetstream::kv;
 
@@ -32,4 +33,32 @@ pub async fn kv_keys_matching(kv: &kv::Store, pattern: &str, operation: &'static
         }
     }
     Ok(keys.into_iter().collect())
+}
+
+/// The value and revision of `key` as the bucket stream's leader has it (a `STREAM.MSG.GET`):
+/// what every write acknowledged so far left. `None` when the key has no entry or its last is a
+/// delete or purge marker.
+///
+/// For reads a decision rests on. `kv::Store::entry` is a direct get when the bucket allows them
+/// (Hermes's do), and any replica answers a direct get: one catching up after a pause or a
+/// partition answers with an older value (nats-server 2.15.1, `tests/tests/e2e/replicas.rs`).
+/// A compare-and-set after the read catches a change computed on it, but not a decision that
+/// there is nothing to change.
+pub async fn kv_current(
+    kv: &kv::Store,
+    key: &str,
+    operation: &'static str,
+) -> Result<Option<(bytes::Bytes, u64)>> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let subject = format!("{}{key}", kv.prefix);
+    let message = match kv.stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(message) => message,
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+        Err(e) => return Err(Error::jetstream(operation, e)),
+    };
+    let marker = message.headers.get("KV-Operation").map(|v| v.as_str());
+    if matches!(marker, Some("DEL") | Some("PURGE")) {
+        return Ok(None);
+    }
+    Ok(Some((message.payload, message.sequence)))
 }

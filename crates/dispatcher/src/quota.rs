@@ -284,7 +284,14 @@ impl Quotas {
     ) -> Result<()> {
         let Some(kv) = &self.kv else { return Ok(()) };
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let (mut value, revision) = self.read_json::<T>(key, what).await?;
+            // As the leader has it: "nothing to change" on a lagging replica's older value would
+            // refuse a submit for places since given back, or keep a place a goal gave back.
+            let (mut value, revision) = match hermes_core::bus::kv_current(kv, key, what).await? {
+                Some((bytes, revision)) => {
+                    (serde_json::from_slice(&bytes).unwrap_or_default(), Some(revision))
+                }
+                None => (T::default(), None),
+            };
             if !change(&mut value)? {
                 return Ok(());
             }

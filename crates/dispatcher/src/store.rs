@@ -97,20 +97,13 @@ impl GoalStore {
     /// dropped, and a goal's in-flight tasks taken from one would miss the task in flight now.
     /// (The compare-and-set guards only what is written, not a decision to write nothing.)
     pub async fn load_current(&self, goal_id: &str) -> Result<Option<(GoalState, u64)>> {
-        use async_nats::jetstream::stream::LastRawMessageErrorKind;
-        let subject = format!("{}{}", self.kv.prefix, goal_id);
-        let message = match self.kv.stream.get_last_raw_message_by_subject(&subject).await {
-            Ok(message) => message,
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
-            Err(e) => return Err(Error::JetStream { operation: "load goal", reason: e.to_string() }),
-        };
-        let operation = message.headers.get("KV-Operation").map(|v| v.as_str());
-        if matches!(operation, Some("DEL") | Some("PURGE")) {
+        let Some((value, revision)) = hermes_core::bus::kv_current(&self.kv, goal_id, "load goal").await?
+        else {
             return Ok(None);
-        }
-        let state = GoalState::decode(message.payload)
+        };
+        let state = GoalState::decode(value)
             .map_err(|e| Error::Decode { kind: "GoalState", reason: e.to_string() })?;
-        Ok(Some((state, message.sequence)))
+        Ok(Some((state, revision)))
     }
 
     /// Stores a new goal. Returns `false` when a goal with this id already exists.
