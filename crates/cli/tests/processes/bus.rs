@@ -461,6 +461,9 @@ async fn every_service_runs_as_its_own_nats_user_and_an_agent_cannot_forge_or_ap
             format!("$JS.API.DIRECT.GET.KV_hermes_goals.$KV.hermes_goals.{goal_id}"),
         )
         .await;
+    attacker
+        .publish_refused("reading a goal from the leader", "$JS.API.STREAM.MSG.GET.KV_hermes_goals".into())
+        .await;
     let _spy = attacker.client.subscribe("_INBOX_dispatcher.>").await.unwrap();
     attacker.client.flush().await.unwrap();
     attacker.refused("reading the dispatcher's replies", "_INBOX_dispatcher.>").await;
