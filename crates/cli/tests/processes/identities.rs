@@ -66,6 +66,32 @@ fn dispatcher(
     )
 }
 
+/// `hermes-registry` as its own user, issuing identities with `seed` and checking the tokens of
+/// `tokens_file`, serving gRPC on `grpc`; `more` adds settings (the Kubernetes issuer's).
+fn identities_registry(
+    dir: &std::path::Path,
+    accounts: &Accounts,
+    nats: &NatsServer,
+    grpc: &str,
+    tokens_file: &str,
+    seed: &str,
+    more: &[&str],
+) -> (hermes_test_util::process::HermesProcess, std::path::PathBuf) {
+    let url = accounts.url(nats, "registry");
+    let mut args = vec![
+        "--nats-url",
+        &url,
+        "--grpc-listen",
+        grpc,
+        "--api-tokens-file",
+        tokens_file,
+        "--identities-issuer-seed",
+        seed,
+    ];
+    args.extend_from_slice(more);
+    service(dir, "hermes-registry", &args)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
     let accounts = Accounts::load();
@@ -136,20 +162,8 @@ async fn each_agent_gets_only_its_own_subjects_and_nothing_of_another_agents() {
         }
     }
     let registry_grpc = free_addr();
-    let (_registry, registry_log) = service(
-        dir.path(),
-        "hermes-registry",
-        &[
-            "--nats-url",
-            &accounts.url(&nats, "registry"),
-            "--grpc-listen",
-            &registry_grpc,
-            "--api-tokens-file",
-            tokens_file,
-            "--identities-issuer-seed",
-            &seed,
-        ],
-    );
+    let (_registry, registry_log) =
+        identities_registry(dir.path(), &accounts, &nats, &registry_grpc, tokens_file, &seed, &[]);
     let logs = || {
         let mut all = format!(
             "registry log:\n{}\ndispatcher log:\n{}\n",
@@ -551,26 +565,17 @@ async fn a_pod_joins_as_its_own_agent_with_its_service_account_token() {
     let grpc = free_addr();
     let (_dispatcher, _) = dispatcher(dir.path(), &accounts, &nats, &grpc, tokens_file);
     let registry_grpc = free_addr();
-    let (_registry, registry_log) = service(
-        dir.path(),
-        "hermes-registry",
-        &[
-            "--nats-url",
-            &accounts.url(&nats, "registry"),
-            "--grpc-listen",
-            &registry_grpc,
-            "--api-tokens-file",
-            tokens_file,
-            "--identities-issuer-seed",
-            &seed,
-            "--identities-kubernetes-issuer",
-            &cluster.issuer,
-            "--identities-kubernetes-jwks-url",
-            &format!("{}/jwks", cluster.issuer),
-            "--identities-kubernetes-service-accounts",
-            "agents/hermes-executor",
-        ],
-    );
+    let jwks = format!("{}/jwks", cluster.issuer);
+    let kubernetes = [
+        "--identities-kubernetes-issuer",
+        &cluster.issuer,
+        "--identities-kubernetes-jwks-url",
+        &jwks,
+        "--identities-kubernetes-service-accounts",
+        "agents/hermes-executor",
+    ];
+    let (_registry, registry_log) =
+        identities_registry(dir.path(), &accounts, &nats, &registry_grpc, tokens_file, &seed, &kubernetes);
     // A projected token as the kubelet makes it: bound to its pod, for the audience asked.
     let pod_token = |idp: &TestIdp, pod: &str, account: &str, audience: &str| {
         idp.token(
