@@ -497,6 +497,23 @@ class Stack(unittest.TestCase):
         # The rescue's output is the victim's recorded outcome: the line it wrote.
         self.assertEqual(goal.output["line"], lines.index("o-17 by py-victim") + 1)
 
+    def test_sighup_leaves_a_supervised_worker_serving(self):
+        # SIGHUP asks a process to read its files again. The supervisor forwards it, and neither
+        # it nor its worker ends (the signal's default action would have ended both).
+        worker = self.start_worker("py-hup", TASKS="py.hup-nap")
+        wait_for(lambda: "py-hup" in self.agents(), what="py-hup registered")
+        goal_id = self.client.submit({"nodes": [{"id": "n", "task_type": "py.hup-nap", "inputs": {"ms": 1500}}]})
+        wait_for(lambda: self.client.get(goal_id).node("n").status == "dispatched", what="the nap to be dispatched")
+        worker.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        worker.send_signal(signal.SIGHUP)
+        goal = self.client.wait(goal_id, timeout_s=60)
+        self.assertEqual(goal.status, "completed", goal.error)
+        self.assertEqual((goal.node("n").agent_id, goal.node("n").attempt), ("py-hup", 1))
+        self.assertIsNone(worker.poll(), "the supervisor ended on SIGHUP")
+        worker.send_signal(signal.SIGTERM)
+        self.assertEqual(worker.wait(timeout=30), 0)
+
     def test_sigterm_drains_running_work_then_leaves(self):
         import socket
         import urllib.request

@@ -83,6 +83,7 @@ def shape(total) -> dict:
 
 
 @task("py.nap", timeout=60)
+@task("py.hup-nap", timeout=60)
 @task("py.drain-nap", timeout=60)
 async def nap(ms: int) -> dict:
     await asyncio.sleep(ms / 1000)

@@ -6,7 +6,7 @@ kernel's OOM killer. Redelivered, it would crash the next process too, until Max
 parent of a process sees why it died, so:
 
 - the child exits on its own (a normal exit, a drain after SIGTERM, which the supervisor
-  forwards): the supervisor exits with its code;
+  forwards, as it forwards SIGINT and SIGHUP): the supervisor exits with its code;
 - the child dies of SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS or SIGKILL (the OOM killer):
   the supervisor starts a new child and hands it the tasks the crashed one had in flight. The new
   child counts a crash on each (the crash markers in `hermes_ledger`, shared with the Rust
@@ -159,8 +159,10 @@ def supervise(name: str) -> int:
         if child is not None and child.poll() is None:
             child.send_signal(sig)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    # SIGHUP too: its default would end the supervisor, and the child with it (pdeathsig), where
+    # it is meant to make the child read its TLS files again.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
     while True:
         pipe_r, pipe_w = os.pipe()
         handover = _handover(crashed)

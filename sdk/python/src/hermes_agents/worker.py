@@ -420,12 +420,16 @@ class Worker:
         pullers = [asyncio.create_task(self._pull(sub)) for sub in subs]
         lanes = asyncio.create_task(self._follow_lanes(subs, pullers))
         tls = None
-        if self._tls_files is not None:
-            hangup = asyncio.Event()
+        # SIGHUP means "read your files again" (the TLS files, when there are any), never "stop":
+        # its default action would end the worker. Left alone when the program that embeds the
+        # worker owns the signals (it passed `stop`) and there is nothing to read again.
+        hangup = asyncio.Event()
+        if stop is None or self._tls_files is not None:
             try:
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup.set)
             except (ValueError, RuntimeError, NotImplementedError):  # not the main thread: poll only
                 pass
+        if self._tls_files is not None:
             tls = asyncio.create_task(TlsFollower(self._nc, *self._tls_files).follow(hangup))
         log.info("worker %s serving %s", self.agent_id, sorted(self.tasks))
         await self._stopping.wait()
