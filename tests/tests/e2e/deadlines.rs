@@ -2,7 +2,7 @@
 //! staying RUNNING; a node whose task was lost (the dispatcher died between storing the
 //! transition and publishing the task, or a crashed nats-server lost it) is published again by a
 //! dispatcher that starts or reconnects (and otherwise retried once its node deadline passes, see
-//! the engine's tests).
+//! the engine's tests), past a value in the goals' bucket that is no goal.
 
 use std::time::{Duration, Instant};
 
@@ -56,12 +56,17 @@ fn dispatched_but_never_published(goal_id: &str, node_timeout_ms: u64, goal_time
     }
 }
 
+/// Bytes no `GoalState` decodes from (a field tag of wire type 7).
+const UNDECODABLE: &[u8] = b"\xff\xff\xff\xff not a goal";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_task_is_published_again_by_a_restarted_dispatcher() {
     let t = Sandbox::start().await;
     // The node timeout is far enough that only a republish (not the deadline's retry, attempt 2)
     // can finish the goal within the bound below, even on a loaded machine.
     let state = dispatched_but_never_published("goal-lost-task", 30_000, 60_000);
+    // A value that is no goal, stored first: it must not keep the goals after it unscheduled.
+    t.bus.goals().put("goal-0-undecodable", UNDECODABLE.into()).await.unwrap();
     t.bus.goals().put("goal-lost-task", state.encode_to_vec().into()).await.unwrap();
 
     // Every service restarts; the new dispatcher finds the goal in KV and publishes the attempt
@@ -121,6 +126,9 @@ async fn a_task_lost_by_a_crashed_server_is_published_again_after_the_reconnect(
     tokio::time::sleep(Duration::from_millis(1000)).await;
     // A node timeout far beyond the bound below: only a republish can finish the goal in time.
     let state = dispatched_but_never_published("goal-lost-at-the-server", 60_000, 120_000);
+    // A value that is no goal, stored first: the reconnect's scan reads every key, and must read
+    // past it.
+    t.bus.goals().put("goal-0-undecodable", UNDECODABLE.into()).await.unwrap();
     t.bus.goals().put("goal-lost-at-the-server", state.encode_to_vec().into()).await.unwrap();
     // Give the server time to write the goal to its store: it is the task that is lost here.
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -1,8 +1,8 @@
 //! The timers worker: goal and attempt deadlines. Every goal's next deadline (its own, or the
 //! earliest of its dispatched nodes') is computed from its persisted state, never kept only in
 //! memory: the effects publisher sends the deadline of every goal this dispatcher writes, the
-//! worker rebuilds the schedule from the `hermes_goals` bucket when it starts, and rescans the
-//! unfinished goals (those the goal index holds in a status that is not terminal) every minute so
+//! worker rebuilds the schedule from the `hermes_goals` bucket's unfinished goals (those the goal
+//! index holds in a status that is not terminal) when it starts, and rescans them every minute so
 //! goals last written by a replica that died are covered too. The start-up scan also
 //! resumes goals a stopped dispatcher left `SUMMARIZING` and publishes again the tasks of in-flight
 //! attempts. When a deadline passes the goal goes through [`GoalService::expire`], a
@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use hermes_core::now_unix_ms;
 use hermes_proto::GoalStatus;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -38,6 +39,8 @@ const RESCAN: Duration = Duration::from_secs(60);
 const RETRY_MS: u64 = 1000;
 /// How often the in-flight tasks of a goal whose effects could not be published are sent again.
 const UNSENT_RETRY: Duration = Duration::from_secs(1);
+/// How many goals a rescan reads at once.
+const RESCAN_READS: usize = 32;
 
 /// Goals by their next deadline: the worker's state.
 #[derive(Default)]
@@ -159,22 +162,39 @@ enum Rescan {
 }
 
 /// Schedules every unfinished goal that has a deadline ahead; see [`Rescan`] for which goals are
-/// read and what else is done.
+/// read and what else is done. Goals are read [`RESCAN_READS`] at a time, each through the
+/// bucket stream's leader, and handled in order. A goal that cannot be decoded is skipped with a
+/// warning: one bad value must not keep every goal after it unscheduled.
 /// Every scan also gives the tenants' running-goal places of goals that ended (or are gone) back,
 /// in case the dispatcher that ended them died before it could.
 async fn rescan(service: &GoalService, schedule: &mut Schedule, why: Rescan) -> hermes_core::Result<()> {
     let scanned_from = hermes_core::now_unix_ms();
     let mut running: std::collections::HashMap<String, std::collections::HashSet<String>> =
         Default::default();
-    // The minute's rescan reads only the goals the index holds unfinished: a goal that ended has
-    // no deadline and no running place. Starting and after a reconnect (when the index may have
-    // missed writes) every goal of the bucket is read.
+    // Starting and the minute's rescan read only the goals the index holds unfinished: a goal that
+    // ended has no deadline, no running place and no task in flight, and the index has read the
+    // whole bucket before the timers start. After a reconnect (when the index may have missed
+    // writes) every goal of the bucket is read.
     let keys = match why {
-        Rescan::Periodic => service.index().unfinished(),
-        Rescan::Starting | Rescan::Reconnected => service.store().keys().await?,
+        Rescan::Starting | Rescan::Periodic => service.index().unfinished(),
+        Rescan::Reconnected => service.store().keys().await?,
     };
-    for key in keys {
-        let Some((state, _)) = service.store().load_current(&key).await? else { continue };
+    let mut reads = futures::stream::iter(keys)
+        .map(|key| async move {
+            let loaded = service.store().load_current(&key).await;
+            (key, loaded)
+        })
+        .buffered(RESCAN_READS);
+    while let Some((key, loaded)) = reads.next().await {
+        let state = match loaded {
+            Ok(Some((state, _))) => state,
+            Ok(None) => continue,
+            Err(e @ hermes_core::Error::Decode { .. }) => {
+                warn!(goal_id = key, error = %e, "an undecodable goal has no deadline timers");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if !crate::engine::is_terminal(state.status)
             && let Some(tenant) = hermes_core::access::tenant_of(&state)
         {
