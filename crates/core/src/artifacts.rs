@@ -272,7 +272,8 @@ impl Artifacts {
     }
 
     /// Returns `json` as it is when it fits inline; otherwise stores it as `goal_id`'s, owned by
-    /// the goal's `tenant` (empty: none), and returns the stub and the reference.
+    /// the goal's `tenant` (empty: none), and returns the stub and the reference. The store's
+    /// future is boxed, as in [`Artifacts::resolve_value`]: only outputs over the limit pay for it.
     pub async fn offload_json(
         &self,
         json: String,
@@ -282,7 +283,8 @@ impl Artifacts {
         if json.len() <= self.inline_limit {
             return Ok((json, None));
         }
-        let info = self.put_owned(json.as_bytes(), "application/json", goal_id, tenant, None).await?;
+        let info =
+            Box::pin(self.put_owned(json.as_bytes(), "application/json", goal_id, tenant, None)).await?;
         Ok((stub(&info).to_string(), Some(info.reference)))
     }
 
@@ -293,12 +295,27 @@ impl Artifacts {
     /// (`DENIED`), as is one naming no artifact (`NOT_FOUND`). Before anything is loaded, the
     /// resolved size is bounded: every stub counts with its artifact's full size, and over
     /// `max_bytes` in all the inputs are refused (`INVALID_ARGUMENT`, naming the limit).
+    ///
+    /// Inputs without stubs, most of them, are passed on as they are; only inputs with stubs pay
+    /// for the reads' future (boxed: every agent task awaits this, and its future would otherwise
+    /// carry the reads' kilobytes whether or not it reads anything).
     pub async fn resolve_value(&self, value: Value, goal_id: &str, max_bytes: u64) -> Result<Value> {
         let mut references = Vec::new();
         collect_stubs(&value, &mut references);
         if references.is_empty() {
             return Ok(value);
         }
+        Box::pin(self.resolve_references(value, references, goal_id, max_bytes)).await
+    }
+
+    /// [`Artifacts::resolve_value`] of a value with these stubs.
+    async fn resolve_references(
+        &self,
+        value: Value,
+        references: Vec<String>,
+        goal_id: &str,
+        max_bytes: u64,
+    ) -> Result<Value> {
         let mut sizes: HashMap<String, u64> = HashMap::new();
         let mut total: u64 = 0;
         for reference in &references {

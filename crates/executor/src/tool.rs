@@ -469,7 +469,9 @@ impl ToolRegistry {
             let longest = entry.tool.timeout() * policy.attempts.max(1) + Duration::from_secs(5);
             let key = crate::cache::CacheKey::new(&scope.tenant, name, &version, &args, *ttl, longest);
             let run = self.call_with_retries(entry, name, args.clone(), ctx);
-            return crate::cache::call(&scope.bus, &scope.memory_token, &key, run).await;
+            // Boxed, as the approval gate and the ledger below: a path only some calls take stays
+            // out of every task's future (`handle_task` in lib.rs says why).
+            return Box::pin(crate::cache::call(&scope.bus, &scope.memory_token, &key, run)).await;
         }
         (self.call_uncached(name, args, ctx).await, None)
     }
@@ -500,7 +502,7 @@ impl ToolRegistry {
                     message: format!("`{name}` needs approval, which only a task can ask for"),
                 });
             };
-            crate::approval::gate(scope, &ids.approval_id, name, &args).await?;
+            Box::pin(crate::approval::gate(scope, &ids.approval_id, name, &args)).await?;
         }
         let ledger = match (&ids, entry.tool.side_effects()) {
             (Some((scope, ids)), true) => {
@@ -509,13 +511,13 @@ impl ToolRegistry {
             _ => None,
         };
         if let Some((store, key, attempt)) = &ledger
-            && let Some(recorded) = claim(store, key, *attempt, name).await?
+            && let Some(recorded) = Box::pin(claim(store, key, *attempt, name)).await?
         {
             return recorded;
         }
         let result = self.call_with_retries(entry, name, args, ctx).await;
         if let Some((store, key, attempt)) = &ledger {
-            record(store, key, ledger_entry(*attempt, &result)).await;
+            Box::pin(record(store, key, ledger_entry(*attempt, &result))).await;
         }
         result
     }
