@@ -129,7 +129,8 @@ impl Gate {
         if self.lanes.lock().unwrap_or_else(|p| p.into_inner()).contains(tenant) {
             return Ok(());
         }
-        hermes_core::lanes::ensure(&self.bus, tenant).await?;
+        // Boxed: once a tenant, and every submit's future would otherwise carry its 9 KB.
+        Box::pin(hermes_core::lanes::ensure(&self.bus, tenant)).await?;
         self.lanes.lock().unwrap_or_else(|p| p.into_inner()).insert(tenant.to_owned());
         Ok(())
     }
