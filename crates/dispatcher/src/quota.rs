@@ -66,6 +66,12 @@ fn kv_error(operation: &'static str, e: impl std::fmt::Display) -> Error {
     Error::JetStream { operation, reason: e.to_string() }
 }
 
+/// A stored JSON value and its revision; one that does not parse counts as the default (as an
+/// absent one does), so a bad value is replaced by the next write rather than blocking it.
+fn json_of<T: serde::de::DeserializeOwned + Default>(bytes: &[u8], revision: u64) -> (T, Option<u64>) {
+    (serde_json::from_slice(bytes).unwrap_or_default(), Some(revision))
+}
+
 impl Quotas {
     /// The quotas of `tenants`; the bucket is opened (and created, by the first dispatcher)
     /// when auth is on (`auth_on`): only a tokens file has tenants, and one read again may bring
@@ -266,12 +272,10 @@ impl Quotas {
         what: &'static str,
     ) -> Result<(T, Option<u64>)> {
         let Some(kv) = &self.kv else { return Ok((T::default(), None)) };
-        match kv.entry(key).await.map_err(|e| kv_error(what, e))? {
-            Some(entry) if entry.operation == kv::Operation::Put => {
-                Ok((serde_json::from_slice(&entry.value).unwrap_or_default(), Some(entry.revision)))
-            }
-            _ => Ok((T::default(), None)),
-        }
+        Ok(match kv.entry(key).await.map_err(|e| kv_error(what, e))? {
+            Some(entry) if entry.operation == kv::Operation::Put => json_of(&entry.value, entry.revision),
+            _ => (T::default(), None),
+        })
     }
 
     /// Applies `change` to the JSON value of `key` by compare-and-set, again after a conflict;
@@ -287,9 +291,7 @@ impl Quotas {
             // As the leader has it: "nothing to change" on a lagging replica's older value would
             // refuse a submit for places since given back, or keep a place a goal gave back.
             let (mut value, revision) = match hermes_core::bus::kv_current(kv, key, what).await? {
-                Some((bytes, revision)) => {
-                    (serde_json::from_slice(&bytes).unwrap_or_default(), Some(revision))
-                }
+                Some((bytes, revision)) => json_of(&bytes, revision),
                 None => (T::default(), None),
             };
             if !change(&mut value)? {

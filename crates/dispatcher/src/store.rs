@@ -84,9 +84,7 @@ impl GoalStore {
             .map_err(|e| Error::JetStream { operation: "load goal", reason: e.to_string() })?;
         match entry {
             Some(entry) if entry.operation == kv::Operation::Put => {
-                let state = GoalState::decode(entry.value)
-                    .map_err(|e| Error::Decode { kind: "GoalState", reason: e.to_string() })?;
-                Ok(Some((state, entry.revision)))
+                Ok(Some((decode(entry.value)?, entry.revision)))
             }
             _ => Ok(None),
         }
@@ -101,9 +99,7 @@ impl GoalStore {
         else {
             return Ok(None);
         };
-        let state = GoalState::decode(value)
-            .map_err(|e| Error::Decode { kind: "GoalState", reason: e.to_string() })?;
-        Ok(Some((state, revision)))
+        Ok(Some((decode(value)?, revision)))
     }
 
     /// Stores a new goal. Returns `false` when a goal with this id already exists.
@@ -194,4 +190,9 @@ impl GoalStore {
         }
         Ok(Bytes::from(bytes))
     }
+}
+
+/// A stored goal's state; one that does not decode is a `Decode` error, naming it.
+fn decode(value: Bytes) -> Result<GoalState> {
+    GoalState::decode(value).map_err(|e| Error::Decode { kind: "GoalState", reason: e.to_string() })
 }

@@ -672,12 +672,9 @@ fn supervised_key(task: &TaskMessage) -> String {
 /// only once a process crashed while running it: the crash supervisor knows what its worker
 /// process runs without a write to the bus (see [`supervise`]), and the next process counts one
 /// crash on each task it had in flight ([`count_crashes`]). Only a redelivery or a later attempt
-/// can find one, so a first delivery reads nothing.
+/// can find one, so it is read only for those (not for a [`first_delivery`]).
 async fn crash_marker(shared: &Shared, delivery: &Delivery<TaskMessage>) -> Crashes {
     let task = &delivery.message;
-    if first_delivery(delivery) {
-        return Crashes::Counted(None);
-    }
     match shared.bus.task_ledger(&task.memory_token).get(&crash_key(task)).await {
         Ok(Some(bytes)) => match marker_crashes(&bytes) {
             crashes if crashes >= CRASH_QUARANTINE_DEATHS => Crashes::Quarantine(crashes),

@@ -88,7 +88,7 @@ async fn a_decision_never_reads_a_lagging_replicas_older_state() {
     for attempt in 0..5 {
         // A follower of the goals' stream: the one the reads go through.
         let leader = {
-            let client = async_nats::connect(cluster.urls().split(',').next().unwrap()).await.unwrap();
+            let client = async_nats::connect(cluster.url(0)).await.unwrap();
             let js = async_nats::jetstream::new(client);
             let mut stream = js.get_stream("KV_hermes_goals").await.unwrap();
             stream.info().await.unwrap().cluster.clone().unwrap().leader.unwrap()
