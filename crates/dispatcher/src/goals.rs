@@ -953,6 +953,13 @@ impl GoalService {
         Ok(())
     }
 
+    /// Waits until the goal's transitions in progress in this process are published: results
+    /// that arrive meanwhile (a wide submit's first ones, while it still publishes its tasks) are
+    /// then applied together, in one transition, rather than the first alone and the rest after.
+    pub(crate) async fn transitions_published(&self, goal_id: &str) {
+        drop(self.order.lock(goal_id).await);
+    }
+
     /// Publishes again the tasks of the goal's in-flight attempts (see [`engine::in_flight_tasks`]),
     /// for a dispatcher that starts or reconnects, or a goal whose effects were not sent; once,
     /// without the effects publisher's patience (the timers worker tries again).

@@ -116,6 +116,9 @@ pub(crate) async fn run(service: Arc<GoalService>, consumer: PullConsumer, shutd
 /// set `draining` runs this.
 async fn drain(service: &GoalService, inboxes: &Inboxes, held: &Held, goal_id: &str, inbox: &Inbox) {
     loop {
+        // What arrives while the goal's last transition is still being published joins this
+        // batch (a wide fan-out's first results arrive while its submit publishes the rest).
+        service.transitions_published(goal_id).await;
         let batch = std::mem::take(&mut *inbox.pending.lock().unwrap_or_else(|p| p.into_inner()));
         if batch.is_empty() {
             inbox.draining.store(false, Ordering::Release);
