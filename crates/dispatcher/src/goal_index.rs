@@ -13,6 +13,11 @@
 //! writes it applies at once, so a goal it accepted is in its next list. Entries carry their
 //! stream sequence and an older one never replaces a newer.
 //!
+//! **After a reconnect** the index reads the bucket again ([`GoalIndex::reread`]): a nats-server
+//! killed before it wrote its last acknowledged messages to its files comes back without them,
+//! and gives their sequence numbers to new writes, which the index would take for older writes
+//! of their goals and ignore.
+//!
 //! **Changes.** A goal created or changing status is also sent to [`GoalIndex::subscribe`]rs:
 //! `GET /v1/changes`, which the console's Goals page follows instead of polling.
 //!
@@ -109,6 +114,8 @@ pub struct GoalIndex {
     sets: Arc<RwLock<Sets>>,
     changes: broadcast::Sender<Arc<GoalIndexEntry>>,
     approvals: broadcast::Sender<Arc<Approval>>,
+    /// Asks the follower to read the bucket again from its start ([`GoalIndex::reread`]).
+    reread: Arc<tokio::sync::Notify>,
 }
 
 impl Default for GoalIndex {
@@ -117,6 +124,7 @@ impl Default for GoalIndex {
             sets: Arc::default(),
             changes: broadcast::channel(1024).0,
             approvals: broadcast::channel(256).0,
+            reread: Arc::default(),
         }
     }
 }
@@ -287,25 +295,30 @@ impl GoalIndex {
     pub async fn open(bus: &Bus, stop: CancellationToken) -> Result<GoalIndex> {
         let index = GoalIndex::default();
         let goals = bus.goals().clone();
-        let mut stream = goals.stream.clone();
-        let last = stream.info().await.map_err(|e| js("goal index info", e))?.state.last_sequence;
+        let stream = goals.stream.clone();
         let filter = format!("{}>", goals.prefix);
-        let mut messages = ordered(&stream, filter.clone(), 1).await?;
-        let mut next = 1;
-        // Read up to what was there at start before answering: a list never misses an old goal.
-        while next <= last {
-            match tokio::time::timeout(std::time::Duration::from_secs(10), messages.next()).await {
-                Ok(Some(Ok(message))) => next = index.take(&goals, &message).await.max(next),
-                Ok(Some(Err(e))) => return Err(js("read the goal index", e)),
-                Ok(None) | Err(_) => break,
-            }
-        }
+        let (mut messages, mut next) = index.load(&goals, &stream, &filter).await?;
         info!(goals = index.len(), "goal index loaded");
         let follower = index.clone();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
+                    _ = follower.reread.notified() => {
+                        let fresh = GoalIndex::default();
+                        match fresh.load(&goals, &stream, &filter).await {
+                            Ok((fresh_messages, fresh_next)) => {
+                                follower.replace_with(&fresh);
+                                (messages, next) = (fresh_messages, fresh_next);
+                                info!(goals = follower.len(), "goal index read again");
+                            }
+                            Err(e) => {
+                                warn!(error = %e, "cannot read the goal index again; trying again");
+                                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                                follower.reread.notify_one();
+                            }
+                        }
+                    }
                     message = messages.next() => match message {
                         Some(Ok(message)) => next = follower.take(&goals, &message).await.max(next),
                         Some(Err(e)) => {
@@ -322,6 +335,45 @@ impl GoalIndex {
             }
         });
         Ok(index)
+    }
+}
+
+impl GoalIndex {
+    /// Reads the bucket's stream from its start up to its end at the call into this index; returns
+    /// the consumer, to follow on from, and the sequence it reads next.
+    async fn load(
+        &self,
+        goals: &kv::Store,
+        stream: &stream::Stream,
+        filter: &str,
+    ) -> Result<(consumer::pull::Ordered, u64)> {
+        let last = stream.clone().info().await.map_err(|e| js("goal index info", e))?.state.last_sequence;
+        let mut messages = ordered(stream, filter.to_owned(), 1).await?;
+        let mut next = 1;
+        // Read up to what was there at start before answering: a list never misses an old goal.
+        while next <= last {
+            match tokio::time::timeout(std::time::Duration::from_secs(10), messages.next()).await {
+                Ok(Some(Ok(message))) => next = self.take(goals, &message).await.max(next),
+                Ok(Some(Err(e))) => return Err(js("read the goal index", e)),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        Ok((messages, next))
+    }
+
+    /// Takes `fresh`'s goals for this index's own.
+    fn replace_with(&self, fresh: &GoalIndex) {
+        let sets = std::mem::take(&mut *fresh.sets.write().unwrap_or_else(|p| p.into_inner()));
+        *self.sets.write().unwrap_or_else(|p| p.into_inner()) = sets;
+    }
+
+    /// Has the follower read the bucket again from its start, as at open, and hold what it reads
+    /// then instead of what it held. After a reconnect the bucket may not be what the index read:
+    /// a nats-server that was killed can come back without the last writes it had acknowledged
+    /// (when no replica holds them), and gives their sequence numbers to new writes, which the
+    /// index would take for older writes of their goals and ignore.
+    pub fn reread(&self) {
+        self.reread.notify_one();
     }
 }
 

@@ -86,6 +86,12 @@ impl NatsServer {
         cluster::monitor(self.monitor_port, path)
     }
 
+    /// The server's store dir (JetStream's files under `jetstream/`): a test that copies it
+    /// while the server is down and puts the copy back later makes a crash that lost writes.
+    pub fn store_dir(&self) -> &Path {
+        self.store.path()
+    }
+
     /// Kills the server with SIGKILL, keeping its store dir, as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

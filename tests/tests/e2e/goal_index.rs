@@ -16,12 +16,21 @@ fn plan(ms: u64) -> hermes_proto::TaskPlan {
 }
 
 async fn listed(t: &Sandbox, status: Option<&str>) -> Vec<String> {
+    listed_or_why(t, status).await.unwrap_or_else(|why| panic!("no list: {why}"))
+}
+
+/// The goals listed, or the answer when it is no list (the API answers 503 until the
+/// dispatcher has reconnected).
+async fn listed_or_why(t: &Sandbox, status: Option<&str>) -> Result<Vec<String>, serde_json::Value> {
     let url = match status {
         Some(s) => format!("{}/v1/goals?limit=1000&status={s}", t.http_url()),
         None => format!("{}/v1/goals?limit=1000", t.http_url()),
     };
     let page: serde_json::Value = reqwest::get(url).await.unwrap().json().await.unwrap();
-    page["goals"].as_array().unwrap().iter().map(|g| g["goalId"].as_str().unwrap().to_owned()).collect()
+    match page["goals"].as_array() {
+        Some(goals) => Ok(goals.iter().map(|g| g["goalId"].as_str().unwrap().to_owned()).collect()),
+        None => Err(page),
+    }
 }
 
 async fn wait_listed(t: &Sandbox, status: &str, goal: &str) {
@@ -71,5 +80,65 @@ async fn goals_are_listed_by_status_across_a_restart_and_an_older_store_is_index
         ["g-older-release".to_owned(), slow, quick],
         "a goal without index headers"
     );
+    t.stop().await;
+}
+
+/// Copies a nats-server's store dir (`cp -a`, keeping what JetStream wrote as it is).
+fn copy_store(from: &std::path::Path, to: &std::path::Path) {
+    let copied =
+        std::process::Command::new("cp").arg("-a").arg(from.join("jetstream")).arg(to).status().unwrap();
+    assert!(copied.success(), "cp -a {} {}", from.display(), to.display());
+}
+
+/// A nats-server that comes back from a crash without writes it had acknowledged (a `kill -9`
+/// before they reached its files; here, its store put back as it was before them) gives their
+/// sequence numbers to new writes. The index, which had read the lost write, would take the
+/// new one for an older write of the goal and ignore it. After the reconnect the index reads the
+/// bucket again, and the goal is listed as the bucket now holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_crash_that_lost_writes_the_index_reads_the_bucket_again() {
+    let mut t = Sandbox::start().await;
+    let goal = t.submit(plan(60_000)).await.unwrap();
+    wait_listed(&t, "running", &goal).await;
+    // Let the server write the goal to its files before they are copied.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    t.crash_nats().await;
+    let before = tempfile::tempdir().unwrap();
+    copy_store(t.nats.store_dir(), before.path());
+    t.nats.restart();
+    // The goal is cancelled: a write the next crash loses.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let cancel = hermes_proto::CancelGoalRequest { goal_id: goal.clone(), reason: "test".into() };
+    while let Err(e) = t.client.cancel_goal(cancel.clone()).await {
+        assert!(std::time::Instant::now() < deadline, "the dispatcher did not come back: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_listed(&t, "cancelled", &goal).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    t.crash_nats().await;
+    std::fs::remove_dir_all(t.nats.store_dir().join("jetstream")).unwrap();
+    copy_store(before.path(), t.nats.store_dir());
+    t.nats.restart();
+    // Another writer (a replica, or an older release: no index headers) completes the goal; its
+    // write takes the sequence number the lost cancel had.
+    let js = async_nats::jetstream::new(async_nats::connect(t.nats.url()).await.unwrap());
+    let goals = js.get_key_value("hermes_goals").await.unwrap();
+    let stored = goals.get(&goal).await.unwrap().unwrap();
+    let mut state = <hermes_proto::GoalState as prost::Message>::decode(stored).unwrap();
+    assert_eq!(state.status, GoalStatus::Running as i32, "the crash did not lose the cancel");
+    state.status = GoalStatus::Completed as i32;
+    goals.put(&goal, prost::Message::encode_to_vec(&state).into()).await.unwrap();
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let completed = listed_or_why(&t, Some("completed")).await;
+        if completed.as_ref().is_ok_and(|c| c.contains(&goal)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not listed as completed: {completed:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!listed(&t, Some("cancelled")).await.contains(&goal));
     t.stop().await;
 }

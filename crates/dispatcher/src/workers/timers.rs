@@ -122,6 +122,8 @@ pub(crate) async fn run(
                 let now_connects = statistics.connects.load(Ordering::Relaxed);
                 if now_connects != connects {
                     info!(event = "nats_reconnected", "NATS is back; publishing in-flight tasks again");
+                    // The bucket may have lost writes the index read (docs/operations.md).
+                    service.index().reread();
                     match rescan(&service, &mut schedule, Rescan::Reconnected).await {
                         Ok(()) => connects = now_connects,
                         Err(e) => warn!(error = %e, "cannot publish in-flight tasks after a reconnect; will retry"),
