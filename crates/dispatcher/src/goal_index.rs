@@ -36,6 +36,14 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+/// A reading of the bucket again over what the index holds ([`GoalIndex::reread`]).
+struct Pass {
+    /// The stream's last sequence when the pass began.
+    last: u64,
+    /// The goals the pass met.
+    seen: std::collections::HashSet<Arc<str>>,
+}
+
 /// A goal's place in the order of listing: creation time, then id (both descending).
 pub type Place = (u64, Arc<str>);
 
@@ -200,6 +208,39 @@ impl GoalIndex {
         sets.unlink(&id, &old);
     }
 
+    /// Lets the next entry of the goal replace the one held, when that one was applied at or
+    /// before `last` (a pass reading the bucket again holds what the bucket holds now; what was
+    /// applied after the pass began is newer than anything it reads).
+    fn forget_seq(&self, goal_id: &str, last: u64) {
+        let Ok(mut sets) = self.sets.write() else { return };
+        if let Some(old) = sets.goals.get_mut(goal_id)
+            && old.seq <= last
+        {
+            old.seq = 0;
+        }
+    }
+
+    /// The index's own copy of a goal's id.
+    fn id_of(&self, goal_id: &str) -> Option<Arc<str>> {
+        self.sets.read().ok()?.goals.get_key_value(goal_id).map(|(id, _)| id.clone())
+    }
+
+    /// Removes the goals `pass` did not meet that were applied at or before its start.
+    fn sweep(&self, pass: &Pass) {
+        let Ok(mut sets) = self.sets.write() else { return };
+        let gone: Vec<Arc<str>> = sets
+            .goals
+            .iter()
+            .filter(|(id, g)| g.seq <= pass.last && !pass.seen.contains(*id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            if let Some(old) = sets.goals.remove(&id) {
+                sets.unlink(&id, &old);
+            }
+        }
+    }
+
     /// How many goals the index holds.
     pub fn len(&self) -> usize {
         self.sets.read().map(|s| s.goals.len()).unwrap_or(0)
@@ -297,7 +338,7 @@ impl GoalIndex {
         let goals = bus.goals().clone();
         let stream = goals.stream.clone();
         let filter = format!("{}>", goals.prefix);
-        let (mut messages, mut next) = index.load(&goals, &stream, &filter).await?;
+        let (mut messages, mut next) = index.load(&goals, &stream, &filter, false).await?;
         info!(goals = index.len(), "goal index loaded");
         let follower = index.clone();
         tokio::spawn(async move {
@@ -305,10 +346,8 @@ impl GoalIndex {
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = follower.reread.notified() => {
-                        let fresh = GoalIndex::default();
-                        match fresh.load(&goals, &stream, &filter).await {
+                        match follower.load(&goals, &stream, &filter, true).await {
                             Ok((fresh_messages, fresh_next)) => {
-                                follower.replace_with(&fresh);
                                 (messages, next) = (fresh_messages, fresh_next);
                                 info!(goals = follower.len(), "goal index read again");
                             }
@@ -320,7 +359,7 @@ impl GoalIndex {
                         }
                     }
                     message = messages.next() => match message {
-                        Some(Ok(message)) => next = follower.take(&goals, &message).await.max(next),
+                        Some(Ok(message)) => next = follower.take(&goals, &message, None).await.max(next),
                         Some(Err(e)) => {
                             warn!(error = %e, "the goal index follower failed; reading again after the last goal");
                             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -340,35 +379,43 @@ impl GoalIndex {
 
 impl GoalIndex {
     /// Reads the bucket's stream from its start up to its end at the call into this index; returns
-    /// the consumer, to follow on from, and the sequence it reads next.
+    /// the consumer, to follow on from, and the sequence it reads next. `again`: the index
+    /// already holds goals, and what is read replaces them in place (lists keep answering
+    /// meanwhile, and the index is not held twice): each goal as the bucket holds it now, and
+    /// the goals it no longer holds removed.
     async fn load(
         &self,
         goals: &kv::Store,
         stream: &stream::Stream,
         filter: &str,
+        again: bool,
     ) -> Result<(consumer::pull::Ordered, u64)> {
         let last = stream.clone().info().await.map_err(|e| js("goal index info", e))?.state.last_sequence;
         let mut messages = ordered(stream, filter.to_owned(), 1).await?;
         let mut next = 1;
+        let mut pass = again.then(|| Pass { last, seen: Default::default() });
         // Read up to what was there at start before answering: a list never misses an old goal.
         while next <= last {
             match tokio::time::timeout(std::time::Duration::from_secs(10), messages.next()).await {
-                Ok(Some(Ok(message))) => next = self.take(goals, &message).await.max(next),
+                Ok(Some(Ok(message))) => next = self.take(goals, &message, pass.as_mut()).await.max(next),
                 Ok(Some(Err(e))) => return Err(js("read the goal index", e)),
                 Ok(None) | Err(_) => break,
             }
         }
+        match pass {
+            Some(pass) if next > last => self.sweep(&pass),
+            Some(_) => warn!(
+                next,
+                last, "the goal index was not read to its end again; goals the bucket lost stay listed"
+            ),
+            None => {}
+        }
         Ok((messages, next))
     }
 
-    /// Takes `fresh`'s goals for this index's own.
-    fn replace_with(&self, fresh: &GoalIndex) {
-        let sets = std::mem::take(&mut *fresh.sets.write().unwrap_or_else(|p| p.into_inner()));
-        *self.sets.write().unwrap_or_else(|p| p.into_inner()) = sets;
-    }
-
     /// Has the follower read the bucket again from its start, as at open, and hold what it reads
-    /// then instead of what it held. After a reconnect the bucket may not be what the index read:
+    /// then instead of what it held (in place, see `load`). After a reconnect the bucket may not
+    /// be what the index read:
     /// a nats-server that was killed can come back without the last writes it had acknowledged
     /// (when no replica holds them), and gives their sequence numbers to new writes, which the
     /// index would take for older writes of their goals and ignore.
@@ -382,9 +429,14 @@ fn js(operation: &'static str, e: impl std::fmt::Display) -> Error {
 }
 
 impl GoalIndex {
-    /// Applies one message of the goals bucket (headers only); returns the sequence to read from
-    /// next.
-    async fn take(&self, goals: &kv::Store, message: &async_nats::jetstream::Message) -> u64 {
+    /// Applies one message of the goals bucket (headers only), as part of `pass` when the
+    /// bucket is read again; returns the sequence to read from next.
+    async fn take(
+        &self,
+        goals: &kv::Store,
+        message: &async_nats::jetstream::Message,
+        pass: Option<&mut Pass>,
+    ) -> u64 {
         let Ok(info) = message.info() else { return 0 };
         let seq = info.stream_sequence;
         let Some(goal_id) = message.subject.as_str().strip_prefix(goals.prefix.as_str()) else {
@@ -393,27 +445,46 @@ impl GoalIndex {
         let headers = message.headers.as_ref();
         let operation = headers.and_then(|h| h.get("KV-Operation")).map(|v| v.as_str());
         if matches!(operation, Some("DEL") | Some("PURGE")) {
-            self.remove(goal_id, seq);
+            // A pass removes the goals it does not meet when it ends.
+            if pass.is_none() {
+                self.remove(goal_id, seq);
+            }
             return seq + 1;
         }
-        match headers.and_then(from_headers) {
+        let (entry, seq_of_entry) = match headers.and_then(from_headers) {
             Some(mut entry) => {
                 entry.goal_id = goal_id.to_owned();
-                self.apply(entry, seq);
+                (entry, seq)
             }
             // Written by an older release: the entry is read from the goal.
             None => match goals.entry(goal_id).await {
                 Ok(Some(stored)) if stored.operation == kv::Operation::Put => {
                     match GoalState::decode(stored.value) {
-                        Ok(state) => {
-                            self.apply(entry_of(&state), stored.revision);
+                        Ok(state) => (entry_of(&state), stored.revision),
+                        Err(e) => {
+                            warn!(goal_id, error = %e, "an undecodable goal is not listed");
+                            return seq + 1;
                         }
-                        Err(e) => warn!(goal_id, error = %e, "an undecodable goal is not listed"),
                     }
                 }
-                Ok(_) => {}
-                Err(e) => warn!(goal_id, error = %e, "cannot read a goal to index it"),
+                Ok(_) => return seq + 1,
+                Err(e) => {
+                    warn!(goal_id, error = %e, "cannot read a goal to index it");
+                    return seq + 1;
+                }
             },
+        };
+        match pass {
+            None => {
+                self.apply(entry, seq_of_entry);
+            }
+            Some(pass) => {
+                self.forget_seq(goal_id, pass.last);
+                self.apply(entry, seq_of_entry);
+                if let Some(id) = self.id_of(goal_id) {
+                    pass.seen.insert(id);
+                }
+            }
         }
         seq + 1
     }
@@ -556,6 +627,32 @@ mod tests {
         index.remove("a", 9);
         assert!(index.is_empty());
         assert!(index.page(&PageQuery::default(), 10).is_empty());
+    }
+
+    #[test]
+    fn a_pass_holds_what_the_bucket_holds_now_and_keeps_what_is_newer_than_it() {
+        use hermes_proto::GoalStatus::*;
+        let index = GoalIndex::default();
+        // Before the pass (which begins at stream sequence 10): a goal cancelled at 8, a write
+        // the server then lost; one the bucket lost altogether; one applied after it began.
+        index.apply(entry("cancelled", "t", Cancelled as i32, 1, ""), 8);
+        index.apply(entry("lost", "t", Running as i32, 2, ""), 9);
+        index.apply(entry("newer", "t", Running as i32, 3, ""), 12);
+        let mut pass = Pass { last: 10, seen: Default::default() };
+        // The pass reads the goal as the bucket now holds it, at a lower sequence than the lost
+        // write had: it replaces it.
+        index.forget_seq("cancelled", pass.last);
+        assert!(index.apply(entry("cancelled", "t", Completed as i32, 1, ""), 7));
+        pass.seen.insert(index.id_of("cancelled").unwrap());
+        // An older write of a goal applied after the pass began does not replace it.
+        index.forget_seq("newer", pass.last);
+        assert!(!index.apply(entry("newer", "t", Planning as i32, 3, ""), 6));
+        index.sweep(&pass);
+        let all = PageQuery::default();
+        assert_eq!(ids(index.page(&all, 10)), ["newer", "cancelled"], "the lost goal stays listed");
+        let completed = PageQuery { status: Some(Completed as i32), ..Default::default() };
+        assert_eq!(ids(index.page(&completed, 10)), ["cancelled"]);
+        assert_eq!(index.unfinished(), ["newer"]);
     }
 
     #[test]
