@@ -36,14 +36,6 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-/// A reading of the bucket again over what the index holds ([`GoalIndex::reread`]).
-struct Pass {
-    /// The stream's last sequence when the pass began.
-    last: u64,
-    /// The goals the pass met.
-    seen: std::collections::HashSet<Arc<str>>,
-}
-
 /// A goal's place in the order of listing: creation time, then id (both descending).
 pub type Place = (u64, Arc<str>);
 
@@ -208,32 +200,21 @@ impl GoalIndex {
         sets.unlink(&id, &old);
     }
 
-    /// Lets the next entry of the goal replace the one held, when that one was applied at or
-    /// before `last` (a pass reading the bucket again holds what the bucket holds now; what was
-    /// applied after the pass began is newer than anything it reads).
-    fn forget_seq(&self, goal_id: &str, last: u64) {
+    /// Begins reading the bucket again over what the index holds: every entry forgets its
+    /// stream sequence, so whatever is applied next replaces it, whether the pass reads it or
+    /// this replica writes it meanwhile. (A write the server lost may have left a sequence above
+    /// anything the bucket now holds.)
+    fn forget_seqs(&self) {
         let Ok(mut sets) = self.sets.write() else { return };
-        if let Some(old) = sets.goals.get_mut(goal_id)
-            && old.seq <= last
-        {
-            old.seq = 0;
-        }
+        sets.goals.values_mut().for_each(|g| g.seq = 0);
     }
 
-    /// The index's own copy of a goal's id.
-    fn id_of(&self, goal_id: &str) -> Option<Arc<str>> {
-        self.sets.read().ok()?.goals.get_key_value(goal_id).map(|(id, _)| id.clone())
-    }
-
-    /// Removes the goals `pass` did not meet that were applied at or before its start.
-    fn sweep(&self, pass: &Pass) {
+    /// Ends a pass read to the stream's end: removes the goals nothing was applied to since it
+    /// began, which the bucket no longer holds.
+    fn sweep(&self) {
         let Ok(mut sets) = self.sets.write() else { return };
-        let gone: Vec<Arc<str>> = sets
-            .goals
-            .iter()
-            .filter(|(id, g)| g.seq <= pass.last && !pass.seen.contains(*id))
-            .map(|(id, _)| id.clone())
-            .collect();
+        let gone: Vec<Arc<str>> =
+            sets.goals.iter().filter(|(_, g)| g.seq == 0).map(|(id, _)| id.clone()).collect();
         for id in gone {
             if let Some(old) = sets.goals.remove(&id) {
                 sets.unlink(&id, &old);
@@ -359,7 +340,7 @@ impl GoalIndex {
                         }
                     }
                     message = messages.next() => match message {
-                        Some(Ok(message)) => next = follower.take(&goals, &message, None).await.max(next),
+                        Some(Ok(message)) => next = follower.take(&goals, &message).await.max(next),
                         Some(Err(e)) => {
                             warn!(error = %e, "the goal index follower failed; reading again after the last goal");
                             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -393,32 +374,33 @@ impl GoalIndex {
         let last = stream.clone().info().await.map_err(|e| js("goal index info", e))?.state.last_sequence;
         let mut messages = ordered(stream, filter.to_owned(), 1).await?;
         let mut next = 1;
-        let mut pass = again.then(|| Pass { last, seen: Default::default() });
+        if again {
+            self.forget_seqs();
+        }
         // Read up to what was there at start before answering: a list never misses an old goal.
         while next <= last {
             match tokio::time::timeout(std::time::Duration::from_secs(10), messages.next()).await {
-                Ok(Some(Ok(message))) => next = self.take(goals, &message, pass.as_mut()).await.max(next),
+                Ok(Some(Ok(message))) => next = self.take(goals, &message).await.max(next),
                 Ok(Some(Err(e))) => return Err(js("read the goal index", e)),
                 Ok(None) | Err(_) => break,
             }
         }
-        match pass {
-            Some(pass) if next > last => self.sweep(&pass),
-            Some(_) => warn!(
+        match (again, next > last) {
+            (true, true) => self.sweep(),
+            (true, false) => warn!(
                 next,
                 last, "the goal index was not read to its end again; goals the bucket lost stay listed"
             ),
-            None => {}
+            (false, _) => {}
         }
         Ok((messages, next))
     }
 
     /// Has the follower read the bucket again from its start, as at open, and hold what it reads
     /// then instead of what it held (in place, see `load`). After a reconnect the bucket may not
-    /// be what the index read:
-    /// a nats-server that was killed can come back without the last writes it had acknowledged
-    /// (when no replica holds them), and gives their sequence numbers to new writes, which the
-    /// index would take for older writes of their goals and ignore.
+    /// be what the index read: a nats-server that was killed can come back without the last
+    /// writes it had acknowledged (when no replica holds them), and gives their sequence numbers
+    /// to new writes, which the index would take for older writes of their goals and ignore.
     pub fn reread(&self) {
         self.reread.notify_one();
     }
@@ -429,14 +411,9 @@ fn js(operation: &'static str, e: impl std::fmt::Display) -> Error {
 }
 
 impl GoalIndex {
-    /// Applies one message of the goals bucket (headers only), as part of `pass` when the
-    /// bucket is read again; returns the sequence to read from next.
-    async fn take(
-        &self,
-        goals: &kv::Store,
-        message: &async_nats::jetstream::Message,
-        pass: Option<&mut Pass>,
-    ) -> u64 {
+    /// Applies one message of the goals bucket (headers only); returns the sequence to read from
+    /// next.
+    async fn take(&self, goals: &kv::Store, message: &async_nats::jetstream::Message) -> u64 {
         let Ok(info) = message.info() else { return 0 };
         let seq = info.stream_sequence;
         let Some(goal_id) = message.subject.as_str().strip_prefix(goals.prefix.as_str()) else {
@@ -445,46 +422,27 @@ impl GoalIndex {
         let headers = message.headers.as_ref();
         let operation = headers.and_then(|h| h.get("KV-Operation")).map(|v| v.as_str());
         if matches!(operation, Some("DEL") | Some("PURGE")) {
-            // A pass removes the goals it does not meet when it ends.
-            if pass.is_none() {
-                self.remove(goal_id, seq);
-            }
+            self.remove(goal_id, seq);
             return seq + 1;
         }
-        let (entry, seq_of_entry) = match headers.and_then(from_headers) {
+        match headers.and_then(from_headers) {
             Some(mut entry) => {
                 entry.goal_id = goal_id.to_owned();
-                (entry, seq)
+                self.apply(entry, seq);
             }
             // Written by an older release: the entry is read from the goal.
             None => match goals.entry(goal_id).await {
                 Ok(Some(stored)) if stored.operation == kv::Operation::Put => {
                     match GoalState::decode(stored.value) {
-                        Ok(state) => (entry_of(&state), stored.revision),
-                        Err(e) => {
-                            warn!(goal_id, error = %e, "an undecodable goal is not listed");
-                            return seq + 1;
+                        Ok(state) => {
+                            self.apply(entry_of(&state), stored.revision);
                         }
+                        Err(e) => warn!(goal_id, error = %e, "an undecodable goal is not listed"),
                     }
                 }
-                Ok(_) => return seq + 1,
-                Err(e) => {
-                    warn!(goal_id, error = %e, "cannot read a goal to index it");
-                    return seq + 1;
-                }
+                Ok(_) => {}
+                Err(e) => warn!(goal_id, error = %e, "cannot read a goal to index it"),
             },
-        };
-        match pass {
-            None => {
-                self.apply(entry, seq_of_entry);
-            }
-            Some(pass) => {
-                self.forget_seq(goal_id, pass.last);
-                self.apply(entry, seq_of_entry);
-                if let Some(id) = self.id_of(goal_id) {
-                    pass.seen.insert(id);
-                }
-            }
         }
         seq + 1
     }
@@ -633,21 +591,20 @@ mod tests {
     fn a_pass_holds_what_the_bucket_holds_now_and_keeps_what_is_newer_than_it() {
         use hermes_proto::GoalStatus::*;
         let index = GoalIndex::default();
-        // Before the pass (which begins at stream sequence 10): a goal cancelled at 8, a write
-        // the server then lost; one the bucket lost altogether; one applied after it began.
-        index.apply(entry("cancelled", "t", Cancelled as i32, 1, ""), 8);
+        // Before the pass: a goal cancelled at 12, a write the server then lost (the bucket now
+        // ends at 10); one the bucket lost altogether; one written again during the pass.
+        index.apply(entry("cancelled", "t", Cancelled as i32, 1, ""), 12);
         index.apply(entry("lost", "t", Running as i32, 2, ""), 9);
-        index.apply(entry("newer", "t", Running as i32, 3, ""), 12);
-        let mut pass = Pass { last: 10, seen: Default::default() };
+        index.apply(entry("newer", "t", Planning as i32, 3, ""), 5);
+        index.forget_seqs();
+        // This replica writes a goal while the pass reads (at 13, past the bucket's end).
+        assert!(index.apply(entry("newer", "t", Running as i32, 3, ""), 13));
         // The pass reads the goal as the bucket now holds it, at a lower sequence than the lost
         // write had: it replaces it.
-        index.forget_seq("cancelled", pass.last);
         assert!(index.apply(entry("cancelled", "t", Completed as i32, 1, ""), 7));
-        pass.seen.insert(index.id_of("cancelled").unwrap());
         // An older write of a goal applied after the pass began does not replace it.
-        index.forget_seq("newer", pass.last);
         assert!(!index.apply(entry("newer", "t", Planning as i32, 3, ""), 6));
-        index.sweep(&pass);
+        index.sweep();
         let all = PageQuery::default();
         assert_eq!(ids(index.page(&all, 10)), ["newer", "cancelled"], "the lost goal stays listed");
         let completed = PageQuery { status: Some(Completed as i32), ..Default::default() };
